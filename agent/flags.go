@@ -1,0 +1,94 @@
+package agent
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/units"
+)
+
+// Defaults of gpuletd's flags (DESIGN section 10).
+const (
+	DefaultSocket = "/run/gpulet/gpulet.sock"
+	DefaultRunDir = "/run/gpulet"
+)
+
+// ErrHelp is returned by ParseFlags after printing --help.
+var ErrHelp = pflag.ErrHelp
+
+// ParseFlags parses gpuletd's arguments into a Config. Usage and errors go to
+// out. Every bad value gives an error naming the flag and the value.
+func ParseFlags(args []string, out io.Writer) (Config, error) {
+	fs := pflag.NewFlagSet("gpuletd", pflag.ContinueOnError)
+	fs.SetOutput(out)
+	host, _ := os.Hostname()
+	var (
+		cfg        Config
+		m, n, k, u int
+		policy     string
+		mount      string
+	)
+	fs.StringVar(&cfg.Socket, "socket", DefaultSocket, "API socket (systemd socket activation overrides it)")
+	fs.StringVar(&cfg.SocketGroup, "socket-group", "gpulet", "group that owns the socket (mode 0660); a warning if it does not exist")
+	fs.StringVar(&cfg.RunDir, "run-dir", DefaultRunDir, "state that survives a daemon restart but not a reboot: pipe-file ledger, lease journal")
+	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/gpulet", "state that survives a reboot")
+	fs.StringVar(&mount, "mount", "", "FUSE view mount point (default <run-dir>/view; \"\" for none)")
+	fs.StringVar(&cfg.Backend, "backend", "auto", "GPU backend: nvml, sim, or auto (NVML when it initializes, else simulated)")
+	fs.StringVar(&cfg.SimGPUs, "sim-gpus", "2xA100-80GB", "simulated GPUs, COUNTxMODEL[,...]; models: "+strings.Join(inventory.ModelKeys(), ", "))
+	fs.IntVar(&m, "units-per-client", 1, "M: most units one process may hold")
+	fs.IntVar(&n, "clients-per-instance", 16, "N: most clients of one MPS instance")
+	fs.IntVar(&k, "instances-per-gpu", 1, "K: MPS control daemons per GPU")
+	fs.IntVar(&u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K (default M×N×K)")
+	fs.IntVar(&cfg.MaxUtilization, "max-utilization", 90, "percent; a GPU busier than this takes no new leases")
+	fs.StringVar(&policy, "policy", string(placement.BestFit), "placement policy: best-fit, first-fit or spread")
+	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")
+	fs.StringVar(&cfg.NodeName, "node-name", host, "the node's name in snapshots")
+	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API")
+	fs.Usage = func() {
+		fmt.Fprintf(out, "gpuletd shares this host's NVIDIA GPUs as units leased over a Unix-socket API.\n\nUsage: gpuletd [flags]\n\nFlags:\n%s", fs.FlagUsages())
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected argument %q (gpuletd takes only flags; see --help)", fs.Arg(0))
+	}
+	var err error
+	if cfg.Model, err = units.New(m, n, k, u); err != nil {
+		return Config{}, err
+	}
+	if cfg.Policy, err = placement.ParsePolicy(policy); err != nil {
+		return Config{}, err
+	}
+	switch cfg.Backend {
+	case "auto", "nvml", "sim":
+	default:
+		return Config{}, fmt.Errorf("--backend %q: must be auto, nvml or sim", cfg.Backend)
+	}
+	if _, err := inventory.ParseSimSpec(cfg.SimGPUs); err != nil {
+		return Config{}, err
+	}
+	if cfg.MaxUtilization < 0 || cfg.MaxUtilization > 100 {
+		return Config{}, fmt.Errorf("--max-utilization %d: must be a percentage from 0 to 100", cfg.MaxUtilization)
+	}
+	if cfg.SampleInterval < 10*time.Millisecond || cfg.SampleInterval > time.Hour {
+		return Config{}, fmt.Errorf("--sample-interval %s: must be between 10ms and 1h", cfg.SampleInterval)
+	}
+	for _, f := range []struct{ name, v string }{{"--socket", cfg.Socket}, {"--run-dir", cfg.RunDir}, {"--state-dir", cfg.StateDir}, {"--node-name", cfg.NodeName}} {
+		if f.v == "" {
+			return Config{}, fmt.Errorf("%s must not be empty", f.name)
+		}
+	}
+	if !fs.Changed("mount") {
+		mount = cfg.RunDir + "/view"
+	}
+	cfg.Mount = mount
+	return cfg, nil
+}

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		check   func(Config) bool
+		wantErr string
+	}{
+		{"defaults", nil, func(c Config) bool {
+			return c.Socket == DefaultSocket && c.RunDir == DefaultRunDir && c.Mount == "/run/gpulet/view" &&
+				c.Model.UnitsPerGPU == 16 && c.Backend == "auto" && c.SampleInterval == time.Second && c.MaxUtilization == 90
+		}, ""},
+		{"mount follows run dir", []string{"--run-dir", "/tmp/x"}, func(c Config) bool { return c.Mount == "/tmp/x/view" }, ""},
+		{"no view", []string{"--mount", ""}, func(c Config) bool { return c.Mount == "" }, ""},
+		{"unit model", []string{"--units-per-client", "2", "--clients-per-instance", "4", "--instances-per-gpu", "2"}, func(c Config) bool { return c.Model.UnitsPerGPU == 16 }, ""},
+		{"U too big", []string{"--units-per-gpu", "17"}, nil, "17 is more than M×N×K"},
+		{"U not a number", []string{"--units-per-gpu", "lots"}, nil, `invalid argument "lots"`},
+		{"bad backend", []string{"--backend", "cuda"}, nil, `--backend "cuda"`},
+		{"bad sim spec", []string{"--sim-gpus", "3xGTX1080"}, nil, `unknown model "GTX1080"`},
+		{"bad policy", []string{"--policy", "random"}, nil, `--policy "random"`},
+		{"bad utilization", []string{"--max-utilization", "120"}, nil, "--max-utilization 120"},
+		{"bad interval", []string{"--sample-interval", "1ns"}, nil, "--sample-interval 1ns"},
+		{"stray argument", []string{"serve"}, nil, `unexpected argument "serve"`},
+		{"unknown flag", []string{"--gpus", "2"}, nil, "unknown flag: --gpus"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := ParseFlags(tc.args, io.Discard)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !tc.check(cfg) {
+				t.Fatalf("cfg %+v, err %v", cfg, err)
+			}
+		})
+	}
+}
+
+func TestHelpListsEveryFlag(t *testing.T) {
+	var out strings.Builder
+	_, err := ParseFlags([]string{"--help"}, &out)
+	if !errors.Is(err, ErrHelp) {
+		t.Fatalf("err = %v", err)
+	}
+	for _, f := range []string{"--socket", "--socket-group", "--run-dir", "--state-dir", "--mount", "--backend", "--sim-gpus", "--units-per-client", "--clients-per-instance", "--instances-per-gpu", "--units-per-gpu", "--max-utilization", "--policy", "--sample-interval", "--node-name", "--admin-group"} {
+		if !strings.Contains(out.String(), f) {
+			t.Errorf("--help does not mention %s", f)
+		}
+	}
+}
+
+func FuzzParseFlags(f *testing.F) {
+	for _, s := range []string{"--units-per-gpu 8", "--sim-gpus 1xT4", "--backend sim --policy spread", "--mount=", "--units-per-client 0", "-x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		cfg, err := ParseFlags(strings.Fields(line), io.Discard)
+		if err != nil {
+			return
+		}
+		m := cfg.Model
+		if m.UnitsPerGPU < 1 || m.UnitsPerGPU > m.UnitsPerClient*m.ClientsPerInstance*m.InstancesPerGPU {
+			t.Fatalf("accepted unit model %+v", m)
+		}
+	})
+}

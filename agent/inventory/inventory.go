@@ -1,0 +1,53 @@
+// Package inventory finds the node's GPUs and samples what they report. It owns
+// the backends (NVML and simulated) and nothing else: units, leases and MPS
+// belong to other packages.
+package inventory
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Device is what a GPU is; it does not change while the daemon runs.
+type Device struct {
+	Index             int
+	UUID              string
+	Name              string
+	MemoryTotalMiB    uint64
+	CCMajor, CCMinor  int
+	Cores             int
+	MaxSMClockMHz     int
+	MemoryBusWidthBit int
+	MemoryClockMHz    int
+}
+
+// ComputeCapability is the device's capability as "major.minor".
+func (d Device) ComputeCapability() string { return fmt.Sprintf("%d.%d", d.CCMajor, d.CCMinor) }
+
+// Load is what the agent knows of a GPU's use; the simulated backend derives its
+// figures from it, the NVML backend ignores it.
+type Load struct {
+	UnitsUsed  int
+	UnitsTotal int
+}
+
+// Sample is what a GPU reports at one moment. A non-nil Err marks the GPU failed.
+type Sample struct {
+	UtilizationPct int
+	MemoryUsedMiB  uint64
+	Err            error
+}
+
+// Inventory is a backend.
+type Inventory interface {
+	// Backend is the name the snapshot reports ("nvml" or "simulated").
+	Backend() string
+	// Devices lists the GPUs in index order.
+	Devices() []Device
+	// Sample reads the GPU with the given index.
+	Sample(index int, load Load) Sample
+	Close() error
+}
+
+// ErrNotSimulated is returned for simulation controls on a real backend.
+var ErrNotSimulated = errors.New("not the simulated backend")

@@ -1,0 +1,95 @@
+package lease
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/api"
+)
+
+func TestDecodeRequest(t *testing.T) {
+	tests := []struct {
+		name, body, wantMsg string
+	}{
+		{"ok", `{"units":2,"gpu":"0","ttl":"30s","labels":{"a":"b"}}`, ""},
+		{"empty body", ``, "empty"},
+		{"malformed", `{"units":`, "malformed JSON"},
+		{"unknown field", `{"units":1,"colour":"red"}`, `unknown field "colour"`},
+		{"units string", `{"units":"2"}`, "units: must be a whole number"},
+		{"units zero", `{"units":0}`, "units: must be at least 1"},
+		{"units negative", `{"units":-4}`, "units: must be at least 1"},
+		{"units fraction", `{"units":1.5}`, "units: must be a whole number"},
+		{"bad ttl", `{"units":1,"ttl":"soon"}`, "ttl: \"soon\" is not a duration"},
+		{"tiny ttl", `{"units":1,"ttl":"1ms"}`, "ttl: 1ms is outside"},
+		{"bad wait", `{"units":1,"wait":"-3s"}`, "wait: -3s is outside"},
+		{"ttl and pid", `{"units":1,"ttl":"5s","pid":42}`, "pid and ttl"},
+		{"two values", `{"units":1}{"units":1}`, "more than one JSON value"},
+		{"trailing", `{"units":1} x`, "more than one JSON value"},
+		{"control chars", `{"units":1,"task":"a\u0000b"}`, "task: control characters"},
+		{"array", `[1]`, "must be an object"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeRequest(strings.NewReader(tc.body))
+			if tc.wantMsg == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Fatalf("err = %v, want bad_request containing %q", err, tc.wantMsg)
+			}
+		})
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	for _, s := range []string{`{"units":1}`, `{"units":2,"gpu":"GPU-x","ttl":"30s","wait":"1s","labels":{"k":"v"}}`, `{"units":1,"pid":1}`, `{`, `null`, `{"units":1e99}`, `{"labels":{"":""}}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		req, err := DecodeRequest(strings.NewReader(body))
+		if err != nil {
+			if status, _ := api.StatusOf(err); status != 400 && status != 413 {
+				t.Fatalf("decode error %v maps to %d, want 400", err, status)
+			}
+			return
+		}
+		if req.Units < 1 || (req.TTL > 0 && req.PID != 0) || len(req.Labels) > maxLabels {
+			t.Fatalf("accepted an invalid request %+v", req)
+		}
+	})
+}
+
+func FuzzDecodeJournal(f *testing.F) {
+	model, _ := units.New(2, 4, 2, 0)
+	shapes := []gpuShape{{UUID: "GPU-a", UnitsTotal: model.UnitsPerGPU, InstanceOf: model.InstanceOf, UnitsPerMax: 2}}
+	good, _ := json.Marshal(journal{Schema: JournalSchema, Leases: []journalEntry{
+		{Lease: api.Lease{ID: "l-0123456789abcdef", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{0, 1}, Owner: api.Owner{PID: 1}}, StartTime: 5},
+	}})
+	for _, s := range []string{string(good), `{}`, `{"schema":"gpulet.journal/v1","leases":[{}]}`, `not json`, `{"schema":"gpulet.journal/v1","leases":null}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b string) {
+		entries, _, err := decodeJournal([]byte(b), shapes)
+		if err != nil {
+			return
+		}
+		seen := map[int]bool{}
+		for _, e := range entries {
+			if !validID(e.Lease.ID) || e.Lease.GPU.UUID != "GPU-a" || len(e.Lease.Units) == 0 || len(e.Lease.Units) > 2 {
+				t.Fatalf("accepted a bad entry %+v", e)
+			}
+			for _, u := range e.Lease.Units {
+				if seen[u] || u < 0 || u >= model.UnitsPerGPU || model.InstanceOf(u) != e.Lease.Instance {
+					t.Fatalf("accepted unit %d twice or out of place", u)
+				}
+				seen[u] = true
+			}
+		}
+	})
+}

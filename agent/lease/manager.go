@@ -1,0 +1,971 @@
+// Package lease is the lease engine: it owns the unit table of every GPU (which
+// unit is free, leased, or claimed offline), grants and ends leases, binds them
+// to a process or to time, keeps the journal, and reconciles with the pipe-file
+// ledger. Everything else reads the table through View.
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/ledger"
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/procwatch"
+	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/api"
+)
+
+const (
+	idPrefix = "l-"
+	idHexLen = 16
+)
+
+func newID() string {
+	var b [idHexLen / 2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return idPrefix + hex.EncodeToString(b[:])
+}
+
+// Conditions is what the agent knows of the GPUs beyond units: the manager
+// places only where it allows.
+type Conditions struct {
+	Draining bool
+	GPUs     []GPUCondition
+}
+
+// GPUCondition is one GPU's conditions.
+type GPUCondition struct {
+	// Eligible is false when the GPU is not working or too busy.
+	Eligible bool
+	// Why says why it is not eligible.
+	Why           string
+	MemoryFreeMiB uint64
+	// InstanceUp says per instance whether it may take new leases.
+	InstanceUp []bool
+}
+
+// Peer is who calls, as SO_PEERCRED told.
+type Peer struct {
+	UID, GID uint32
+	PID      int
+	Admin    bool
+}
+
+// Config wires a Manager.
+type Config struct {
+	Model   units.Model
+	Devices []inventory.Device
+	Ledger  *ledger.Ledger
+	// JournalPath is where live leases are recorded (<run-dir>/leases.json).
+	JournalPath string
+	Policy      placement.Policy
+	// Conditions returns the current conditions; it must not call the Manager.
+	Conditions func() *Conditions
+	// InstanceEnv returns the MPS variables of instance k of GPU g (pipe and log
+	// folders); nil or an empty map when MPS is off.
+	InstanceEnv func(g, k int) map[string]string
+	// MPS adds the MPS-only variables (pinned memory limit) to leases.
+	MPS bool
+	// OnChange is called, without the Manager's lock, after every change of the
+	// table; the agent publishes a new snapshot from it.
+	OnChange func()
+	Logger   *slog.Logger
+	Now      func() time.Time
+}
+
+type slotState uint8
+
+const (
+	slotFree slotState = iota
+	slotLeased
+	slotOffline
+)
+
+type slot struct {
+	state slotState
+	lease *lease // when leased
+	uid   uint32 // owner of an offline claim's FIFO
+}
+
+type gpuTable struct {
+	dev   inventory.Device
+	slots []slot
+}
+
+type lease struct {
+	api.Lease
+	startTime uint64
+	ttl       time.Duration
+	deadline  time.Time
+	proc      *procwatch.Process
+	timer     *time.Timer
+}
+
+// binding is how a lease will end: its process, or its ttl.
+type binding struct {
+	proc      *procwatch.Process
+	pid       int
+	startTime uint64
+	ttl       time.Duration
+}
+
+type waiter struct {
+	peer Peer
+	req  Request
+	bind binding
+	done chan *lease
+}
+
+// Manager owns the unit table.
+type Manager struct {
+	cfg Config
+	log *slog.Logger
+
+	mu sync.Mutex // guards gpus, leases, waiters and journal writes
+	// gpus is the unit table, by GPU index.
+	gpus []*gpuTable
+	// leases are the live leases by id.
+	leases map[string]*lease
+	// waiters are requests waiting for units, oldest first.
+	waiters []*waiter
+	closed  bool
+}
+
+// New builds the Manager, takes back what the journal and the ledger hold, and
+// removes what is stale. It does not watch yet: call Watch.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.OnChange == nil {
+		cfg.OnChange = func() {}
+	}
+	if cfg.InstanceEnv == nil {
+		cfg.InstanceEnv = func(int, int) map[string]string { return nil }
+	}
+	m := &Manager{cfg: cfg, log: cfg.Logger, leases: map[string]*lease{}}
+	for _, d := range cfg.Devices {
+		m.gpus = append(m.gpus, &gpuTable{dev: d, slots: make([]slot, cfg.Model.UnitsPerGPU)})
+	}
+	m.restore()
+	return m, nil
+}
+
+// restore takes back the journal's leases whose holder still lives or whose
+// deadline has not passed, counts every other FIFO as an offline claim, and
+// removes the claims nobody holds.
+func (m *Manager) restore() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var entries []journalEntry
+	b, err := os.ReadFile(m.cfg.JournalPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		m.log.Error("lease journal unreadable; rebuilding from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err)
+	default:
+		var dropped []string
+		entries, dropped, err = decodeJournal(b, m.shapes())
+		if err != nil {
+			m.log.Error("lease journal corrupt; rebuilding from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err)
+		}
+		for _, d := range dropped {
+			m.log.Warn("lease journal entry dropped", "entry", d)
+		}
+	}
+	now := m.cfg.Now()
+	for _, e := range entries {
+		l := &lease{Lease: e.Lease, startTime: e.StartTime, ttl: time.Duration(e.TTLNanos)}
+		if e.Deadline != nil {
+			if !now.Before(*e.Deadline) {
+				m.log.Info("lease expired while the daemon was down", "lease", l.ID)
+				m.removeFIFOs(l)
+				continue
+			}
+			l.deadline = *e.Deadline
+		} else {
+			p, _, err := procwatch.Open(l.Owner.PID, l.startTime)
+			if err != nil {
+				m.log.Info("lease holder exited while the daemon was down", "lease", l.ID, "pid", l.Owner.PID)
+				m.removeFIFOs(l)
+				continue
+			}
+			l.proc = p
+		}
+		g := m.gpus[l.GPU.Index]
+		for _, u := range l.Units {
+			g.slots[u] = slot{state: slotLeased, lease: l}
+			if !m.cfg.Ledger.Present(l.GPU.Index, u) {
+				if err := m.cfg.Ledger.Create(l.GPU.Index, u); err != nil && !errors.Is(err, ledger.ErrTaken) {
+					m.log.Error("cannot recreate pipe file of a kept lease", "lease", l.ID, "err", err)
+				}
+			}
+		}
+		m.leases[l.ID] = l
+		m.armLocked(l)
+		m.log.Info("lease kept across daemon restart", "lease", l.ID, "gpu", l.GPU.Index, "units", l.Units)
+	}
+	m.rescanLocked()
+	m.probeLocked()
+	if err := m.writeJournalLocked(); err != nil {
+		m.log.Error("cannot write lease journal", "err", err)
+	}
+}
+
+func (m *Manager) shapes() []gpuShape {
+	out := make([]gpuShape, len(m.gpus))
+	for i, g := range m.gpus {
+		out[i] = gpuShape{UUID: g.dev.UUID, UnitsTotal: m.cfg.Model.UnitsPerGPU, InstanceOf: m.cfg.Model.InstanceOf, UnitsPerMax: m.cfg.Model.UnitsPerClient}
+	}
+	return out
+}
+
+// Watch starts watching the ledger for offline claims until ctx ends.
+func (m *Manager) Watch(ctx context.Context) error {
+	if err := m.cfg.Ledger.Watch(ctx, (*ledgerEvents)(m)); err != nil {
+		return err
+	}
+	// Claims made between restore and the watch being in place are found here.
+	m.Rescan()
+	return nil
+}
+
+// ledgerEvents adapts the Manager to ledger.Handler without exporting the
+// methods on Manager itself.
+type ledgerEvents Manager
+
+func (e *ledgerEvents) Unit(g, i int) {
+	m := (*Manager)(e)
+	m.mu.Lock()
+	if !m.closed {
+		m.syncSlotLocked(g, i)
+	}
+	m.mu.Unlock()
+}
+func (e *ledgerEvents) Rescan() { (*Manager)(e).Rescan() }
+func (e *ledgerEvents) Batch()  { (*Manager)(e).cfg.OnChange() }
+
+// Rescan lists the whole ledger again and publishes.
+func (m *Manager) Rescan() {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		return
+	}
+	m.rescanLocked()
+	m.mu.Unlock()
+	m.cfg.OnChange()
+}
+
+func (m *Manager) rescanLocked() {
+	for gi, g := range m.gpus {
+		present, err := m.cfg.Ledger.Scan(gi)
+		if err != nil {
+			m.log.Error("cannot list the pipe-file ledger", "gpu", gi, "err", err)
+			continue
+		}
+		seen := make([]bool, len(g.slots))
+		for _, i := range present {
+			seen[i] = true
+		}
+		for i := range g.slots {
+			m.applyLocked(gi, i, seen[i])
+		}
+	}
+	m.serveWaitersLocked()
+}
+
+// syncSlotLocked brings one slot in line with the ledger.
+func (m *Manager) syncSlotLocked(g, i int) {
+	m.applyLocked(g, i, m.cfg.Ledger.Present(g, i))
+	m.serveWaitersLocked()
+}
+
+func (m *Manager) applyLocked(g, i int, present bool) {
+	s := &m.gpus[g].slots[i]
+	switch {
+	case s.state == slotFree && present:
+		s.state = slotOffline
+		s.uid = m.fifoOwner(g, i)
+	case s.state == slotOffline && !present:
+		*s = slot{}
+	case s.state == slotLeased && !present:
+		// Someone removed a lease's pipe file; the lease still holds the unit,
+		// so the file comes back and the count stays right.
+		m.log.Warn("pipe file of a live lease was removed; recreating it", "lease", s.lease.ID, "gpu", g, "unit", i)
+		if err := m.cfg.Ledger.Create(g, i); err != nil && !errors.Is(err, ledger.ErrTaken) {
+			m.log.Error("cannot recreate pipe file", "err", err)
+		}
+	}
+}
+
+func (m *Manager) fifoOwner(g, i int) uint32 {
+	var st unix.Stat_t
+	if err := unix.Lstat(m.cfg.Ledger.Path(g, i), &st); err != nil {
+		return 0
+	}
+	return st.Uid
+}
+
+// ProbeOffline removes offline claims whose FIFO nobody holds locked; the agent
+// calls it every sample interval.
+func (m *Manager) ProbeOffline() {
+	m.mu.Lock()
+	changed := !m.closed && m.probeLocked()
+	m.mu.Unlock()
+	if changed {
+		m.cfg.OnChange()
+	}
+}
+
+func (m *Manager) probeLocked() bool {
+	changed := false
+	for gi, g := range m.gpus {
+		for i := range g.slots {
+			if g.slots[i].state != slotOffline {
+				continue
+			}
+			stale, err := m.cfg.Ledger.Probe(gi, i)
+			if err != nil {
+				m.log.Warn("cannot probe offline claim", "gpu", gi, "unit", i, "err", err)
+				continue
+			}
+			if stale {
+				m.log.Info("removed stale offline claim: its pipe file was not locked by any process", "gpu", gi, "unit", i)
+			}
+			if stale || !m.cfg.Ledger.Present(gi, i) {
+				g.slots[i] = slot{}
+				changed = true
+			}
+		}
+	}
+	if changed {
+		m.serveWaitersLocked()
+	}
+	return changed
+}
+
+// Acquire grants a lease for req to peer, waiting up to req.Wait for units.
+func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (api.Lease, error) {
+	if err := m.checkRequest(req); err != nil {
+		return api.Lease{}, err
+	}
+	bind, err := m.bindingFor(peer, req)
+	if err != nil {
+		return api.Lease{}, err
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		bind.close()
+		return api.Lease{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+	}
+	l, err := m.tryGrantLocked(peer, req, bind)
+	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) {
+		m.mu.Unlock()
+		if err != nil {
+			bind.close()
+			return api.Lease{}, err
+		}
+		m.cfg.OnChange()
+		return l.Lease, nil
+	}
+	w := &waiter{peer: peer, req: req, bind: bind, done: make(chan *lease, 1)}
+	m.waiters = append(m.waiters, w)
+	m.mu.Unlock()
+
+	timer := time.NewTimer(req.Wait)
+	defer timer.Stop()
+	select {
+	case l := <-w.done:
+		if l == nil {
+			return api.Lease{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+		}
+		return l.Lease, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	m.mu.Lock()
+	if i := slices.Index(m.waiters, w); i >= 0 {
+		m.waiters = slices.Delete(m.waiters, i, i+1)
+		m.mu.Unlock()
+		bind.close()
+		if ctx.Err() != nil {
+			return api.Lease{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+		}
+		return api.Lease{}, api.Errorf(api.ErrInsufficientUnits, "%s after waiting %s", m.shortageLocked(req), req.Wait)
+	}
+	m.mu.Unlock()
+	// Granted just as we gave up: keep it unless the caller is gone.
+	l = <-w.done
+	if l == nil {
+		return api.Lease{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+	}
+	if ctx.Err() != nil {
+		m.end(l.ID, "requester went away while waiting")
+		return api.Lease{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+	}
+	return l.Lease, nil
+}
+
+// checkRequest refuses what no state of the node could satisfy.
+func (m *Manager) checkRequest(req Request) error {
+	if req.Units > m.cfg.Model.UnitsPerClient {
+		return api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
+	}
+	if req.GPU != "" {
+		if _, err := m.resolveGPU(req.GPU); err != nil {
+			return err
+		}
+	}
+	if req.Pool != "" {
+		return api.Errorf(api.ErrNotFound, "pool: no pool named %q (no pools are configured)", req.Pool)
+	}
+	if req.Reservation != "" {
+		return api.Errorf(api.ErrNotFound, "reservation: no reservation named %q", req.Reservation)
+	}
+	if req.Type != "" {
+		found := false
+		for _, g := range m.gpus {
+			found = found || strings.Contains(strings.ToLower(g.dev.Name), strings.ToLower(req.Type))
+		}
+		if !found {
+			return api.Errorf(api.ErrNotFound, "type: no GPU on this node matches %q", req.Type)
+		}
+	}
+	return nil
+}
+
+// resolveGPU finds a GPU by index or UUID.
+func (m *Manager) resolveGPU(s string) (int, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n >= 0 && n < len(m.gpus) {
+			return n, nil
+		}
+		return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with index %d (this node has %d)", n, len(m.gpus))
+	}
+	for i, g := range m.gpus {
+		if strings.EqualFold(g.dev.UUID, s) {
+			return i, nil
+		}
+	}
+	return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with UUID %q on this node", s)
+}
+
+// bindingFor decides what the lease is bound to and takes hold of the process.
+func (m *Manager) bindingFor(peer Peer, req Request) (binding, error) {
+	if req.TTL > 0 {
+		return binding{ttl: req.TTL}, nil
+	}
+	pid := peer.PID
+	if req.PID != 0 {
+		pid = req.PID
+		if !peer.Admin && peer.UID != 0 {
+			uid, err := procwatch.OwnerUID(pid)
+			if err != nil {
+				return binding{}, api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
+			}
+			if uid != peer.UID {
+				return binding{}, api.Errorf(api.ErrForbidden, "pid: process %d belongs to another user", pid)
+			}
+		}
+	}
+	p, st, err := procwatch.Open(pid, 0)
+	if err != nil {
+		if errors.Is(err, procwatch.ErrGone) {
+			return binding{}, api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
+		}
+		return binding{}, fmt.Errorf("cannot watch process %d: %w", pid, err)
+	}
+	return binding{proc: p, pid: pid, startTime: st}, nil
+}
+
+func (b binding) close() {
+	if b.proc != nil {
+		b.proc.Close()
+	}
+}
+
+// shortageLocked says what was asked and what is free, for insufficient_units.
+func (m *Manager) shortageLocked(req Request) string {
+	free := 0
+	for _, g := range m.gpus {
+		for _, s := range g.slots {
+			if s.state == slotFree {
+				free++
+			}
+		}
+	}
+	return fmt.Sprintf("no GPU can take %d unit(s) now (%d free on the node)", req.Units, free)
+}
+
+// tryGrantLocked places and grants req, or says why it cannot now.
+func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, error) {
+	cond := m.conditions()
+	if cond != nil && cond.Draining {
+		return nil, api.Errorf(api.ErrUnavailable, "the node is draining: no new leases")
+	}
+	for {
+		c, why := m.placeLocked(req, cond)
+		if why != "" {
+			return nil, api.Errorf(api.ErrInsufficientUnits, "%s", why)
+		}
+		units := m.freeUnitsLocked(c.GPU, c.Instance, req.Units)
+		taken := false
+		for n, u := range units {
+			if err := m.cfg.Ledger.Create(c.GPU, u); err != nil {
+				// An offline claimer was first: undo, count its claim, and place again.
+				for _, v := range units[:n] {
+					m.cfg.Ledger.Remove(c.GPU, v)
+				}
+				if !errors.Is(err, ledger.ErrTaken) {
+					return nil, err
+				}
+				m.applyLocked(c.GPU, u, true)
+				taken = true
+				break
+			}
+		}
+		if taken {
+			continue
+		}
+		l := m.newLease(peer, req, bind, c, units)
+		for _, u := range units {
+			m.gpus[c.GPU].slots[u] = slot{state: slotLeased, lease: l}
+		}
+		m.leases[l.ID] = l
+		if err := m.writeJournalLocked(); err != nil {
+			m.dropLocked(l)
+			return nil, fmt.Errorf("cannot record the lease: %w", err)
+		}
+		m.armLocked(l)
+		m.log.Info("lease granted", "lease", l.ID, "gpu", c.GPU, "instance", c.Instance, "units", units, "uid", peer.UID, "pid", l.Owner.PID, "ttl", l.TTL)
+		return l, nil
+	}
+}
+
+func (m *Manager) conditions() *Conditions {
+	if m.cfg.Conditions == nil {
+		return nil
+	}
+	return m.cfg.Conditions()
+}
+
+// placeLocked filters the instances that can take req and lets the policy
+// choose; why says what kept every GPU out when none can.
+func (m *Manager) placeLocked(req Request, cond *Conditions) (placement.Candidate, string) {
+	want := -1
+	if req.GPU != "" {
+		want, _ = m.resolveGPU(req.GPU)
+	}
+	var cands []placement.Candidate
+	var reasons []string
+	for gi, g := range m.gpus {
+		if want >= 0 && gi != want {
+			continue
+		}
+		if req.Type != "" && !strings.Contains(strings.ToLower(g.dev.Name), strings.ToLower(req.Type)) {
+			continue
+		}
+		var gc *GPUCondition
+		if cond != nil && gi < len(cond.GPUs) {
+			gc = &cond.GPUs[gi]
+		}
+		if gc != nil && !gc.Eligible {
+			reasons = append(reasons, fmt.Sprintf("GPU %d %s", gi, gc.Why))
+			continue
+		}
+		if req.MemoryMiB > 0 {
+			free := g.dev.MemoryTotalMiB
+			if gc != nil {
+				free = gc.MemoryFreeMiB
+			}
+			if req.MemoryMiB > free {
+				reasons = append(reasons, fmt.Sprintf("GPU %d has %d MiB free", gi, free))
+				continue
+			}
+		}
+		gpuFree := 0
+		for _, s := range g.slots {
+			if s.state == slotFree {
+				gpuFree++
+			}
+		}
+		for k := 0; k < m.cfg.Model.InstancesPerGPU; k++ {
+			if gc != nil && k < len(gc.InstanceUp) && !gc.InstanceUp[k] {
+				continue
+			}
+			free, clients := m.instanceLoadLocked(gi, k)
+			if clients >= m.cfg.Model.ClientsPerInstance || free < req.Units {
+				continue
+			}
+			cands = append(cands, placement.Candidate{GPU: gi, Instance: k, Free: free, GPUFree: gpuFree})
+		}
+	}
+	c, ok := m.cfg.Policy.Choose(cands)
+	if !ok {
+		msg := m.shortageLocked(req)
+		if len(reasons) > 0 {
+			msg += "; " + strings.Join(reasons, "; ")
+		}
+		return c, msg
+	}
+	return c, ""
+}
+
+// instanceLoadLocked returns instance k's free units and its clients: one per
+// lease, and one per offline unit since an offline claim's process is unknown.
+func (m *Manager) instanceLoadLocked(g, k int) (free, clients int) {
+	seen := map[*lease]bool{}
+	for _, u := range m.cfg.Model.InstanceUnits(k) {
+		s := m.gpus[g].slots[u]
+		switch s.state {
+		case slotFree:
+			free++
+		case slotOffline:
+			clients++
+		case slotLeased:
+			if !seen[s.lease] {
+				seen[s.lease] = true
+				clients++
+			}
+		}
+	}
+	return free, clients
+}
+
+func (m *Manager) freeUnitsLocked(g, k, n int) []int {
+	var out []int
+	for _, u := range m.cfg.Model.InstanceUnits(k) {
+		if m.gpus[g].slots[u].state == slotFree {
+			out = append(out, u)
+			if len(out) == n {
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Candidate, units []int) *lease {
+	dev := m.gpus[c.GPU].dev
+	now := m.cfg.Now().UTC()
+	l := &lease{Lease: api.Lease{
+		ID:          newID(),
+		GPU:         api.LeaseGPU{Index: c.GPU, UUID: dev.UUID},
+		Instance:    c.Instance,
+		Units:       units,
+		Owner:       api.Owner{UID: peer.UID, GID: peer.GID, PID: bind.pid},
+		Created:     now,
+		Reservation: req.Reservation,
+		Task:        req.Task,
+		Labels:      req.Labels,
+		MemoryMiB:   req.MemoryMiB,
+	}, startTime: bind.startTime, proc: bind.proc, ttl: bind.ttl}
+	if bind.ttl > 0 {
+		l.deadline = now.Add(bind.ttl)
+		exp := l.deadline
+		l.Expires = &exp
+		l.TTL = bind.ttl.String()
+	}
+	l.Env = m.envFor(c.GPU, c.Instance, len(units), req.MemoryMiB)
+	return l
+}
+
+// envFor is the environment of a lease of n units on instance k of GPU g.
+func (m *Manager) envFor(g, k, n int, memMiB uint64) map[string]string {
+	dev := m.gpus[g].dev
+	env := map[string]string{
+		"CUDA_VISIBLE_DEVICES":              dev.UUID,
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": strconv.Itoa(m.cfg.Model.ThreadPercentage(n)),
+	}
+	for k, v := range m.cfg.InstanceEnv(g, k) {
+		env[k] = v
+	}
+	if m.cfg.MPS {
+		if memMiB == 0 {
+			memMiB = m.cfg.Model.MemoryShareMiB(n, dev.MemoryTotalMiB)
+		}
+		env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = fmt.Sprintf("0=%dM", memMiB)
+	}
+	return env
+}
+
+// armLocked starts what ends the lease: its process's exit or its deadline.
+func (m *Manager) armLocked(l *lease) {
+	if l.proc != nil {
+		p, id := l.proc, l.ID
+		go func() {
+			if p.Wait() == nil {
+				m.end(id, "process exited")
+			}
+		}()
+		return
+	}
+	m.scheduleExpiryLocked(l)
+}
+
+func (m *Manager) scheduleExpiryLocked(l *lease) {
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+	id := l.ID
+	l.timer = time.AfterFunc(l.deadline.Sub(m.cfg.Now()), func() { m.expire(id) })
+}
+
+func (m *Manager) expire(id string) {
+	m.mu.Lock()
+	l, ok := m.leases[id]
+	if !ok || m.cfg.Now().Before(l.deadline) {
+		// Renewed meanwhile; its new timer is armed.
+		m.mu.Unlock()
+		return
+	}
+	m.dropAndRecordLocked(l, "ttl expired")
+	m.mu.Unlock()
+	m.cfg.OnChange()
+}
+
+// end ends lease id for reason; unknown ids are ignored.
+func (m *Manager) end(id, reason string) {
+	m.mu.Lock()
+	l, ok := m.leases[id]
+	if ok {
+		m.dropAndRecordLocked(l, reason)
+	}
+	m.mu.Unlock()
+	if ok {
+		m.cfg.OnChange()
+	}
+}
+
+func (m *Manager) dropAndRecordLocked(l *lease, reason string) {
+	m.dropLocked(l)
+	if err := m.writeJournalLocked(); err != nil {
+		m.log.Error("cannot write lease journal", "err", err)
+	}
+	m.log.Info("lease ended", "lease", l.ID, "reason", reason)
+	m.serveWaitersLocked()
+}
+
+// dropLocked removes a lease from the table and the ledger.
+func (m *Manager) dropLocked(l *lease) {
+	delete(m.leases, l.ID)
+	for _, u := range l.Units {
+		if s := &m.gpus[l.GPU.Index].slots[u]; s.lease == l {
+			*s = slot{}
+		}
+	}
+	m.removeFIFOs(l)
+	if l.proc != nil {
+		l.proc.Close()
+	}
+	if l.timer != nil {
+		l.timer.Stop()
+	}
+}
+
+func (m *Manager) removeFIFOs(l *lease) {
+	for _, u := range l.Units {
+		if err := m.cfg.Ledger.Remove(l.GPU.Index, u); err != nil {
+			m.log.Error("cannot remove pipe file", "lease", l.ID, "err", err)
+		}
+	}
+}
+
+// serveWaitersLocked grants waiting requests, oldest first, while they fit.
+func (m *Manager) serveWaitersLocked() {
+	for i := 0; i < len(m.waiters); {
+		w := m.waiters[i]
+		l, err := m.tryGrantLocked(w.peer, w.req, w.bind)
+		if err != nil {
+			i++
+			continue
+		}
+		m.waiters = slices.Delete(m.waiters, i, i+1)
+		w.done <- l
+	}
+}
+
+func (m *Manager) visible(peer Peer, l *lease) bool {
+	return peer.Admin || peer.UID == 0 || peer.UID == l.Owner.UID
+}
+
+// Get returns lease id if peer may see it.
+func (m *Manager) Get(peer Peer, id string) (api.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[id]
+	if !ok || !m.visible(peer, l) {
+		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
+	}
+	return l.Lease, nil
+}
+
+// List returns the leases peer may see, by id.
+func (m *Manager) List(peer Peer) []api.Lease {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := []api.Lease{}
+	for _, l := range m.leases {
+		if m.visible(peer, l) {
+			out = append(out, l.Lease)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Release ends lease id for peer.
+func (m *Manager) Release(peer Peer, id string) error {
+	m.mu.Lock()
+	l, ok := m.leases[id]
+	if !ok || !m.visible(peer, l) {
+		m.mu.Unlock()
+		return api.Errorf(api.ErrNotFound, "no lease %q", id)
+	}
+	m.dropAndRecordLocked(l, "released")
+	m.mu.Unlock()
+	m.cfg.OnChange()
+	return nil
+}
+
+// Renew extends a time-bound lease by its ttl from now.
+func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
+	m.mu.Lock()
+	l, ok := m.leases[id]
+	if !ok || !m.visible(peer, l) {
+		m.mu.Unlock()
+		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
+	}
+	if l.ttl == 0 {
+		m.mu.Unlock()
+		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
+	}
+	l.deadline = m.cfg.Now().UTC().Add(l.ttl)
+	exp := l.deadline
+	l.Expires = &exp
+	if err := m.writeJournalLocked(); err != nil {
+		m.log.Error("cannot write lease journal", "err", err)
+	}
+	m.scheduleExpiryLocked(l)
+	out := l.Lease
+	m.mu.Unlock()
+	m.cfg.OnChange()
+	return out, nil
+}
+
+// GPUView is one GPU's units as the snapshot shows them.
+type GPUView struct {
+	Used, Offline int
+	Instances     []InstanceView
+}
+
+// InstanceView is one instance's load.
+type InstanceView struct {
+	Clients int
+	UID     *uint32
+}
+
+// View is the table at one moment.
+type View struct {
+	GPUs   []GPUView
+	Leases []api.Lease
+}
+
+// View copies the table for a snapshot.
+func (m *Manager) View() View {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := View{GPUs: make([]GPUView, len(m.gpus)), Leases: make([]api.Lease, 0, len(m.leases))}
+	for gi, g := range m.gpus {
+		gv := &v.GPUs[gi]
+		for _, s := range g.slots {
+			switch s.state {
+			case slotLeased:
+				gv.Used++
+			case slotOffline:
+				gv.Used++
+				gv.Offline++
+			}
+		}
+		for k := 0; k < m.cfg.Model.InstancesPerGPU; k++ {
+			_, clients := m.instanceLoadLocked(gi, k)
+			iv := InstanceView{Clients: clients}
+			for _, u := range m.cfg.Model.InstanceUnits(k) {
+				if s := g.slots[u]; s.state == slotLeased {
+					uid := s.lease.Owner.UID
+					iv.UID = &uid
+					break
+				}
+			}
+			gv.Instances = append(gv.Instances, iv)
+		}
+	}
+	for _, l := range m.leases {
+		v.Leases = append(v.Leases, l.Lease)
+	}
+	sort.Slice(v.Leases, func(i, j int) bool { return v.Leases[i].ID < v.Leases[j].ID })
+	return v
+}
+
+// writeJournalLocked records every live lease atomically.
+func (m *Manager) writeJournalLocked() error {
+	j := journal{Schema: JournalSchema, Leases: make([]journalEntry, 0, len(m.leases))}
+	for _, l := range m.leases {
+		e := journalEntry{Lease: l.Lease, StartTime: l.startTime}
+		if l.ttl > 0 {
+			d := l.deadline
+			e.Deadline = &d
+			e.TTLNanos = int64(l.ttl)
+		}
+		j.Leases = append(j.Leases, e)
+	}
+	sort.Slice(j.Leases, func(a, b int) bool { return j.Leases[a].Lease.ID < j.Leases[b].Lease.ID })
+	b, err := jsonMarshal(j)
+	if err != nil {
+		return err
+	}
+	return ledger.WriteFileAtomic(m.cfg.JournalPath, b, 0o600)
+}
+
+// Close stops granting: waiting requests get unavailable. Live leases stay in
+// the journal and the ledger, to be taken back by the next start.
+func (m *Manager) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	for _, w := range m.waiters {
+		w.bind.close()
+		w.done <- nil
+	}
+	m.waiters = nil
+	for _, l := range m.leases {
+		if l.proc != nil {
+			l.proc.Close()
+		}
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+	}
+	return nil
+}

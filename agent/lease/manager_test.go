@@ -1,0 +1,523 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/ledger"
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/api"
+)
+
+type fixture struct {
+	dir    string
+	model  units.Model
+	devs   []inventory.Device
+	ledger *ledger.Ledger
+}
+
+func newFixture(t *testing.T, m, n, k int) *fixture {
+	t.Helper()
+	model, err := units.New(m, n, k, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sim := inventory.NewSim("test", []inventory.Model{inventory.Models[5], inventory.Models[0]})
+	f := &fixture{dir: t.TempDir(), model: model, devs: sim.Devices()}
+	var gpus []ledger.GPU
+	for _, d := range f.devs {
+		gpus = append(gpus, ledger.GPU{Index: d.Index, UUID: d.UUID, Name: d.Name})
+	}
+	if f.ledger, err = ledger.New(f.dir, model, gpus, quietLog()); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func (f *fixture) manager(t *testing.T, mutate ...func(*Config)) *Manager {
+	t.Helper()
+	cfg := Config{
+		Model: f.model, Devices: f.devs, Ledger: f.ledger,
+		JournalPath: filepath.Join(f.dir, "leases.json"), Policy: placement.BestFit, Logger: quietLog(),
+	}
+	for _, fn := range mutate {
+		fn(&cfg)
+	}
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); m.Close() })
+	if err := m.Watch(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// fifoCount counts the unit FIFOs of GPU g on disk.
+func (f *fixture) fifoCount(t *testing.T, g int) int {
+	t.Helper()
+	got, err := f.ledger.Scan(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(got)
+}
+
+func ttlReq(units int, ttl string) Request {
+	r := Request{LeaseRequest: api.LeaseRequest{Units: units, TTL: ttl}}
+	r.TTL, _ = time.ParseDuration(ttl)
+	return r
+}
+
+var root = Peer{UID: 0, GID: 0, PID: os.Getpid(), Admin: true}
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func TestGrantAndRelease(t *testing.T) {
+	f := newFixture(t, 2, 4, 2)
+	m := f.manager(t)
+	l, err := m.Acquire(context.Background(), root, ttlReq(2, "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Units) != 2 || l.Env["CUDA_VISIBLE_DEVICES"] != l.GPU.UUID || l.Env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "13" {
+		t.Fatalf("lease %+v", l)
+	}
+	for _, u := range l.Units {
+		if !f.ledger.Present(l.GPU.Index, u) || f.model.InstanceOf(u) != l.Instance {
+			t.Fatalf("unit %d: FIFO missing or outside instance %d", u, l.Instance)
+		}
+	}
+	if v := m.View(); v.GPUs[l.GPU.Index].Used != 2 || len(v.Leases) != 1 {
+		t.Fatalf("view %+v", v)
+	}
+	if err := m.Release(Peer{UID: 1000}, l.ID); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("another user released the lease: %v", err)
+	}
+	if err := m.Release(root, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	if f.fifoCount(t, l.GPU.Index) != 0 || m.View().GPUs[l.GPU.Index].Used != 0 {
+		t.Fatal("release left units or FIFOs")
+	}
+}
+
+func TestPolicies(t *testing.T) {
+	for _, tc := range []struct {
+		policy placement.Policy
+		second int // GPU of the second single-unit lease
+	}{{placement.BestFit, 0}, {placement.FirstFit, 0}, {placement.Spread, 1}} {
+		t.Run(string(tc.policy), func(t *testing.T) {
+			f := newFixture(t, 1, 4, 1)
+			m := f.manager(t, func(c *Config) { c.Policy = tc.policy })
+			a, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.GPU.Index != 0 || b.GPU.Index != tc.second {
+				t.Fatalf("placed on GPUs %d and %d", a.GPU.Index, b.GPU.Index)
+			}
+		})
+	}
+}
+
+func TestRequestChecks(t *testing.T) {
+	f := newFixture(t, 2, 4, 1)
+	m := f.manager(t)
+	for _, tc := range []struct {
+		name string
+		req  api.LeaseRequest
+		want error
+		msg  string
+	}{
+		{"more than M", api.LeaseRequest{Units: 3, TTL: "1m"}, api.ErrBadRequest, "--units-per-client 2"},
+		{"no such gpu index", api.LeaseRequest{Units: 1, GPU: "7", TTL: "1m"}, api.ErrBadRequest, "no GPU with index 7"},
+		{"no such uuid", api.LeaseRequest{Units: 1, GPU: "GPU-nope", TTL: "1m"}, api.ErrBadRequest, "no GPU with UUID"},
+		{"no such type", api.LeaseRequest{Units: 1, Type: "H100", TTL: "1m"}, api.ErrNotFound, "matches"},
+		{"unknown pool", api.LeaseRequest{Units: 1, Pool: "p", TTL: "1m"}, api.ErrNotFound, "pool"},
+		{"dead pid", api.LeaseRequest{Units: 1, PID: 1 << 30}, api.ErrBadRequest, "not running"},
+		{"too much memory", api.LeaseRequest{Units: 1, MemoryMiB: 1 << 30, TTL: "1m"}, api.ErrInsufficientUnits, "MiB free"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := Request{LeaseRequest: tc.req}
+			req.TTL, _ = time.ParseDuration(tc.req.TTL)
+			_, err := m.Acquire(context.Background(), root, req)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("err = %v, want %v containing %q", err, tc.want, tc.msg)
+			}
+		})
+	}
+	if f.fifoCount(t, 0)+f.fifoCount(t, 1) != 0 {
+		t.Fatal("a refused request left FIFOs")
+	}
+}
+
+func TestTypeAndGPUSelection(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	l, err := m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, Type: "t4"}, TTL: time.Minute})
+	if err != nil || l.GPU.Index != 1 {
+		t.Fatalf("type t4 placed on %+v, %v", l.GPU, err)
+	}
+	l, err = m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: f.devs[1].UUID}, TTL: time.Minute})
+	if err != nil || l.GPU.Index != 1 {
+		t.Fatalf("gpu by uuid placed on %+v, %v", l.GPU, err)
+	}
+}
+
+func TestConcurrentAcquireNeverGrantsAUnitTwice(t *testing.T) {
+	f := newFixture(t, 1, 8, 2) // 2 GPUs × 16 units
+	m := f.manager(t)
+	const clients = 64
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	granted := map[[2]int]string{}
+	var refused int
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if !errors.Is(err, api.ErrInsufficientUnits) {
+					t.Errorf("unexpected error %v", err)
+				}
+				refused++
+				return
+			}
+			for _, u := range l.Units {
+				key := [2]int{l.GPU.Index, u}
+				if other, dup := granted[key]; dup {
+					t.Errorf("unit %v granted to %s and %s", key, other, l.ID)
+				}
+				granted[key] = l.ID
+			}
+		}()
+	}
+	wg.Wait()
+	if len(granted) != 32 || refused != clients-32 {
+		t.Fatalf("granted %d, refused %d", len(granted), refused)
+	}
+	v := m.View()
+	for g := range f.devs {
+		if f.fifoCount(t, g) != v.GPUs[g].Used {
+			t.Fatalf("GPU %d: %d FIFOs, table says %d used", g, f.fifoCount(t, g), v.GPUs[g].Used)
+		}
+	}
+}
+
+func TestProcessBoundLeaseEndsWithItsProcess(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	holder := Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
+	l, err := m.Acquire(context.Background(), holder, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Owner.PID != cmd.Process.Pid || l.Expires != nil {
+		t.Fatalf("lease %+v not bound to pid %d", l, cmd.Process.Pid)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	eventually(t, "lease to end after its process was killed", func() bool { return len(m.View().Leases) == 0 })
+	if f.fifoCount(t, l.GPU.Index) != 0 {
+		t.Fatal("FIFO left after the holder died")
+	}
+}
+
+func TestPidOfAnotherUserIsForbidden(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	// pid 1 belongs to root; a non-root caller may not bind to it.
+	_, err := m.Acquire(context.Background(), Peer{UID: 4242, PID: os.Getpid()}, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: 1}})
+	if !errors.Is(err, api.ErrForbidden) {
+		t.Fatalf("err = %v, want forbidden", err)
+	}
+}
+
+func TestTTLExpiresAndRenewExtends(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	now := time.Now()
+	var clock sync.Mutex
+	m := f.manager(t, func(c *Config) {
+		c.Now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
+	})
+	l, err := m.Acquire(context.Background(), root, ttlReq(1, "1s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Renewing moves the deadline; the timer that fires at the old deadline
+	// must not end the lease.
+	clock.Lock()
+	now = now.Add(900 * time.Millisecond)
+	clock.Unlock()
+	r, err := m.Renew(root, l.ID)
+	if err != nil || !r.Expires.After(*l.Expires) {
+		t.Fatalf("renew: %+v, %v", r, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if len(m.View().Leases) != 1 {
+		t.Fatal("lease ended at its old deadline after a renewal")
+	}
+	clock.Lock()
+	now = now.Add(2 * time.Second)
+	clock.Unlock()
+	eventually(t, "ttl lease to expire", func() bool { return len(m.View().Leases) == 0 })
+	if f.fifoCount(t, 0) != 0 {
+		t.Fatal("expired lease left its FIFO")
+	}
+}
+
+func TestWaitIsServedWhenUnitsFree(t *testing.T) {
+	f := newFixture(t, 1, 2, 1) // 2 GPUs × 2 units
+	m := f.manager(t)
+	var held []api.Lease
+	for i := 0; i < 4; i++ {
+		l, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("full node: %v", err)
+	}
+	req := ttlReq(1, "1m")
+	req.Wait = 10 * time.Second
+	got := make(chan error, 1)
+	go func() {
+		_, err := m.Acquire(context.Background(), root, req)
+		got <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	if err := m.Release(root, held[2].ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("waiter: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("waiter not served after a release")
+	}
+	// A waiter that times out gets insufficient_units and leaves nothing.
+	req.Wait = 50 * time.Millisecond
+	if _, err := m.Acquire(context.Background(), root, req); !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("timed-out waiter: %v", err)
+	}
+	// A cancelled waiter leaves nothing either.
+	ctx, cancel := context.WithCancel(context.Background())
+	req.Wait = time.Minute
+	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	if _, err := m.Acquire(ctx, root, req); err == nil {
+		t.Fatal("cancelled waiter got a lease")
+	}
+	if n := len(m.View().Leases); n != 4 {
+		t.Fatalf("%d leases, want 4", n)
+	}
+}
+
+// claimOffline claims unit i of GPU g the way DESIGN section 5 says, returning
+// the descriptor that holds the claim.
+func claimOffline(t *testing.T, f *fixture, g, i int) int {
+	t.Helper()
+	dir := filepath.Dir(f.ledger.Path(g, i))
+	tmp := filepath.Join(dir, ".claim-test")
+	if err := unix.Mkfifo(tmp, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(tmp, unix.O_RDWR|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Link(tmp, f.ledger.Path(g, i)); err != nil {
+		t.Fatal(err)
+	}
+	unix.Unlink(tmp)
+	return fd
+}
+
+func TestOfflineClaimsAreCountedAndNeverLeased(t *testing.T) {
+	f := newFixture(t, 1, 2, 1) // 2 units per GPU
+	m := f.manager(t)
+	fd := claimOffline(t, f, 0, 0)
+	eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	unix.Mkfifo(f.ledger.Path(0, 1), 0o600) // a claim nobody holds: stale
+	eventually(t, "second claim counted", func() bool { return m.View().GPUs[0].Offline == 2 })
+	l, err := m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "0"}, TTL: time.Minute})
+	if !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("leased a claimed unit: %+v %v", l, err)
+	}
+	m.ProbeOffline()
+	if v := m.View(); v.GPUs[0].Offline != 1 || f.ledger.Present(0, 1) {
+		t.Fatalf("stale claim not removed: %+v", v.GPUs[0])
+	}
+	unix.Close(fd)
+	m.ProbeOffline()
+	if v := m.View(); v.GPUs[0].Used != 0 {
+		t.Fatalf("released claim still counted: %+v", v.GPUs[0])
+	}
+}
+
+func TestRestartKeepsLiveLeasesAndFreesDeadOnes(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m1 := f.manager(t)
+	live := exec.Command("sleep", "60")
+	dead := exec.Command("sleep", "60")
+	for _, c := range []*exec.Cmd{live, dead} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Process.Kill()
+	}
+	l1, err := m1.Acquire(context.Background(), Peer{PID: live.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l2, err := m1.Acquire(context.Background(), Peer{PID: dead.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l3, err := m1.Acquire(context.Background(), root, ttlReq(1, "1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The daemon "crashes": it stops watching without ending anything.
+	m1.Close()
+	dead.Process.Kill()
+	dead.Wait()
+	// A FIFO nobody holds and no lease owns appears meanwhile.
+	unix.Mkfifo(f.ledger.Path(1, 3), 0o600)
+
+	m2 := f.manager(t)
+	v := m2.View()
+	ids := []string{}
+	for _, l := range v.Leases {
+		ids = append(ids, l.ID)
+	}
+	if !slices.Contains(ids, l1.ID) || !slices.Contains(ids, l3.ID) || slices.Contains(ids, l2.ID) {
+		t.Fatalf("after restart leases %v; want %s and %s kept, %s freed", ids, l1.ID, l3.ID, l2.ID)
+	}
+	got, _ := m2.Get(root, l3.ID)
+	if !got.Expires.Equal(*l3.Expires) {
+		t.Fatalf("ttl lease deadline changed: %v -> %v", l3.Expires, got.Expires)
+	}
+	total := 0
+	for g := range f.devs {
+		if f.fifoCount(t, g) != v.GPUs[g].Used {
+			t.Fatalf("GPU %d: %d FIFOs, %d used", g, f.fifoCount(t, g), v.GPUs[g].Used)
+		}
+		total += v.GPUs[g].Used
+	}
+	if total != 2 {
+		t.Fatalf("%d units used after restart, want 2", total)
+	}
+	live.Process.Kill()
+	live.Wait()
+	eventually(t, "kept lease to end with its process", func() bool { return len(m2.View().Leases) == 1 })
+}
+
+func TestCorruptJournalIsRebuiltFromLedger(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	os.WriteFile(filepath.Join(f.dir, "leases.json"), []byte("{not json"), 0o600)
+	unix.Mkfifo(f.ledger.Path(0, 2), 0o600)
+	m := f.manager(t)
+	if v := m.View(); len(v.Leases) != 0 || v.GPUs[0].Used != 0 || f.ledger.Present(0, 2) {
+		t.Fatalf("after corrupt journal: %+v", v)
+	}
+	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(f.dir, "leases.json"))
+	if !strings.Contains(string(b), JournalSchema) {
+		t.Fatalf("journal not rewritten: %s", b)
+	}
+}
+
+func TestDrainingRefusesNewLeases(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t, func(c *Config) {
+		c.Conditions = func() *Conditions { return &Conditions{Draining: true} }
+	})
+	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("draining node: %v", err)
+	}
+}
+
+func TestIneligibleGPUIsSkippedWithReason(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t, func(c *Config) {
+		c.Conditions = func() *Conditions {
+			return &Conditions{GPUs: []GPUCondition{{Eligible: false, Why: "is 95% busy"}, {Eligible: false, Why: "failed: lost"}}}
+		}
+	})
+	_, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+	if !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "95% busy") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestMPSEnv(t *testing.T) {
+	f := newFixture(t, 2, 4, 2)
+	m := f.manager(t, func(c *Config) {
+		c.MPS = true
+		c.InstanceEnv = func(g, k int) map[string]string {
+			return map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/p/" + f.devs[g].UUID}
+		}
+	})
+	l, err := m.Acquire(context.Background(), root, ttlReq(2, "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=10240M" || l.Env["CUDA_MPS_PIPE_DIRECTORY"] != "/p/"+l.GPU.UUID {
+		t.Fatalf("env %v", l.Env)
+	}
+	req := ttlReq(1, "1m")
+	req.MemoryMiB = 8000
+	l, err = m.Acquire(context.Background(), root, req)
+	if err != nil || l.Env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=8000M" {
+		t.Fatalf("env with memory_mib: %v %v", l.Env, err)
+	}
+}

@@ -1,0 +1,158 @@
+package lease
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"reflect"
+	"strings"
+	"time"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// Bounds on request fields, so that no request can make the daemon keep much.
+const (
+	maxLabels      = 64
+	maxLabelLen    = 256
+	maxTextLen     = 256
+	minTTL         = time.Second
+	maxTTL         = 30 * 24 * time.Hour
+	maxWait        = 24 * time.Hour
+	MaxRequestBody = 1 << 20
+)
+
+// Request is a validated lease request.
+type Request struct {
+	api.LeaseRequest
+	TTL  time.Duration
+	Wait time.Duration
+}
+
+// DecodeRequest reads one JSON lease request from r and checks every field that
+// can be checked without the node's state. Errors wrap api.ErrBadRequest and
+// name the field.
+func DecodeRequest(r io.Reader) (Request, error) {
+	var req Request
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req.LeaseRequest); err != nil {
+		return Request{}, jsonError(err)
+	}
+	if dec.More() {
+		return Request{}, api.Errorf(api.ErrBadRequest, "request body: more than one JSON value")
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Request{}, api.Errorf(api.ErrBadRequest, "request body: trailing data after the JSON object")
+	}
+	return req, req.validate()
+}
+
+func (req *Request) validate() error {
+	lr := &req.LeaseRequest
+	if lr.Units < 1 {
+		return api.Errorf(api.ErrBadRequest, "units: must be at least 1, got %d", lr.Units)
+	}
+	var err error
+	if lr.TTL != "" {
+		if req.TTL, err = parseDuration("ttl", lr.TTL, minTTL, maxTTL); err != nil {
+			return err
+		}
+		if lr.PID != 0 {
+			return api.Errorf(api.ErrBadRequest, "pid and ttl: a lease is bound to a process or to time, not both")
+		}
+	}
+	if lr.Wait != "" {
+		if req.Wait, err = parseDuration("wait", lr.Wait, 0, maxWait); err != nil {
+			return err
+		}
+	}
+	if lr.PID < 0 {
+		return api.Errorf(api.ErrBadRequest, "pid: must be a process id, got %d", lr.PID)
+	}
+	for _, f := range []struct{ name, v string }{{"gpu", lr.GPU}, {"pool", lr.Pool}, {"type", lr.Type}, {"task", lr.Task}, {"reservation", lr.Reservation}} {
+		if len(f.v) > maxTextLen {
+			return api.Errorf(api.ErrBadRequest, "%s: longer than %d bytes", f.name, maxTextLen)
+		}
+		if strings.ContainsFunc(f.v, isControl) {
+			return api.Errorf(api.ErrBadRequest, "%s: control characters are not allowed", f.name)
+		}
+	}
+	if len(lr.Labels) > maxLabels {
+		return api.Errorf(api.ErrBadRequest, "labels: more than %d", maxLabels)
+	}
+	for k, v := range lr.Labels {
+		if k == "" || len(k) > maxLabelLen || len(v) > maxLabelLen {
+			return api.Errorf(api.ErrBadRequest, "labels: keys must be 1 to %d bytes and values at most %d", maxLabelLen, maxLabelLen)
+		}
+	}
+	return nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+func parseDuration(field, s string, lo, hi time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		return 0, api.Errorf(api.ErrBadRequest, "%s: %q is not a duration such as 30s or 5m", field, s)
+	}
+	if d < lo || d > hi {
+		return 0, api.Errorf(api.ErrBadRequest, "%s: %s is outside %s to %s", field, s, lo, hi)
+	}
+	return d, nil
+}
+
+// jsonError turns a decoder error into a bad request naming the field or place.
+func jsonError(err error) error {
+	var typeErr *json.UnmarshalTypeError
+	var syntaxErr *json.SyntaxError
+	switch {
+	case errors.Is(err, io.EOF):
+		return api.Errorf(api.ErrBadRequest, "request body: empty, want a JSON object such as {\"units\":1}")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return api.Errorf(api.ErrBadRequest, "request body: malformed JSON: it ends too early")
+	case errors.As(err, &typeErr):
+		return api.Errorf(api.ErrBadRequest, "%s: must be %s, got a JSON %s", typeErr.Field, jsonKind(typeErr.Type), typeErr.Value)
+	case errors.As(err, &syntaxErr):
+		return api.Errorf(api.ErrBadRequest, "request body: malformed JSON at byte %d: %v", syntaxErr.Offset, err)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return api.Errorf(api.ErrBadRequest, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	var maxErr *http.MaxBytesError
+	if errors.As(err, &maxErr) {
+		return api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", MaxRequestBody)
+	}
+	return api.Errorf(api.ErrBadRequest, "request body: %v", err)
+}
+
+// jsonKind names a Go type the way a JSON writer thinks of it.
+func jsonKind(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int64, reflect.Int32, reflect.Uint64, reflect.Uint32, reflect.Uint, reflect.Float64:
+		return "a whole number"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Map, reflect.Struct:
+		return "an object"
+	case reflect.Pointer:
+		return jsonKind(t.Elem())
+	}
+	return "a " + t.String()
+}
+
+// DecodeJSON decodes one JSON value strictly (unknown fields refused, nothing
+// after it) into v, for the API's smaller bodies.
+func DecodeJSON(r io.Reader, v any) error {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return api.Errorf(api.ErrBadRequest, "request body: trailing data after the JSON value")
+	}
+	return nil
+}

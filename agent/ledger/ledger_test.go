@@ -1,0 +1,147 @@
+package ledger
+
+import (
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpulet/gpulet/agent/units"
+)
+
+func TestParseUnitName(t *testing.T) {
+	tests := []struct {
+		name string
+		want int
+		ok   bool
+	}{
+		{"unit-0", 0, true}, {"unit-15", 15, true}, {"unit-16", 0, false}, {"unit-01", 0, false},
+		{"unit-", 0, false}, {"unit--1", 0, false}, {"unit-+1", 0, false}, {"unit-1 ", 0, false},
+		{"Unit-1", 0, false}, {"unit-1a", 0, false}, {".claim-1", 0, false}, {"unit-99999999999", 0, false},
+	}
+	for _, tc := range tests {
+		got, ok := ParseUnitName(tc.name, 16)
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("ParseUnitName(%q) = %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.ok)
+		}
+	}
+}
+
+func FuzzParseUnitName(f *testing.F) {
+	for _, s := range []string{"unit-0", "unit-15", "unit-01", "unit-", "unit--1", "unit-999999999", "x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		i, ok := ParseUnitName(name, 16)
+		if !ok {
+			return
+		}
+		if i < 0 || i >= 16 || UnitName(i) != name {
+			t.Fatalf("%q parsed as %d, which is named %q", name, i, UnitName(i))
+		}
+	})
+}
+
+func newTestLedger(t *testing.T) *Ledger {
+	t.Helper()
+	m, err := units.New(1, 4, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(t.TempDir(), m, []GPU{{0, "GPU-a", "A"}, {1, "GPU-b", "B"}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func TestLayoutAndFolders(t *testing.T) {
+	l := newTestLedger(t)
+	if err := l.WriteLayout(func(g, k int) map[string]string { return map[string]string{"K": string(rune('0' + k))} }); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(l.Root(), LayoutFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lay Layout
+	if err := json.Unmarshal(b, &lay); err != nil {
+		t.Fatal(err)
+	}
+	if len(lay.GPUs) != 2 || lay.GPUs[1].UUID != "GPU-b" || len(lay.GPUs[1].Instances) != 2 ||
+		!slices.Equal(lay.GPUs[1].Instances[1].Units, []int{4, 5, 6, 7}) || lay.GPUs[1].Instances[1].Env["K"] != "1" {
+		t.Fatalf("layout %s", b)
+	}
+	fi, err := os.Stat(l.InstanceDir(1, 1))
+	if err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
+		t.Fatalf("instance folder mode %v, %v", fi.Mode(), err)
+	}
+}
+
+func TestCreateScanRemove(t *testing.T) {
+	l := newTestLedger(t)
+	if err := l.Create(0, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Create(0, 5); err != ErrTaken {
+		t.Fatalf("second Create: %v, want ErrTaken", err)
+	}
+	if _, err := os.Stat(filepath.Join(l.InstanceDir(0, 1), "unit-5")); err != nil {
+		t.Fatal("FIFO not in instance 1's folder:", err)
+	}
+	// Foreign entries do not count: a regular file with a unit name, a symlink,
+	// a unit of another instance, and a temporary claim name.
+	os.WriteFile(filepath.Join(l.InstanceDir(0, 0), "unit-1"), nil, 0o644)
+	os.Symlink("/dev/null", filepath.Join(l.InstanceDir(0, 0), "unit-2"))
+	unix.Mkfifo(filepath.Join(l.InstanceDir(0, 0), "unit-6"), 0o600)
+	unix.Mkfifo(filepath.Join(l.InstanceDir(0, 0), ".claim-1"), 0o600)
+	got, err := l.Scan(0)
+	if err != nil || !slices.Equal(got, []int{5}) {
+		t.Fatalf("Scan = %v, %v; want [5]", got, err)
+	}
+	if !l.Present(0, 5) || l.Present(0, 1) || l.Present(0, 2) {
+		t.Fatal("Present disagrees with what is there")
+	}
+	if err := l.Remove(0, 5); err != nil || l.Present(0, 5) {
+		t.Fatalf("Remove: %v", err)
+	}
+	if err := l.Remove(0, 5); err != nil {
+		t.Fatalf("Remove of a missing FIFO: %v", err)
+	}
+}
+
+func TestProbeRemovesOnlyUnlockedClaims(t *testing.T) {
+	l := newTestLedger(t)
+	// A live claim: a FIFO whose lock is held by an open descriptor.
+	held := l.Path(1, 0)
+	unix.Mkfifo(held, 0o600)
+	fd, err := unix.Open(held, unix.O_RDWR|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Flock(fd, unix.LOCK_EX); err != nil {
+		t.Fatal(err)
+	}
+	unix.Mkfifo(l.Path(1, 1), 0o600)
+	if stale, err := l.Probe(1, 0); err != nil || stale || !l.Present(1, 0) {
+		t.Fatalf("locked claim: stale=%v err=%v present=%v", stale, err, l.Present(1, 0))
+	}
+	if stale, err := l.Probe(1, 1); err != nil || !stale || l.Present(1, 1) {
+		t.Fatalf("unlocked claim: stale=%v err=%v present=%v", stale, err, l.Present(1, 1))
+	}
+}
+
+func TestNewRefusesSymlinkedFolder(t *testing.T) {
+	dir := t.TempDir()
+	os.Symlink(t.TempDir(), filepath.Join(dir, "units"))
+	m := units.Default()
+	if _, err := New(dir, m, []GPU{{0, "GPU-a", "A"}}, slog.Default()); err == nil {
+		t.Fatal("New followed a symlinked units folder")
+	}
+}

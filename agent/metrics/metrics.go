@@ -1,0 +1,106 @@
+// Package metrics renders a snapshot as Prometheus text exposition through
+// prometheus/client_golang, so that the API and the FUSE view serve the same
+// bytes for the same snapshot.
+package metrics
+
+import (
+	"bytes"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// ContentType is the exposition's content type.
+var ContentType = string(expfmt.NewFormat(expfmt.TypeTextPlain))
+
+var (
+	gpuLabels      = []string{"gpu", "uuid", "name"}
+	descNode       = prometheus.NewDesc("gpulet_node_info", "The node: name, backend, MPS mode; value 1.", []string{"node", "backend", "mps", "boot_id"}, nil)
+	descNodeState  = prometheus.NewDesc("gpulet_node_state", "1 for the node's current state.", []string{"state"}, nil)
+	descSeq        = prometheus.NewDesc("gpulet_snapshot_seq", "Sequence number of the snapshot within this daemon run.", nil, nil)
+	descLeases     = prometheus.NewDesc("gpulet_leases", "Live leases.", nil, nil)
+	descTotal      = prometheus.NewDesc("gpulet_units_total", "Units of the GPU.", gpuLabels, nil)
+	descUsed       = prometheus.NewDesc("gpulet_units_used", "Units with a pipe file (leased or claimed offline).", gpuLabels, nil)
+	descFree       = prometheus.NewDesc("gpulet_units_free", "Units neither used nor reserved.", gpuLabels, nil)
+	descOffline    = prometheus.NewDesc("gpulet_units_offline", "Units claimed offline.", gpuLabels, nil)
+	descReserved   = prometheus.NewDesc("gpulet_units_reserved", "Units set aside by reservations and not in use.", gpuLabels, nil)
+	descUtil       = prometheus.NewDesc("gpulet_gpu_utilization_percent", "Measured GPU utilization.", gpuLabels, nil)
+	descMaxUtil    = prometheus.NewDesc("gpulet_gpu_max_utilization_percent", "Utilization above which the GPU takes no new leases.", gpuLabels, nil)
+	descMemUsed    = prometheus.NewDesc("gpulet_gpu_memory_used_bytes", "GPU memory in use.", gpuLabels, nil)
+	descMemTotal   = prometheus.NewDesc("gpulet_gpu_memory_total_bytes", "GPU memory.", gpuLabels, nil)
+	descEligible   = prometheus.NewDesc("gpulet_gpu_eligible", "1 when the GPU takes new leases.", gpuLabels, nil)
+	descGPUState   = prometheus.NewDesc("gpulet_gpu_state", "1 for the GPU's current state.", append(gpuLabels[:3:3], "state"), nil)
+	descInstUp     = prometheus.NewDesc("gpulet_mps_instance_up", "1 when the MPS instance is running (or MPS is off).", []string{"gpu", "uuid", "instance", "state"}, nil)
+	descInstClient = prometheus.NewDesc("gpulet_mps_instance_clients", "Clients of the MPS instance.", []string{"gpu", "uuid", "instance"}, nil)
+)
+
+type collector struct {
+	s      *api.Snapshot
+	leases int
+}
+
+func (c collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	gauge(descNode, 1, s.Node, s.Backend, s.MPS, s.BootID)
+	for _, st := range []string{api.NodeWorking, api.NodeDraining} {
+		gauge(descNodeState, b2f(s.State == st), st)
+	}
+	gauge(descSeq, float64(s.Seq))
+	gauge(descLeases, float64(c.leases))
+	for _, g := range s.GPUs {
+		l := []string{strconv.Itoa(g.Index), g.UUID, g.Name}
+		gauge(descTotal, float64(g.UnitsTotal), l...)
+		gauge(descUsed, float64(g.UnitsUsed), l...)
+		gauge(descFree, float64(g.UnitsFree), l...)
+		gauge(descOffline, float64(g.UnitsOffline), l...)
+		gauge(descReserved, float64(g.UnitsReserved), l...)
+		gauge(descUtil, float64(g.UtilizationPct), l...)
+		gauge(descMaxUtil, float64(g.MaxUtilizationPct), l...)
+		gauge(descMemUsed, float64(g.MemoryUsedMiB)*(1<<20), l...)
+		gauge(descMemTotal, float64(g.MemoryTotalMiB)*(1<<20), l...)
+		gauge(descEligible, b2f(g.Eligible), l...)
+		for _, st := range []string{api.GPUWorking, api.GPUDegraded, api.GPUFailed} {
+			gauge(descGPUState, b2f(g.State == st), append(l[:3:3], st)...)
+		}
+		for _, in := range g.Instances {
+			k := strconv.Itoa(in.Instance)
+			gauge(descInstUp, b2f(in.State == api.InstanceRunning || in.State == api.InstanceOff), l[0], g.UUID, k, in.State)
+			gauge(descInstClient, float64(in.Clients), l[0], g.UUID, k)
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Render returns the text exposition of s with leases live leases.
+func Render(s *api.Snapshot, leases int) []byte {
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(collector{s: s, leases: leases}); err != nil {
+		return []byte("# gpulet: cannot register metrics: " + err.Error() + "\n")
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		return []byte("# gpulet: cannot gather metrics: " + err.Error() + "\n")
+	}
+	var buf bytes.Buffer
+	enc := expfmt.NewEncoder(&buf, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return []byte("# gpulet: cannot encode metrics: " + err.Error() + "\n")
+		}
+	}
+	return buf.Bytes()
+}

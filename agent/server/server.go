@@ -1,0 +1,333 @@
+// Package server is gpulet's HTTP API on the Unix socket: one route table, one
+// ServeHTTP that does what every route needs (identity, body limit), and one
+// function mapping errors to status and body. Handlers depend on the Core
+// interface, not on the agent.
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/agent/metrics"
+	"github.com/gpulet/gpulet/agent/snapshot"
+	"github.com/gpulet/gpulet/api"
+)
+
+// Core is what the API calls into.
+type Core interface {
+	Published() *snapshot.Published
+	Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (api.Lease, error)
+	List(peer lease.Peer) []api.Lease
+	Get(peer lease.Peer, id string) (api.Lease, error)
+	Renew(peer lease.Peer, id string) (api.Lease, error)
+	Release(peer lease.Peer, id string) error
+	SetDraining(draining bool)
+	// SetSimGPU changes what a simulated GPU reports; only the simulated
+	// backend has it, so a nil func means the route does not exist.
+	SimGPU() func(index int, u api.SimGPUUpdate) error
+}
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, peer lease.Peer, params []string) error
+
+type route struct {
+	method string
+	// pattern is split on "/"; a "*" segment matches one segment and is passed
+	// to the handler in order.
+	pattern []string
+	handle  handlerFunc
+}
+
+// Server serves the API.
+type Server struct {
+	core   Core
+	routes []route
+	log    *slog.Logger
+	// AdminGID is the --admin-group's gid; -1 when none.
+	adminGID int
+}
+
+// New builds the API over core. adminGID is the gid whose members act as
+// admins (-1: only root).
+func New(core Core, adminGID int, log *slog.Logger) *Server {
+	s := &Server{core: core, log: log, adminGID: adminGID}
+	add := func(method, pattern string, h handlerFunc) {
+		s.routes = append(s.routes, route{method, strings.Split(strings.Trim(pattern, "/"), "/"), h})
+	}
+	add("GET", "/metrics", s.metrics)
+	add("GET", "/v1/gpus", s.gpus)
+	add("GET", "/v1/leases", s.listLeases)
+	add("POST", "/v1/leases", s.createLease)
+	add("GET", "/v1/leases/*", s.getLease)
+	add("DELETE", "/v1/leases/*", s.releaseLease)
+	add("POST", "/v1/leases/*/renew", s.renewLease)
+	add("POST", "/v1/node/drain", s.drain(true))
+	add("POST", "/v1/node/undrain", s.drain(false))
+	if core.SimGPU() != nil {
+		add("POST", "/v1/sim/gpus/*", s.simGPU)
+	}
+	add("GET", "/v1/snapshot", s.snapshot)
+	return s
+}
+
+type peerKey struct{}
+
+// ConnContext reads the caller's credentials once per connection from
+// SO_PEERCRED; use it as http.Server.ConnContext.
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return ctx
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return ctx
+	}
+	var cred *unix.Ucred
+	var cerr error
+	raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cerr != nil || cred == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, peerKey{}, lease.Peer{UID: cred.Uid, GID: cred.Gid, PID: int(cred.Pid)})
+}
+
+// HTTPServer returns an http.Server for s with timeouts that keep slow or idle
+// clients from holding connections.
+func (s *Server) HTTPServer() *http.Server {
+	return &http.Server{
+		Handler:           s,
+		ConnContext:       ConnContext,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+	}
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	peer, ok := r.Context().Value(peerKey{}).(lease.Peer)
+	if !ok {
+		s.writeError(w, api.Errorf(api.ErrForbidden, "caller identity unknown: the API is served only on the Unix socket"))
+		return
+	}
+	peer.Admin = peer.UID == 0 || (s.adminGID >= 0 && inGroup(peer, uint32(s.adminGID)))
+	if r.ContentLength > lease.MaxRequestBody {
+		s.writeError(w, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", lease.MaxRequestBody))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, lease.MaxRequestBody)
+	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	var allowed []string
+	for _, rt := range s.routes {
+		params, ok := match(rt.pattern, segs)
+		if !ok {
+			continue
+		}
+		if rt.method != r.Method {
+			allowed = append(allowed, rt.method)
+			continue
+		}
+		if err := rt.handle(w, r, peer, params); err != nil {
+			s.writeError(w, err)
+		}
+		return
+	}
+	if len(allowed) > 0 {
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		s.writeError(w, api.Errorf(api.ErrMethodNotAllowed, "%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", ")))
+		return
+	}
+	s.writeError(w, api.Errorf(api.ErrNotFound, "no such endpoint: %s", r.URL.Path))
+}
+
+func match(pattern, segs []string) ([]string, bool) {
+	if len(pattern) != len(segs) {
+		return nil, false
+	}
+	var params []string
+	for i, p := range pattern {
+		switch {
+		case p == "*":
+			if segs[i] == "" {
+				return nil, false
+			}
+			params = append(params, segs[i])
+		case p != segs[i]:
+			return nil, false
+		}
+	}
+	return params, true
+}
+
+// inGroup reports whether the calling process has gid among its groups.
+func inGroup(peer lease.Peer, gid uint32) bool {
+	if peer.GID == gid {
+		return true
+	}
+	b, err := readProcStatus(peer.PID)
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(b, "\n") {
+		if rest, ok := strings.CutPrefix(line, "Groups:"); ok {
+			for _, f := range strings.Fields(rest) {
+				if f == strconv.FormatUint(uint64(gid), 10) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// writeError is the one place errors become status and body.
+func (s *Server) writeError(w http.ResponseWriter, err error) {
+	status, code := api.StatusOf(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		s.log.Error("internal error answering a request", "err", err)
+	}
+	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+	return nil
+}
+
+func (s *Server) published() (*snapshot.Published, error) {
+	p := s.core.Published()
+	if p == nil {
+		return nil, api.Errorf(api.ErrUnavailable, "gpuletd is starting: no snapshot yet")
+	}
+	return p, nil
+}
+
+func (s *Server) snapshot(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
+	p, err := s.published()
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(p.JSON)))
+	w.Write(p.JSON)
+	return nil
+}
+
+func (s *Server) gpus(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
+	p, err := s.published()
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, api.GPUList{Backend: p.Snapshot.Backend, MPS: p.Snapshot.MPS, GPUs: p.Snapshot.GPUs})
+}
+
+func (s *Server) metrics(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
+	p, err := s.published()
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", metrics.ContentType)
+	w.Write(p.Metrics())
+	return nil
+}
+
+func (s *Server) listLeases(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
+	return writeJSON(w, http.StatusOK, api.LeaseList{Leases: s.core.List(peer)})
+}
+
+func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
+	req, err := lease.DecodeRequest(r.Body)
+	if err != nil {
+		return err
+	}
+	l, err := s.core.Acquire(r.Context(), peer, req)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/leases/"+l.ID)
+	return writeJSON(w, http.StatusCreated, l)
+}
+
+func (s *Server) getLease(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+	l, err := s.core.Get(peer, p[0])
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, l)
+}
+
+func (s *Server) renewLease(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+	l, err := s.core.Renew(peer, p[0])
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, l)
+}
+
+func (s *Server) releaseLease(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+	if err := s.core.Release(peer, p[0]); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) drain(on bool) handlerFunc {
+	return func(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
+		if !peer.Admin {
+			return api.Errorf(api.ErrForbidden, "draining the node is for root and the admin group")
+		}
+		s.core.SetDraining(on)
+		p, err := s.published()
+		if err != nil {
+			return err
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(p.JSON)
+		return nil
+	}
+}
+
+func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer lease.Peer, p []string) error {
+	if peer.UID != 0 {
+		return api.Errorf(api.ErrForbidden, "the simulated GPU controls are for root only")
+	}
+	idx, err := strconv.Atoi(p[0])
+	if err != nil {
+		return api.Errorf(api.ErrBadRequest, "GPU index %q is not a number", p[0])
+	}
+	var u api.SimGPUUpdate
+	if err := lease.DecodeJSON(r.Body, &u); err != nil {
+		return err
+	}
+	if err := s.core.SimGPU()(idx, u); err != nil {
+		return err
+	}
+	pub, err := s.published()
+	if err != nil {
+		return err
+	}
+	for _, g := range pub.Snapshot.GPUs {
+		if g.Index == idx {
+			return writeJSON(w, http.StatusOK, g)
+		}
+	}
+	return fmt.Errorf("GPU %d missing from the snapshot", idx)
+}

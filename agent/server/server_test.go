@@ -1,0 +1,190 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/agent/snapshot"
+	"github.com/gpulet/gpulet/api"
+)
+
+// fakeCore is a map-backed Core that records who called.
+type fakeCore struct {
+	mu       sync.Mutex
+	leases   map[string]api.Lease
+	peers    []lease.Peer
+	draining bool
+	sim      bool
+	pub      *snapshot.Published
+}
+
+func newFakeCore(t *testing.T) *fakeCore {
+	s := &api.Snapshot{Schema: api.SnapshotSchema, Node: "n", Seq: 1, GPUs: []api.GPU{{Index: 0, UUID: "GPU-x"}}}
+	p, err := snapshot.New(s, nil, func(*api.Snapshot) []byte { return []byte("gpulet_x 1\n") })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeCore{leases: map[string]api.Lease{}, pub: p}
+}
+
+func (f *fakeCore) Published() *snapshot.Published { return f.pub }
+func (f *fakeCore) Acquire(_ context.Context, p lease.Peer, r lease.Request) (api.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.peers = append(f.peers, p)
+	if r.Units > 4 {
+		return api.Lease{}, api.Errorf(api.ErrInsufficientUnits, "no GPU can take %d", r.Units)
+	}
+	l := api.Lease{ID: "l-1", Units: make([]int, r.Units), Owner: api.Owner{UID: p.UID, PID: p.PID}}
+	f.leases[l.ID] = l
+	return l, nil
+}
+func (f *fakeCore) List(lease.Peer) []api.Lease { return []api.Lease{} }
+func (f *fakeCore) Get(_ lease.Peer, id string) (api.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l, ok := f.leases[id]
+	if !ok {
+		return l, api.Errorf(api.ErrNotFound, "no lease %q", id)
+	}
+	return l, nil
+}
+func (f *fakeCore) Renew(p lease.Peer, id string) (api.Lease, error) { return f.Get(p, id) }
+func (f *fakeCore) Release(p lease.Peer, id string) error {
+	_, err := f.Get(p, id)
+	return err
+}
+func (f *fakeCore) SetDraining(on bool) { f.draining = on }
+func (f *fakeCore) SimGPU() func(int, api.SimGPUUpdate) error {
+	if !f.sim {
+		return nil
+	}
+	return func(i int, u api.SimGPUUpdate) error {
+		if i != 0 {
+			return api.Errorf(api.ErrNotFound, "no simulated GPU %d", i)
+		}
+		return nil
+	}
+}
+
+// serve runs the API on a real Unix socket, so that SO_PEERCRED is real.
+func serve(t *testing.T, core Core) *http.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := New(core, -1, slog.New(slog.NewTextHandler(io.Discard, nil))).HTTPServer()
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+}
+
+func do(t *testing.T, c *http.Client, method, path, body string) (int, http.Header, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://gpulet"+path, strings.NewReader(body))
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+func TestRoutes(t *testing.T) {
+	core := newFakeCore(t)
+	c := serve(t, core)
+	tests := []struct {
+		name, method, path, body string
+		status                   int
+		code, contains           string
+	}{
+		{"snapshot", "GET", "/v1/snapshot", "", 200, "", `"schema":"gpulet.snapshot/v1"`},
+		{"gpus", "GET", "/v1/gpus", "", 200, "", `"uuid":"GPU-x"`},
+		{"metrics", "GET", "/metrics", "", 200, "", "gpulet_x 1"},
+		{"lease", "POST", "/v1/leases", `{"units":2}`, 201, "", `"id":"l-1"`},
+		{"lease bad body", "POST", "/v1/leases", `{"units":"x"}`, 400, api.CodeBadRequest, "units"},
+		{"lease too big", "POST", "/v1/leases", `{"units":9}`, 409, api.CodeInsufficientUnits, "no GPU can take 9"},
+		{"get missing", "GET", "/v1/leases/l-nope", "", 404, api.CodeNotFound, "l-nope"},
+		{"release missing", "DELETE", "/v1/leases/l-nope", "", 404, api.CodeNotFound, ""},
+		{"renew missing", "POST", "/v1/leases/l-nope/renew", "", 404, api.CodeNotFound, ""},
+		{"unknown path", "GET", "/v1/nothing", "", 404, api.CodeNotFound, "no such endpoint"},
+		{"wrong method", "PUT", "/v1/snapshot", "", 405, api.CodeMethodNotAllowed, "GET"},
+		{"sim absent on real backend", "POST", "/v1/sim/gpus/0", `{"utilization_pct":5}`, 404, api.CodeNotFound, ""},
+		{"drain", "POST", "/v1/node/drain", "", 200, "", "schema"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, hdr, body := do(t, c, tc.method, tc.path, tc.body)
+			if status != tc.status || !strings.Contains(body, tc.contains) {
+				t.Fatalf("%s %s = %d %s; want %d containing %q", tc.method, tc.path, status, body, tc.status, tc.contains)
+			}
+			if tc.code != "" {
+				var eb api.ErrorBody
+				if err := json.Unmarshal([]byte(body), &eb); err != nil || eb.Error.Code != tc.code || eb.Error.Message == "" {
+					t.Fatalf("error body %s, want code %q", body, tc.code)
+				}
+				if hdr.Get("Content-Type") != "application/json" {
+					t.Fatalf("error content type %q", hdr.Get("Content-Type"))
+				}
+			}
+		})
+	}
+	if string(mustGet(t, c, "/v1/snapshot")) != string(core.pub.JSON) {
+		t.Fatal("snapshot bytes differ from the published ones")
+	}
+}
+
+func mustGet(t *testing.T, c *http.Client, path string) []byte {
+	_, _, b := do(t, c, "GET", path, "")
+	return []byte(b)
+}
+
+func TestPeerCredentialsComeFromTheSocket(t *testing.T) {
+	core := newFakeCore(t)
+	c := serve(t, core)
+	do(t, c, "POST", "/v1/leases", `{"units":1}`)
+	if len(core.peers) != 1 || core.peers[0].PID != os.Getpid() || core.peers[0].UID != uint32(os.Getuid()) {
+		t.Fatalf("peer %+v, want this process (pid %d uid %d)", core.peers, os.Getpid(), os.Getuid())
+	}
+}
+
+func TestBodyLimit(t *testing.T) {
+	c := serve(t, newFakeCore(t))
+	big := `{"units":1,"task":"` + strings.Repeat("a", lease.MaxRequestBody) + `"}`
+	status, _, body := do(t, c, "POST", "/v1/leases", big)
+	if status != 413 || !strings.Contains(body, api.CodeRequestTooLarge) {
+		t.Fatalf("oversized body: %d %s", status, body)
+	}
+}
+
+func TestSimRouteOnlyOnSimulatedBackend(t *testing.T) {
+	core := newFakeCore(t)
+	core.sim = true
+	c := serve(t, core)
+	status, _, body := do(t, c, "POST", "/v1/sim/gpus/0", `{"utilization_pct":95}`)
+	want := 200
+	if os.Getuid() != 0 {
+		want = 403
+	}
+	if status != want {
+		t.Fatalf("sim set as uid %d: %d %s", os.Getuid(), status, body)
+	}
+	if status, _, _ := do(t, c, "POST", "/v1/sim/gpus/0", `{"bogus":1}`); os.Getuid() == 0 && status != 400 {
+		t.Fatalf("bad sim body: %d", status)
+	}
+}

@@ -1,0 +1,86 @@
+// Package units is the unit model of DESIGN section 1 point 1: how many units a
+// GPU has, how they are split among its MPS instances, and what share of the GPU
+// a number of units is.
+package units
+
+import "fmt"
+
+// Model holds M (units per client), N (clients per instance), K (instances per
+// GPU) and U (units per GPU).
+type Model struct {
+	UnitsPerClient     int // M
+	ClientsPerInstance int // N
+	InstancesPerGPU    int // K
+	UnitsPerGPU        int // U
+}
+
+// Default is M=1, N=16, K=1, U=16.
+func Default() Model { return Model{1, 16, 1, 16} }
+
+// New builds a Model; u ≤ 0 means "M×N×K". It refuses values below 1 and a U
+// above M×N×K, naming both numbers.
+func New(m, n, k, u int) (Model, error) {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--units-per-client", m}, {"--clients-per-instance", n}, {"--instances-per-gpu", k}} {
+		if f.v < 1 {
+			return Model{}, fmt.Errorf("%s must be at least 1, got %d", f.name, f.v)
+		}
+	}
+	if m > 1<<16 || n > 1<<16 || k > 1<<10 {
+		return Model{}, fmt.Errorf("unit model too large: M=%d N=%d K=%d", m, n, k)
+	}
+	max := m * n * k
+	if u == 0 {
+		u = max
+	}
+	if u < 1 {
+		return Model{}, fmt.Errorf("--units-per-gpu must be at least 1, got %d", u)
+	}
+	if u > max {
+		return Model{}, fmt.Errorf("--units-per-gpu %d is more than M×N×K = %d×%d×%d = %d units a GPU can serve", u, m, n, k, max)
+	}
+	if u < k {
+		return Model{}, fmt.Errorf("--units-per-gpu %d is fewer than --instances-per-gpu %d: every instance needs a unit", u, k)
+	}
+	return Model{m, n, k, u}, nil
+}
+
+// InstanceUnits returns the unit indices instance k owns: contiguous ranges, as
+// even as possible, the first U mod K instances one unit larger.
+func (m Model) InstanceUnits(k int) []int {
+	base, extra := m.UnitsPerGPU/m.InstancesPerGPU, m.UnitsPerGPU%m.InstancesPerGPU
+	start := k*base + min(k, extra)
+	n := base
+	if k < extra {
+		n++
+	}
+	out := make([]int, n)
+	for i := range out {
+		out[i] = start + i
+	}
+	return out
+}
+
+// InstanceOf returns the instance that owns unit i.
+func (m Model) InstanceOf(i int) int {
+	for k := 0; k < m.InstancesPerGPU; k++ {
+		u := m.InstanceUnits(k)
+		if len(u) > 0 && i >= u[0] && i <= u[len(u)-1] {
+			return k
+		}
+	}
+	return -1
+}
+
+// ThreadPercentage is CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for n units:
+// ceil(100·n/U).
+func (m Model) ThreadPercentage(n int) int {
+	return (100*n + m.UnitsPerGPU - 1) / m.UnitsPerGPU
+}
+
+// MemoryShareMiB is n units' share of a GPU with total MiB of memory.
+func (m Model) MemoryShareMiB(n int, total uint64) uint64 {
+	return total * uint64(n) / uint64(m.UnitsPerGPU)
+}

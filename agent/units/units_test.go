@@ -1,0 +1,69 @@
+package units
+
+import (
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestNew(t *testing.T) {
+	tests := []struct {
+		name       string
+		m, n, k, u int
+		wantU      int
+		wantErr    string
+	}{
+		{"defaults", 1, 16, 1, 0, 16, ""},
+		{"explicit U below max", 2, 4, 2, 10, 10, ""},
+		{"U above M×N×K", 1, 4, 2, 9, 0, "9 is more than M×N×K = 1×4×2 = 8"},
+		{"zero M", 0, 16, 1, 0, 0, "--units-per-client must be at least 1"},
+		{"negative N", 1, -1, 1, 0, 0, "--clients-per-instance must be at least 1"},
+		{"zero K", 1, 16, 0, 0, 0, "--instances-per-gpu must be at least 1"},
+		{"negative U", 1, 16, 1, -3, 0, "--units-per-gpu must be at least 1"},
+		{"U below K", 1, 16, 4, 3, 0, "fewer than --instances-per-gpu"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := New(tc.m, tc.n, tc.k, tc.u)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || m.UnitsPerGPU != tc.wantU {
+				t.Fatalf("got %+v, %v", m, err)
+			}
+		})
+	}
+}
+
+func TestInstanceUnitsAreContiguousAndEven(t *testing.T) {
+	m, err := New(1, 4, 3, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := [][]int{{0, 1, 2, 3}, {4, 5, 6}, {7, 8, 9}}
+	for k, w := range want {
+		if got := m.InstanceUnits(k); !slices.Equal(got, w) {
+			t.Errorf("instance %d: %v, want %v", k, got, w)
+		}
+		for _, u := range w {
+			if m.InstanceOf(u) != k {
+				t.Errorf("InstanceOf(%d) = %d, want %d", u, m.InstanceOf(u), k)
+			}
+		}
+	}
+	if m.InstanceOf(10) != -1 {
+		t.Error("unit past U belongs to an instance")
+	}
+}
+
+func TestThreadPercentageIsCeiling(t *testing.T) {
+	m := Default()
+	for n, want := range map[int]int{1: 7, 2: 13, 8: 50, 16: 100} {
+		if got := m.ThreadPercentage(n); got != want {
+			t.Errorf("ThreadPercentage(%d) = %d, want %d", n, got, want)
+		}
+	}
+}

@@ -1,0 +1,165 @@
+// Package api holds gpulet's wire types: the snapshot, GPUs, leases, requests and
+// the error vocabulary shared by the daemon and its clients. It has no dependencies
+// beyond the standard library so that users' programs can import it cheaply.
+package api
+
+import "time"
+
+// SnapshotSchema names the snapshot format; a receiver checks it before use.
+const SnapshotSchema = "gpulet.snapshot/v1"
+
+// Node states.
+const (
+	NodeWorking  = "working"
+	NodeDraining = "draining"
+)
+
+// GPU states.
+const (
+	GPUWorking  = "working"
+	GPUDegraded = "degraded"
+	GPUFailed   = "failed"
+)
+
+// MPS instance states.
+const (
+	InstanceStarting = "starting"
+	InstanceRunning  = "running"
+	InstanceDown     = "down"
+	InstanceOff      = "off"
+)
+
+// Backend names as the snapshot reports them.
+const (
+	BackendNVML      = "nvml"
+	BackendSimulated = "simulated"
+)
+
+// Snapshot is the node's state at one moment (DESIGN section 8). A published
+// snapshot is immutable: readers share it and must not modify it.
+type Snapshot struct {
+	Schema        string    `json:"schema"`
+	Node          string    `json:"node"`
+	BootID        string    `json:"boot_id"`
+	Seq           uint64    `json:"seq"`
+	Time          time.Time `json:"time"`
+	State         string    `json:"state"`
+	Backend       string    `json:"backend"`
+	MPS           string    `json:"mps"`
+	UnitsTotal    int       `json:"units_total"`
+	UnitsFree     int       `json:"units_free"`
+	UnitsReserved int       `json:"units_reserved"`
+	GPUs          []GPU     `json:"gpus"`
+}
+
+// GPU is one GPU as the snapshot shows it.
+type GPU struct {
+	Index             int        `json:"index"`
+	UUID              string     `json:"uuid"`
+	Name              string     `json:"name"`
+	State             string     `json:"state"`
+	Eligible          bool       `json:"eligible"`
+	UnitsTotal        int        `json:"units_total"`
+	UnitsUsed         int        `json:"units_used"`
+	UnitsFree         int        `json:"units_free"`
+	UnitsOffline      int        `json:"units_offline"`
+	UnitsReserved     int        `json:"units_reserved"`
+	UtilizationPct    int        `json:"utilization_pct"`
+	MaxUtilizationPct int        `json:"max_utilization_pct"`
+	MemoryTotalMiB    uint64     `json:"memory_total_mib"`
+	MemoryUsedMiB     uint64     `json:"memory_used_mib"`
+	Instances         []Instance `json:"instances"`
+	// Error says why a GPU is failed; empty otherwise.
+	Error string `json:"error,omitempty"`
+	// Capability describes the card for placement and scoring; it does not change
+	// while the daemon runs.
+	Capability Capability `json:"capability"`
+}
+
+// Capability is what a GPU model can do.
+type Capability struct {
+	ComputeCapability string `json:"compute_capability"`
+	Cores             int    `json:"cores,omitempty"`
+	MaxSMClockMHz     int    `json:"max_sm_clock_mhz"`
+	MemoryBusWidthBit int    `json:"memory_bus_width_bits"`
+	MemoryClockMHz    int    `json:"memory_clock_mhz"`
+}
+
+// Instance is one MPS control daemon of a GPU.
+type Instance struct {
+	Instance   int    `json:"instance"`
+	State      string `json:"state"`
+	Clients    int    `json:"clients"`
+	ClientsMax int    `json:"clients_max"`
+	// Units are the unit indices this instance owns.
+	Units []int `json:"units"`
+	// UID is the user whose clients the instance's MPS server serves now; absent
+	// while it serves nobody.
+	UID *uint32 `json:"uid,omitempty"`
+}
+
+// LeaseGPU names the GPU of a lease.
+type LeaseGPU struct {
+	Index int    `json:"index"`
+	UUID  string `json:"uuid"`
+}
+
+// Owner is who holds a lease, as the daemon learned it from SO_PEERCRED.
+type Owner struct {
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
+	PID int    `json:"pid"`
+}
+
+// Lease is a grant of units on one MPS instance of one GPU.
+type Lease struct {
+	ID          string            `json:"id"`
+	GPU         LeaseGPU          `json:"gpu"`
+	Instance    int               `json:"instance"`
+	Units       []int             `json:"units"`
+	Owner       Owner             `json:"owner"`
+	Created     time.Time         `json:"created"`
+	Expires     *time.Time        `json:"expires,omitempty"`
+	TTL         string            `json:"ttl,omitempty"`
+	Preemptible bool              `json:"preemptible"`
+	Reservation string            `json:"reservation,omitempty"`
+	Task        string            `json:"task,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+	MemoryMiB   uint64            `json:"memory_mib,omitempty"`
+	Env         map[string]string `json:"env"`
+}
+
+// LeaseRequest is the body of POST /v1/leases. Every field but Units is optional.
+type LeaseRequest struct {
+	Units       int               `json:"units"`
+	GPU         string            `json:"gpu,omitempty"`
+	Pool        string            `json:"pool,omitempty"`
+	Type        string            `json:"type,omitempty"`
+	MemoryMiB   uint64            `json:"memory_mib,omitempty"`
+	Task        string            `json:"task,omitempty"`
+	Reservation string            `json:"reservation,omitempty"`
+	TTL         string            `json:"ttl,omitempty"`
+	Wait        string            `json:"wait,omitempty"`
+	PID         int               `json:"pid,omitempty"`
+	Labels      map[string]string `json:"labels,omitempty"`
+}
+
+// LeaseList is the body of GET /v1/leases.
+type LeaseList struct {
+	Leases []Lease `json:"leases"`
+}
+
+// GPUList is the body of GET /v1/gpus.
+type GPUList struct {
+	Backend string `json:"backend"`
+	MPS     string `json:"mps"`
+	GPUs    []GPU  `json:"gpus"`
+}
+
+// SimGPUUpdate is the body of POST /v1/sim/gpus/{index}: what a simulated GPU
+// reports from then on. A nil field leaves that value as it was.
+type SimGPUUpdate struct {
+	UtilizationPct *int    `json:"utilization_pct,omitempty"`
+	State          *string `json:"state,omitempty"`
+	MemoryUsedMiB  *uint64 `json:"memory_used_mib,omitempty"`
+}

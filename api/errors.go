@@ -1,0 +1,100 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Error codes of the API's error body.
+const (
+	CodeBadRequest        = "bad_request"
+	CodeNotFound          = "not_found"
+	CodeForbidden         = "forbidden"
+	CodeInsufficientUnits = "insufficient_units"
+	CodeQuotaExceeded     = "quota_exceeded"
+	CodeUnavailable       = "unavailable"
+	CodeMethodNotAllowed  = "method_not_allowed"
+	CodeRequestTooLarge   = "request_too_large"
+	CodeInternal          = "internal"
+)
+
+// Sentinel errors. The daemon wraps them with %w to add a message; the client
+// returns errors that match them with errors.Is.
+var (
+	ErrBadRequest        = errors.New(CodeBadRequest)
+	ErrNotFound          = errors.New(CodeNotFound)
+	ErrForbidden         = errors.New(CodeForbidden)
+	ErrInsufficientUnits = errors.New(CodeInsufficientUnits)
+	ErrQuotaExceeded     = errors.New(CodeQuotaExceeded)
+	ErrUnavailable       = errors.New(CodeUnavailable)
+	ErrMethodNotAllowed  = errors.New(CodeMethodNotAllowed)
+	ErrRequestTooLarge   = errors.New(CodeRequestTooLarge)
+)
+
+var codes = []struct {
+	err    error
+	code   string
+	status int
+}{
+	{ErrBadRequest, CodeBadRequest, http.StatusBadRequest},
+	{ErrNotFound, CodeNotFound, http.StatusNotFound},
+	{ErrForbidden, CodeForbidden, http.StatusForbidden},
+	{ErrInsufficientUnits, CodeInsufficientUnits, http.StatusConflict},
+	{ErrQuotaExceeded, CodeQuotaExceeded, http.StatusForbidden},
+	{ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
+	{ErrMethodNotAllowed, CodeMethodNotAllowed, http.StatusMethodNotAllowed},
+	{ErrRequestTooLarge, CodeRequestTooLarge, http.StatusRequestEntityTooLarge},
+}
+
+// ErrorBody is the JSON body of every non-2xx answer.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is the inside of ErrorBody.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// StatusOf maps an error to the HTTP status and code the API answers with.
+// Errors that wrap no sentinel are internal errors.
+func StatusOf(err error) (status int, code string) {
+	for _, c := range codes {
+		if errors.Is(err, c.err) {
+			return c.status, c.code
+		}
+	}
+	return http.StatusInternalServerError, CodeInternal
+}
+
+// Errorf returns an error that wraps sentinel and reads as the formatted message.
+func Errorf(sentinel error, format string, args ...any) error {
+	return &codedError{sentinel: sentinel, msg: fmt.Sprintf(format, args...)}
+}
+
+// codedError keeps the message free of the code prefix, so that the API's
+// message field reads as a sentence.
+type codedError struct {
+	sentinel error
+	msg      string
+}
+
+func (e *codedError) Error() string { return e.msg }
+func (e *codedError) Unwrap() error { return e.sentinel }
+
+// FromBody turns an error body received by a client back into an error that
+// errors.Is matches against the sentinel of its code.
+func FromBody(status int, body ErrorBody) error {
+	for _, c := range codes {
+		if c.code == body.Error.Code {
+			return &codedError{sentinel: c.err, msg: body.Error.Message}
+		}
+	}
+	msg := body.Error.Message
+	if msg == "" {
+		msg = http.StatusText(status)
+	}
+	return fmt.Errorf("%s (HTTP %d, code %q)", msg, status, body.Error.Code)
+}

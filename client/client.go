@@ -1,0 +1,230 @@
+// Package client is the Go client of gpuletd's socket API. Its zero value
+// works: it talks to the socket named by GPULET_SOCKET, or /run/gpulet/gpulet.sock.
+//
+// Errors from the API match the sentinels below with errors.Is, e.g.
+//
+//	if errors.Is(err, client.ErrInsufficientUnits) { ... }
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// DefaultSocket is where gpuletd listens unless told otherwise.
+const DefaultSocket = "/run/gpulet/gpulet.sock"
+
+// SocketEnv names the environment variable that overrides DefaultSocket.
+const SocketEnv = "GPULET_SOCKET"
+
+// Errors the API answers with; test with errors.Is.
+var (
+	ErrBadRequest        = api.ErrBadRequest
+	ErrNotFound          = api.ErrNotFound
+	ErrForbidden         = api.ErrForbidden
+	ErrInsufficientUnits = api.ErrInsufficientUnits
+	ErrQuotaExceeded     = api.ErrQuotaExceeded
+	ErrUnavailable       = api.ErrUnavailable
+	// ErrNoDaemon means nothing answered on the socket.
+	ErrNoDaemon = errors.New("gpuletd not reachable")
+)
+
+// Client talks to one gpuletd. The zero value is ready to use.
+type Client struct {
+	// Socket is the daemon's socket; empty: GPULET_SOCKET, else DefaultSocket.
+	Socket string
+	// Transport overrides the HTTP transport (tests, custom dialers).
+	Transport http.RoundTripper
+
+	once sync.Once
+	http *http.Client
+}
+
+// SocketPath is the socket the client uses.
+func (c *Client) SocketPath() string {
+	if c.Socket != "" {
+		return c.Socket
+	}
+	if s := os.Getenv(SocketEnv); s != "" {
+		return s
+	}
+	return DefaultSocket
+}
+
+func (c *Client) client() *http.Client {
+	c.once.Do(func() {
+		rt := c.Transport
+		if rt == nil {
+			path := c.SocketPath()
+			rt = &http.Transport{
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					var d net.Dialer
+					return d.DialContext(ctx, "unix", path)
+				},
+				MaxIdleConnsPerHost: 8,
+			}
+		}
+		c.http = &http.Client{Transport: rt}
+	})
+	return c.http
+}
+
+// send makes one request; body, when not nil, is sent as JSON; a 2xx answer is
+// decoded into out when out is not nil.
+func (c *Client) send(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://gpulet"+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.client().Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return fmt.Errorf("cannot reach gpuletd at %s: is it running? (%w: %v)", c.SocketPath(), ErrNoDaemon, unwrapDial(err))
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return fmt.Errorf("reading gpuletd's answer: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var eb api.ErrorBody
+		if json.Unmarshal(b, &eb) != nil || eb.Error.Code == "" {
+			return fmt.Errorf("gpuletd answered HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		}
+		return api.FromBody(resp.StatusCode, eb)
+	}
+	if out == nil {
+		return nil
+	}
+	if raw, ok := out.(*[]byte); ok {
+		*raw = b
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("decoding gpuletd's answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func unwrapDial(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
+	return err
+}
+
+// Snapshot returns the node's snapshot.
+func (c *Client) Snapshot(ctx context.Context) (*api.Snapshot, error) {
+	var s api.Snapshot
+	if err := c.send(ctx, "GET", "/v1/snapshot", nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// SnapshotJSON returns the snapshot's bytes as the daemon sent them.
+func (c *Client) SnapshotJSON(ctx context.Context) ([]byte, error) {
+	var b []byte
+	return b, c.send(ctx, "GET", "/v1/snapshot", nil, &b)
+}
+
+// GPUs lists the GPUs.
+func (c *Client) GPUs(ctx context.Context) (*api.GPUList, error) {
+	var l api.GPUList
+	if err := c.send(ctx, "GET", "/v1/gpus", nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Metrics returns the Prometheus text exposition.
+func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
+	var b []byte
+	return b, c.send(ctx, "GET", "/metrics", nil, &b)
+}
+
+// Lease asks for units.
+func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) (*api.Lease, error) {
+	var l api.Lease
+	if err := c.send(ctx, "POST", "/v1/leases", req, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Leases lists the caller's leases (every lease, for root and admins).
+func (c *Client) Leases(ctx context.Context) ([]api.Lease, error) {
+	var l api.LeaseList
+	if err := c.send(ctx, "GET", "/v1/leases", nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Leases, nil
+}
+
+// GetLease returns one lease.
+func (c *Client) GetLease(ctx context.Context, id string) (*api.Lease, error) {
+	var l api.Lease
+	if err := c.send(ctx, "GET", "/v1/leases/"+pathSegment(id), nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Renew extends a lease that has a ttl.
+func (c *Client) Renew(ctx context.Context, id string) (*api.Lease, error) {
+	var l api.Lease
+	if err := c.send(ctx, "POST", "/v1/leases/"+pathSegment(id)+"/renew", nil, &l); err != nil {
+		return nil, err
+	}
+	return &l, nil
+}
+
+// Release ends a lease.
+func (c *Client) Release(ctx context.Context, id string) error {
+	return c.send(ctx, "DELETE", "/v1/leases/"+pathSegment(id), nil, nil)
+}
+
+// Drain stops new leases on the node (admins).
+func (c *Client) Drain(ctx context.Context) (*api.Snapshot, error) {
+	var s api.Snapshot
+	return &s, c.send(ctx, "POST", "/v1/node/drain", nil, &s)
+}
+
+// Undrain resumes new leases (admins).
+func (c *Client) Undrain(ctx context.Context) (*api.Snapshot, error) {
+	var s api.Snapshot
+	return &s, c.send(ctx, "POST", "/v1/node/undrain", nil, &s)
+}
+
+// SetSimGPU changes what a simulated GPU reports (simulated backend, root).
+func (c *Client) SetSimGPU(ctx context.Context, index int, u api.SimGPUUpdate) (*api.GPU, error) {
+	var g api.GPU
+	if err := c.send(ctx, "POST", fmt.Sprintf("/v1/sim/gpus/%d", index), u, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}

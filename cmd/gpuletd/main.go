@@ -1,0 +1,37 @@
+// Command gpuletd is gpulet's per-host daemon. See agent.Run.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gpulet/gpulet/agent"
+)
+
+func main() {
+	// Signals are caught before the slow start-up, so that a SIGTERM during it
+	// still stops cleanly.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cfg, err := agent.ParseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, agent.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpuletd:", err)
+		os.Exit(2)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg.NVML = nvml.New()
+	if err := agent.Run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "gpuletd:", err)
+		os.Exit(1)
+	}
+}

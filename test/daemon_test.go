@@ -1,0 +1,254 @@
+package test
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/client"
+)
+
+// TestSnapshotContract checks the snapshot of DESIGN section 8 field by field
+// on the real daemon.
+func TestSnapshotContract(t *testing.T) {
+	d := startDaemon(t, "--sim-gpus", "2xA100-80GB,1xT4-16GB")
+	raw, err := d.client.SnapshotJSON(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s map[string]any
+	if err := json.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"schema": "string", "node": "string", "boot_id": "string", "seq": "number", "time": "string",
+		"state": "string", "backend": "string", "mps": "string", "units_total": "number",
+		"units_free": "number", "units_reserved": "number", "gpus": "array",
+	}
+	checkFields(t, "snapshot", s, want)
+	if s["schema"] != "gpulet.snapshot/v1" || s["node"] != "e2e" || s["state"] != "working" || s["backend"] != "simulated" {
+		t.Fatalf("snapshot header %v", s)
+	}
+	if _, err := time.Parse(time.RFC3339Nano, s["time"].(string)); err != nil {
+		t.Fatalf("time %q: %v", s["time"], err)
+	}
+	if s["units_total"].(float64) != 48 || s["units_free"].(float64) != 48 || s["units_reserved"].(float64) != 0 {
+		t.Fatalf("totals %v %v %v", s["units_total"], s["units_free"], s["units_reserved"])
+	}
+	gpus := s["gpus"].([]any)
+	if len(gpus) != 3 {
+		t.Fatalf("%d GPUs", len(gpus))
+	}
+	gpuFields := map[string]string{
+		"index": "number", "uuid": "string", "name": "string", "state": "string", "eligible": "bool",
+		"units_total": "number", "units_used": "number", "units_free": "number", "units_offline": "number",
+		"units_reserved": "number", "utilization_pct": "number", "max_utilization_pct": "number",
+		"memory_total_mib": "number", "memory_used_mib": "number", "instances": "array",
+	}
+	names := []string{"NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "Tesla T4"}
+	for i, gv := range gpus {
+		g := gv.(map[string]any)
+		checkFields(t, "gpu", g, gpuFields)
+		if g["index"].(float64) != float64(i) || g["name"] != names[i] || !strings.HasPrefix(g["uuid"].(string), "GPU-") ||
+			g["state"] != "working" || g["eligible"] != true || g["units_total"].(float64) != 16 || g["max_utilization_pct"].(float64) != 90 {
+			t.Fatalf("gpu %d: %v", i, g)
+		}
+		inst := g["instances"].([]any)
+		if len(inst) != 1 {
+			t.Fatalf("gpu %d instances %v", i, inst)
+		}
+		checkFields(t, "instance", inst[0].(map[string]any), map[string]string{"instance": "number", "state": "string", "clients": "number", "clients_max": "number"})
+	}
+	// seq grows by one per snapshot within one boot_id.
+	a, _ := d.client.Snapshot(ctx(t))
+	time.Sleep(250 * time.Millisecond)
+	b, _ := d.client.Snapshot(ctx(t))
+	if a.BootID != b.BootID || b.Seq <= a.Seq {
+		t.Fatalf("seq %d then %d (boot %s, %s)", a.Seq, b.Seq, a.BootID, b.BootID)
+	}
+	// UUIDs are stable across restarts; boot_id is not.
+	d.stop()
+	d.restart()
+	c, _ := d.client.Snapshot(ctx(t))
+	if c.GPUs[2].UUID != gpus[2].(map[string]any)["uuid"] || c.BootID == a.BootID {
+		t.Fatalf("after restart: uuid %s boot %s", c.GPUs[2].UUID, c.BootID)
+	}
+}
+
+func checkFields(t *testing.T, what string, m map[string]any, want map[string]string) {
+	t.Helper()
+	for k, typ := range want {
+		v, ok := m[k]
+		if !ok {
+			t.Fatalf("%s lacks %q: %v", what, k, m)
+		}
+		var got string
+		switch v.(type) {
+		case string:
+			got = "string"
+		case float64:
+			got = "number"
+		case bool:
+			got = "bool"
+		case []any:
+			got = "array"
+		default:
+			got = "other"
+		}
+		if got != typ {
+			t.Fatalf("%s.%s is %s, want %s", what, k, got, typ)
+		}
+	}
+}
+
+func TestGPUsAndMetrics(t *testing.T) {
+	d := startDaemon(t)
+	l, err := d.client.GPUs(ctx(t))
+	if err != nil || l.Backend != "simulated" || len(l.GPUs) != 2 || l.GPUs[0].MemoryTotalMiB != 81920 {
+		t.Fatalf("gpus %+v %v", l, err)
+	}
+	m, err := d.client.Metrics(ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"gpulet_units_total{", "gpulet_units_used{", "gpulet_units_free{", "gpulet_units_offline{",
+		"gpulet_gpu_utilization_percent{", "gpulet_gpu_memory_used_bytes{", `gpulet_gpu_state{gpu="0"`, "gpulet_node_info{"} {
+		if !strings.Contains(string(m), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
+
+func TestSocketModeAndSecondDaemon(t *testing.T) {
+	d := startDaemon(t)
+	fi, err := os.Stat(d.socket)
+	if err != nil || fi.Mode().Perm() != 0o660 || fi.Mode().Type() != os.ModeSocket {
+		t.Fatalf("socket mode %v %v", fi.Mode(), err)
+	}
+	out, err := exec.Command(bin("gpuletd"), d.args...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another gpuletd is already serving") {
+		t.Fatalf("second daemon: %v\n%s", err, out)
+	}
+	// The first one still serves.
+	if _, err := d.client.Snapshot(ctx(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestStaleSocketIsReplacedAndSIGTERMStopsCleanly(t *testing.T) {
+	d := startDaemon(t)
+	d.kill9()
+	if _, err := os.Stat(d.socket); err != nil {
+		t.Fatal("kill -9 left no socket file to test with")
+	}
+	d.restart()
+	if err := d.stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, d.log.String())
+	}
+	if _, err := os.Stat(d.socket); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("socket left after a clean stop: %v", err)
+	}
+}
+
+func TestBadFlagsFailClearly(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--units-per-gpu", "20"}, "20 is more than M×N×K"},
+		{[]string{"--sim-gpus", "2xRTX"}, "unknown model"},
+		{[]string{"--backend", "opencl"}, "--backend"},
+	} {
+		out, err := exec.Command(bin("gpuletd"), tc.args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.msg) {
+			t.Errorf("gpuletd %v: %v, output %q", tc.args, err, out)
+		}
+	}
+	out, err := exec.Command(bin("gpuletd"), "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--units-per-client") {
+		t.Errorf("--help: %v %s", err, out)
+	}
+}
+
+func TestSimControlEndpoint(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("the simulated GPU control is root-only and this test runs as uid", os.Getuid())
+	}
+	d := startDaemon(t)
+	u := 95
+	g, err := d.client.SetSimGPU(ctx(t), 0, api.SimGPUUpdate{UtilizationPct: &u})
+	if err != nil || g.UtilizationPct != 95 || g.Eligible {
+		t.Fatalf("after utilization 95: %+v %v", g, err)
+	}
+	// The busy GPU takes no new lease; the other does.
+	l, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
+	if err != nil || l.GPU.Index != 1 {
+		t.Fatalf("lease on busy node: %+v %v", l, err)
+	}
+	_, err = d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, GPU: "0", TTL: "1m"})
+	if !errors.Is(err, client.ErrInsufficientUnits) || !strings.Contains(err.Error(), "95% busy") {
+		t.Fatalf("lease on the busy GPU: %v", err)
+	}
+	st := "failed"
+	g, err = d.client.SetSimGPU(ctx(t), 1, api.SimGPUUpdate{State: &st})
+	if err != nil || g.State != "failed" || g.Eligible {
+		t.Fatalf("after state failed: %+v %v", g, err)
+	}
+	if _, err := d.client.SetSimGPU(ctx(t), 9, api.SimGPUUpdate{State: &st}); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("unknown GPU: %v", err)
+	}
+}
+
+func TestRawHTTPErrors(t *testing.T) {
+	d := startDaemon(t)
+	hc := &http.Client{Transport: unixTransport(d.socket)}
+	for _, tc := range []struct {
+		method, path, body string
+		status             int
+		code               string
+	}{
+		{"GET", "/v1/none", "", 404, "not_found"},
+		{"DELETE", "/v1/snapshot", "", 405, "method_not_allowed"},
+		{"POST", "/v1/leases", `{"units":1,"x":2}`, 400, "bad_request"},
+		{"POST", "/v1/leases", `{"units":"one"}`, 400, "bad_request"},
+		{"POST", "/v1/leases", `{"units":2}`, 400, "bad_request"},
+		{"POST", "/v1/leases", `{"units":1,"ttl":"forever"}`, 400, "bad_request"},
+		{"POST", "/v1/leases", `{"units":1,"gpu":"5","ttl":"1m"}`, 400, "bad_request"},
+		{"POST", "/v1/leases", strings.Repeat(" ", 2<<20), 413, "request_too_large"},
+	} {
+		req, _ := http.NewRequest(tc.method, "http://gpulet"+tc.path, strings.NewReader(tc.body))
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var eb api.ErrorBody
+		if resp.StatusCode != tc.status || json.Unmarshal(b, &eb) != nil || eb.Error.Code != tc.code || eb.Error.Message == "" {
+			t.Errorf("%s %s %.40q: %d %s", tc.method, tc.path, tc.body, resp.StatusCode, b)
+		}
+	}
+	s, _ := d.client.Snapshot(ctx(t))
+	if s.UnitsFree != s.UnitsTotal {
+		t.Fatalf("bad requests changed state: %d of %d free", s.UnitsFree, s.UnitsTotal)
+	}
+}
+
+// readLine reads one line from a helper process's stdout.
+func readLine(t *testing.T, r io.Reader) string {
+	t.Helper()
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil {
+		t.Fatalf("reading helper output: %v", err)
+	}
+	return strings.TrimSpace(line)
+}
