@@ -14,13 +14,14 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
+	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 // TestSnapshotContract checks the snapshot of DESIGN section 8 field by field
 // on the real daemon.
 func TestSnapshotContract(t *testing.T) {
-	d := startDaemon(t, "--sim-gpus", "2xA100-80GB,1xT4-16GB")
-	raw, err := d.client.SnapshotJSON(ctx(t))
+	d := e2e.Start(t, "--sim-gpus", "2xA100-80GB,1xT4-16GB")
+	raw, err := d.Client.SnapshotJSON(e2e.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,16 +69,16 @@ func TestSnapshotContract(t *testing.T) {
 		checkFields(t, "instance", inst[0].(map[string]any), map[string]string{"instance": "number", "state": "string", "clients": "number", "clients_max": "number"})
 	}
 	// seq grows by one per snapshot within one boot_id.
-	a, _ := d.client.Snapshot(ctx(t))
+	a, _ := d.Client.Snapshot(e2e.Ctx(t))
 	time.Sleep(250 * time.Millisecond)
-	b, _ := d.client.Snapshot(ctx(t))
+	b, _ := d.Client.Snapshot(e2e.Ctx(t))
 	if a.BootID != b.BootID || b.Seq <= a.Seq {
 		t.Fatalf("seq %d then %d (boot %s, %s)", a.Seq, b.Seq, a.BootID, b.BootID)
 	}
 	// UUIDs are stable across restarts; boot_id is not.
-	d.stop()
-	d.restart()
-	c, _ := d.client.Snapshot(ctx(t))
+	d.Stop()
+	d.Restart()
+	c, _ := d.Client.Snapshot(e2e.Ctx(t))
 	if c.GPUs[2].UUID != gpus[2].(map[string]any)["uuid"] || c.BootID == a.BootID {
 		t.Fatalf("after restart: uuid %s boot %s", c.GPUs[2].UUID, c.BootID)
 	}
@@ -110,12 +111,12 @@ func checkFields(t *testing.T, what string, m map[string]any, want map[string]st
 }
 
 func TestGPUsAndMetrics(t *testing.T) {
-	d := startDaemon(t)
-	l, err := d.client.GPUs(ctx(t))
+	d := e2e.Start(t)
+	l, err := d.Client.GPUs(e2e.Ctx(t))
 	if err != nil || l.Backend != "simulated" || len(l.GPUs) != 2 || l.GPUs[0].MemoryTotalMiB != 81920 {
 		t.Fatalf("gpus %+v %v", l, err)
 	}
-	m, err := d.client.Metrics(ctx(t))
+	m, err := d.Client.Metrics(e2e.Ctx(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,32 +129,32 @@ func TestGPUsAndMetrics(t *testing.T) {
 }
 
 func TestSocketModeAndSecondDaemon(t *testing.T) {
-	d := startDaemon(t)
-	fi, err := os.Stat(d.socket)
+	d := e2e.Start(t)
+	fi, err := os.Stat(d.Socket)
 	if err != nil || fi.Mode().Perm() != 0o660 || fi.Mode().Type() != os.ModeSocket {
 		t.Fatalf("socket mode %v %v", fi.Mode(), err)
 	}
-	out, err := exec.Command(bin("gpuletd"), d.args...).CombinedOutput()
+	out, err := exec.Command(e2e.Bin("gpuletd"), d.Args...).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "another gpuletd is already serving") {
 		t.Fatalf("second daemon: %v\n%s", err, out)
 	}
 	// The first one still serves.
-	if _, err := d.client.Snapshot(ctx(t)); err != nil {
+	if _, err := d.Client.Snapshot(e2e.Ctx(t)); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestStaleSocketIsReplacedAndSIGTERMStopsCleanly(t *testing.T) {
-	d := startDaemon(t)
-	d.kill9()
-	if _, err := os.Stat(d.socket); err != nil {
+	d := e2e.Start(t)
+	d.Kill9()
+	if _, err := os.Stat(d.Socket); err != nil {
 		t.Fatal("kill -9 left no socket file to test with")
 	}
-	d.restart()
-	if err := d.stop(); err != nil {
-		t.Fatalf("SIGTERM: %v\n%s", err, d.log.String())
+	d.Restart()
+	if err := d.Stop(); err != nil {
+		t.Fatalf("SIGTERM: %v\n%s", err, d.Log.String())
 	}
-	if _, err := os.Stat(d.socket); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(d.Socket); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("socket left after a clean stop: %v", err)
 	}
 }
@@ -167,13 +168,13 @@ func TestBadFlagsFailClearly(t *testing.T) {
 		{[]string{"--sim-gpus", "2xRTX"}, "unknown model"},
 		{[]string{"--backend", "opencl"}, "--backend"},
 	} {
-		out, err := exec.Command(bin("gpuletd"), tc.args...).CombinedOutput()
+		out, err := exec.Command(e2e.Bin("gpuletd"), tc.args...).CombinedOutput()
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.msg) {
 			t.Errorf("gpuletd %v: %v, output %q", tc.args, err, out)
 		}
 	}
-	out, err := exec.Command(bin("gpuletd"), "--help").CombinedOutput()
+	out, err := exec.Command(e2e.Bin("gpuletd"), "--help").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "--units-per-client") {
 		t.Errorf("--help: %v %s", err, out)
 	}
@@ -183,34 +184,34 @@ func TestSimControlEndpoint(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("the simulated GPU control is root-only and this test runs as uid", os.Getuid())
 	}
-	d := startDaemon(t)
+	d := e2e.Start(t)
 	u := 95
-	g, err := d.client.SetSimGPU(ctx(t), 0, api.SimGPUUpdate{UtilizationPct: &u})
+	g, err := d.Client.SetSimGPU(e2e.Ctx(t), 0, api.SimGPUUpdate{UtilizationPct: &u})
 	if err != nil || g.UtilizationPct != 95 || g.Eligible {
 		t.Fatalf("after utilization 95: %+v %v", g, err)
 	}
 	// The busy GPU takes no new lease; the other does.
-	l, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
+	l, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
 	if err != nil || l.GPU.Index != 1 {
 		t.Fatalf("lease on busy node: %+v %v", l, err)
 	}
-	_, err = d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, GPU: "0", TTL: "1m"})
+	_, err = d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, GPU: "0", TTL: "1m"})
 	if !errors.Is(err, client.ErrInsufficientUnits) || !strings.Contains(err.Error(), "95% busy") {
 		t.Fatalf("lease on the busy GPU: %v", err)
 	}
 	st := "failed"
-	g, err = d.client.SetSimGPU(ctx(t), 1, api.SimGPUUpdate{State: &st})
+	g, err = d.Client.SetSimGPU(e2e.Ctx(t), 1, api.SimGPUUpdate{State: &st})
 	if err != nil || g.State != "failed" || g.Eligible {
 		t.Fatalf("after state failed: %+v %v", g, err)
 	}
-	if _, err := d.client.SetSimGPU(ctx(t), 9, api.SimGPUUpdate{State: &st}); !errors.Is(err, client.ErrNotFound) {
+	if _, err := d.Client.SetSimGPU(e2e.Ctx(t), 9, api.SimGPUUpdate{State: &st}); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("unknown GPU: %v", err)
 	}
 }
 
 func TestRawHTTPErrors(t *testing.T) {
-	d := startDaemon(t)
-	hc := &http.Client{Transport: unixTransport(d.socket)}
+	d := e2e.Start(t)
+	hc := &http.Client{Transport: e2e.UnixTransport(d.Socket)}
 	for _, tc := range []struct {
 		method, path, body string
 		status             int
@@ -237,7 +238,7 @@ func TestRawHTTPErrors(t *testing.T) {
 			t.Errorf("%s %s %.40q: %d %s", tc.method, tc.path, tc.body, resp.StatusCode, b)
 		}
 	}
-	s, _ := d.client.Snapshot(ctx(t))
+	s, _ := d.Client.Snapshot(e2e.Ctx(t))
 	if s.UnitsFree != s.UnitsTotal {
 		t.Fatalf("bad requests changed state: %d of %d free", s.UnitsFree, s.UnitsTotal)
 	}

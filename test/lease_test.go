@@ -12,13 +12,14 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
+	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 // TestConcurrentClientsRaceForFewerUnits: many clients, each on its own
 // connection, lease at once; no unit is granted twice and the ledger always
 // equals the table.
 func TestConcurrentClientsRaceForFewerUnits(t *testing.T) {
-	d := startDaemon(t, "--clients-per-instance", "8") // 2 GPUs × 8 units
+	d := e2e.Start(t, "--clients-per-instance", "8") // 2 GPUs × 8 units
 	const clients = 40
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -28,8 +29,8 @@ func TestConcurrentClientsRaceForFewerUnits(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c := &client.Client{Socket: d.socket}
-			l, err := c.Lease(ctx(t), api.LeaseRequest{Units: 1, TTL: "5m"})
+			c := &client.Client{Socket: d.Socket}
+			l, err := c.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "5m"})
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -50,20 +51,20 @@ func TestConcurrentClientsRaceForFewerUnits(t *testing.T) {
 	if len(got) != 16 || refused != clients-16 {
 		t.Fatalf("granted %d, refused %d", len(got), refused)
 	}
-	s, _ := d.client.Snapshot(ctx(t))
+	s, _ := d.Client.Snapshot(e2e.Ctx(t))
 	for _, g := range s.GPUs {
-		if n := countFIFOs(t, d.runDir, g.UUID); n != g.UnitsUsed || g.UnitsUsed != 8 {
+		if n := e2e.CountFIFOs(t, d.RunDir, g.UUID); n != g.UnitsUsed || g.UnitsUsed != 8 {
 			t.Fatalf("GPU %d: %d FIFOs, %d used", g.Index, n, g.UnitsUsed)
 		}
 	}
-	leases, _ := d.client.Leases(ctx(t))
+	leases, _ := d.Client.Leases(e2e.Ctx(t))
 	for _, l := range leases {
-		if err := d.client.Release(ctx(t), l.ID); err != nil {
+		if err := d.Client.Release(e2e.Ctx(t), l.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
-	s, _ = d.client.Snapshot(ctx(t))
-	if s.UnitsFree != s.UnitsTotal || countFIFOs(t, d.runDir, s.GPUs[0].UUID) != 0 {
+	s, _ = d.Client.Snapshot(e2e.Ctx(t))
+	if s.UnitsFree != s.UnitsTotal || e2e.CountFIFOs(t, d.RunDir, s.GPUs[0].UUID) != 0 {
 		t.Fatalf("after releasing all: %d of %d free", s.UnitsFree, s.UnitsTotal)
 	}
 }
@@ -90,35 +91,35 @@ func startClaimer(t *testing.T, runDir string, g int) (*exec.Cmd, int) {
 }
 
 func TestOfflineClaimByAnotherProcess(t *testing.T) {
-	d := startDaemon(t, "--clients-per-instance", "2")
-	claimer, unit := startClaimer(t, d.runDir, 0)
-	eventually(t, "offline claim in the snapshot", func() bool {
-		s, err := d.client.Snapshot(ctx(t))
+	d := e2e.Start(t, "--clients-per-instance", "2")
+	claimer, unit := startClaimer(t, d.RunDir, 0)
+	e2e.Eventually(t, "offline claim in the snapshot", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 1 && s.GPUs[0].UnitsUsed == 1
 	})
 	// The claimed unit is never leased.
-	l, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, GPU: "0", TTL: "1m"})
+	l, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, GPU: "0", TTL: "1m"})
 	if err != nil || l.Units[0] == unit {
 		t.Fatalf("lease %+v (claimed unit %d): %v", l, unit, err)
 	}
-	if _, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, GPU: "0", TTL: "1m"}); !errors.Is(err, client.ErrInsufficientUnits) {
+	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, GPU: "0", TTL: "1m"}); !errors.Is(err, client.ErrInsufficientUnits) {
 		t.Fatalf("GPU 0 should be full: %v", err)
 	}
 	// The claimer dies: its claim is stale and freed within a sample interval.
 	claimer.Process.Kill()
 	claimer.Wait()
-	eventually(t, "stale claim freed", func() bool {
-		s, err := d.client.Snapshot(ctx(t))
+	e2e.Eventually(t, "stale claim freed", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 0 && s.GPUs[0].UnitsUsed == 1
 	})
 }
 
 func TestOfflineClaimWhileDaemonDown(t *testing.T) {
-	d := startDaemon(t)
-	d.stop()
-	startClaimer(t, d.runDir, 1)
-	d.restart()
-	s, err := d.client.Snapshot(ctx(t))
+	d := e2e.Start(t)
+	d.Stop()
+	startClaimer(t, d.RunDir, 1)
+	d.Restart()
+	s, err := d.Client.Snapshot(e2e.Ctx(t))
 	if err != nil || s.GPUs[1].UnitsOffline != 1 {
 		t.Fatalf("claim made while down not counted at start: %+v %v", s, err)
 	}
@@ -128,29 +129,29 @@ func TestKill9OfHolderFreesUnits(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("binding a lease to another process's pid needs root or the same uid; runs as", os.Getuid())
 	}
-	d := startDaemon(t)
+	d := e2e.Start(t)
 	holder := exec.Command("sleep", "300")
 	if err := holder.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer holder.Process.Kill()
-	l, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, PID: holder.Process.Pid})
+	l, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, PID: holder.Process.Pid})
 	if err != nil || l.Owner.PID != holder.Process.Pid {
 		t.Fatalf("lease %+v %v", l, err)
 	}
 	holder.Process.Kill()
 	holder.Wait()
-	eventually(t, "units free after kill -9 of the holder", func() bool {
-		s, err := d.client.Snapshot(ctx(t))
+	e2e.Eventually(t, "units free after kill -9 of the holder", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.UnitsFree == s.UnitsTotal
 	})
-	if n := countFIFOs(t, d.runDir, l.GPU.UUID); n != 0 {
+	if n := e2e.CountFIFOs(t, d.RunDir, l.GPU.UUID); n != 0 {
 		t.Fatalf("%d FIFOs left", n)
 	}
 }
 
 func TestKill9OfDaemonKeepsLeases(t *testing.T) {
-	d := startDaemon(t)
+	d := e2e.Start(t)
 	live := exec.Command("sleep", "300")
 	dies := exec.Command("sleep", "300")
 	for _, c := range []*exec.Cmd{live, dies} {
@@ -159,36 +160,36 @@ func TestKill9OfDaemonKeepsLeases(t *testing.T) {
 		}
 		defer c.Process.Kill()
 	}
-	lLive, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, PID: live.Process.Pid})
+	lLive, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, PID: live.Process.Pid})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lDies, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, PID: dies.Process.Pid})
+	lDies, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, PID: dies.Process.Pid})
 	if err != nil {
 		t.Fatal(err)
 	}
-	lTTL, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, TTL: "10m"})
+	lTTL, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "10m"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.kill9()
+	d.Kill9()
 	dies.Process.Kill()
 	dies.Wait()
-	d.restart()
-	if _, err := d.client.GetLease(ctx(t), lLive.ID); err != nil {
+	d.Restart()
+	if _, err := d.Client.GetLease(e2e.Ctx(t), lLive.ID); err != nil {
 		t.Fatalf("live process-bound lease lost: %v", err)
 	}
-	if _, err := d.client.GetLease(ctx(t), lDies.ID); !errors.Is(err, client.ErrNotFound) {
+	if _, err := d.Client.GetLease(e2e.Ctx(t), lDies.ID); !errors.Is(err, client.ErrNotFound) {
 		t.Fatalf("lease of a dead holder kept: %v", err)
 	}
-	got, err := d.client.GetLease(ctx(t), lTTL.ID)
+	got, err := d.Client.GetLease(e2e.Ctx(t), lTTL.ID)
 	if err != nil || !got.Expires.Equal(*lTTL.Expires) {
 		t.Fatalf("ttl lease after restart: %+v %v", got, err)
 	}
-	s, _ := d.client.Snapshot(ctx(t))
+	s, _ := d.Client.Snapshot(e2e.Ctx(t))
 	used := 0
 	for _, g := range s.GPUs {
-		if n := countFIFOs(t, d.runDir, g.UUID); n != g.UnitsUsed {
+		if n := e2e.CountFIFOs(t, d.RunDir, g.UUID); n != g.UnitsUsed {
 			t.Fatalf("GPU %d: %d FIFOs, %d used", g.Index, n, g.UnitsUsed)
 		}
 		used += g.UnitsUsed
@@ -199,27 +200,27 @@ func TestKill9OfDaemonKeepsLeases(t *testing.T) {
 	// The kept lease still ends with its process.
 	live.Process.Kill()
 	live.Wait()
-	eventually(t, "kept lease ends with its holder", func() bool {
-		_, err := d.client.GetLease(ctx(t), lLive.ID)
+	e2e.Eventually(t, "kept lease ends with its holder", func() bool {
+		_, err := d.Client.GetLease(e2e.Ctx(t), lLive.ID)
 		return errors.Is(err, client.ErrNotFound)
 	})
 }
 
 func TestWaitForUnits(t *testing.T) {
-	d := startDaemon(t, "--clients-per-instance", "1", "--sim-gpus", "1xT4")
-	first, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
+	d := e2e.Start(t, "--clients-per-instance", "1", "--sim-gpus", "1xT4")
+	first, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := d.client.Lease(ctx(t), api.LeaseRequest{Units: 1, TTL: "1m", Wait: "20s"})
+		_, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m", Wait: "20s"})
 		done <- err
 	}()
 	// Give the waiter time to queue; were it later, it would find the unit free
 	// and the test would still hold.
 	time.Sleep(200 * time.Millisecond)
-	if err := d.client.Release(ctx(t), first.ID); err != nil {
+	if err := d.Client.Release(e2e.Ctx(t), first.ID); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-done; err != nil {

@@ -1,0 +1,227 @@
+// Package e2e is the harness of gpulet's end-to-end tests and benchmarks: it
+// builds the real binaries once, starts gpuletd on the simulated backend in a
+// temporary folder, and talks to it over its socket like users do.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpulet/gpulet/client"
+)
+
+// binDir holds the binaries built for this run.
+var binDir string
+
+// Binaries are the commands Main builds: name and package, relative to the
+// module root. gpurun is built without cgo, as users get it.
+var Binaries = []struct{ Name, Pkg string }{
+	{"gpuletd", "./cmd/gpuletd"},
+}
+
+// Main builds the binaries into a temporary folder, runs the tests and cleans
+// up. Call it from TestMain.
+func Main(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "gpulet-e2e-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	binDir = dir
+	if err := build(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return m.Run()
+}
+
+func moduleRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+func build() error {
+	for _, b := range Binaries {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.Name), b.Pkg)
+		cmd.Dir = moduleRoot()
+		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
+		if b.Name == "gpurun" {
+			cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("building %s: %v\n%s", b.Name, err, out)
+		}
+	}
+	return nil
+}
+
+// Bin is the path of a built binary.
+func Bin(name string) string { return filepath.Join(binDir, name) }
+
+// Daemon is one running gpuletd.
+type Daemon struct {
+	t      testing.TB
+	Dir    string
+	Socket string
+	RunDir string
+	Args   []string
+	Client *client.Client
+	Log    *SyncBuffer
+
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// SyncBuffer is a bytes.Buffer safe for a process's output and a reader.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Start starts gpuletd in a fresh folder with extra flags (which override the
+// defaults given here) and waits until it answers.
+func Start(t testing.TB, extra ...string) *Daemon {
+	t.Helper()
+	dir := t.TempDir()
+	d := &Daemon{t: t, Dir: dir, Socket: filepath.Join(dir, "gpulet.sock"), RunDir: filepath.Join(dir, "run")}
+	d.Args = append([]string{
+		"--socket", d.Socket, "--run-dir", d.RunDir, "--state-dir", filepath.Join(dir, "state"),
+		"--mount", "", "--backend", "sim", "--node-name", "e2e", "--sample-interval", "100ms",
+	}, extra...)
+	d.Client = &client.Client{Socket: d.Socket}
+	d.Restart()
+	t.Cleanup(func() {
+		d.Stop()
+		if t.Failed() {
+			t.Logf("gpuletd log:\n%s", d.Log.String())
+		}
+	})
+	return d
+}
+
+// Restart starts the daemon again with the same flags and waits until it
+// answers.
+func (d *Daemon) Restart() {
+	d.t.Helper()
+	d.Log = &SyncBuffer{}
+	d.cmd = exec.Command(Bin("gpuletd"), d.Args...)
+	d.cmd.Stdout, d.cmd.Stderr = d.Log, d.Log
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.done = make(chan error, 1)
+	go func(cmd *exec.Cmd, done chan error) { done <- cmd.Wait() }(d.cmd, d.done)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := d.Client.Snapshot(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		select {
+		case err := <-d.done:
+			d.t.Fatalf("gpuletd exited during start: %v\n%s", err, d.Log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("gpuletd did not answer within 20s: %v\n%s", err, d.Log.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop sends SIGTERM and returns the exit error.
+func (d *Daemon) Stop() error {
+	if d.cmd == nil || d.cmd.ProcessState != nil {
+		return nil
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		return err
+	case <-time.After(20 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.done
+		return errors.New("gpuletd did not stop within 20s of SIGTERM")
+	}
+}
+
+// Kill9 kills gpuletd the hard way.
+func (d *Daemon) Kill9() {
+	d.cmd.Process.Kill()
+	<-d.done
+}
+
+// Pid is the daemon's pid.
+func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
+
+// HTTP is a plain HTTP client on the daemon's socket.
+func (d *Daemon) HTTP() *http.Client {
+	return &http.Client{Transport: UnixTransport(d.Socket)}
+}
+
+// UnixTransport dials sock for every request.
+func UnixTransport(sock string) *http.Transport {
+	return &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}
+}
+
+// Ctx is a context that ends with the test, or after 30 seconds.
+func Ctx(t testing.TB) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// Eventually polls cond until it holds or 10 seconds pass.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// CountFIFOs counts the unit FIFOs of a GPU in the ledger under runDir.
+func CountFIFOs(t testing.TB, runDir, uuid string) int {
+	t.Helper()
+	n := 0
+	filepath.WalkDir(filepath.Join(runDir, "units", uuid), func(p string, e os.DirEntry, err error) error {
+		if err == nil && e.Type()&os.ModeNamedPipe != 0 && strings.HasPrefix(e.Name(), "unit-") {
+			n++
+		}
+		return nil
+	})
+	return n
+}
