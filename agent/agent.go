@@ -31,6 +31,8 @@ import (
 	"github.com/gpulet/gpulet/agent/snapshot"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/fsview"
+	"github.com/gpulet/gpulet/mpsctl"
 )
 
 // Config is what gpuletd's flags set.
@@ -49,6 +51,9 @@ type Config struct {
 	SampleInterval time.Duration
 	NodeName       string
 	AdminGroup     string
+	// MPS is "on", "off" or "auto"; MPSControl the control binary.
+	MPS        string
+	MPSControl string
 	// NVML is the library the nvml backend uses (nvml.New() in production).
 	NVML   nvml.Interface
 	Logger *slog.Logger
@@ -62,6 +67,10 @@ type Agent struct {
 	devs   []inventory.Device
 	ledger *ledger.Ledger
 	leases *lease.Manager
+	mps    *mpsctl.Daemons
+	mpsOn  bool
+	// view is the FUSE view's state, fixed once mounting was tried.
+	view   *api.ViewStatus
 	store  snapshot.Store
 	bootID string
 
@@ -129,6 +138,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("--state-dir: %w", err)
 	}
+	if err := a.startMPS(ctx, &closers); err != nil {
+		return err
+	}
 	a.samples = make([]inventory.Sample, len(a.devs))
 	gpus := make([]ledger.GPU, len(a.devs))
 	for i, d := range a.devs {
@@ -147,6 +159,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Policy:      cfg.Policy,
 		Conditions:  a.conditions.Load,
 		OnChange:    a.publish,
+		MPS:         a.mpsOn,
+		InstanceEnv: func(g, k int) map[string]string { return a.mps.Env(a.devs[g].UUID, k) },
 		Logger:      log,
 	})
 	if err != nil {
@@ -158,6 +172,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := a.leases.Watch(watchCtx); err != nil {
 		return err
 	}
+	a.mountView(&closers)
 	a.publish()
 
 	ln, err := a.listen()
@@ -188,12 +203,41 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		case err := <-serveErr:
 			return fmt.Errorf("API server: %w", err)
 		case <-ticker.C:
+			a.mps.Check(ctx)
 			a.sample()
 			a.leases.ProbeOffline()
 			a.publish()
 			daemon.SdNotify(false, daemon.SdNotifyWatchdog)
 		}
 	}
+}
+
+// mountView mounts the FUSE view. A view that cannot be mounted is degraded,
+// not fatal: the API serves on, and the log and the snapshot say why.
+func (a *Agent) mountView(closers *[]func() error) {
+	if a.cfg.Mount == "" {
+		return
+	}
+	st := &api.ViewStatus{Mount: a.cfg.Mount}
+	v, err := fsview.Mount(a.cfg.Mount, &a.store, fsview.Options{Logger: a.log})
+	if err != nil {
+		st.Error = err.Error()
+		a.log.Warn("the FUSE view is not available; the API serves on without it", "err", err)
+	} else {
+		st.Mounted = true
+		*closers = append(*closers, v.Close)
+	}
+	// Ledger events may be publishing already.
+	a.publishMu.Lock()
+	a.view = st
+	a.publishMu.Unlock()
+}
+
+func mpsMode(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 func newBootID() string {
@@ -204,13 +248,87 @@ func newBootID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
+// startMPS resolves --mps and brings up the control daemons (a null manager
+// when MPS is off). Instances that fail to start are down and retried by the
+// health pass; only a configuration error stops gpuletd.
+func (a *Agent) startMPS(ctx context.Context, closers *[]func() error) error {
+	path, on, err := mpsctl.Resolve(a.cfg.MPS, a.cfg.MPSControl)
+	if err != nil {
+		return err
+	}
+	if on && a.cfg.Model.InstancesPerGPU > 1 {
+		if err := a.checkComputeModes(); err != nil {
+			return err
+		}
+	}
+	runDir, err := filepath.Abs(a.cfg.RunDir)
+	if err != nil {
+		return err
+	}
+	uuids := make([]string, len(a.devs))
+	for i, d := range a.devs {
+		uuids[i] = d.UUID
+	}
+	a.mps, err = mpsctl.New(mpsctl.Config{Control: path, RunDir: runDir, InstancesPerGPU: a.cfg.Model.InstancesPerGPU, Logger: a.log}, uuids)
+	if err != nil {
+		return err
+	}
+	a.mpsOn = on
+	*closers = append(*closers, a.mps.Close)
+	if !on {
+		a.log.Info("MPS is off: leases carry no MPS variables", "mps", a.cfg.MPS)
+		return nil
+	}
+	if err := a.mps.Start(ctx); err != nil {
+		a.log.Error("some MPS control daemons did not start; their GPUs are degraded and they are retried", "err", err)
+	}
+	return nil
+}
+
+// checkComputeModes refuses several MPS servers per GPU where the compute mode
+// admits one process only.
+func (a *Agent) checkComputeModes() error {
+	n, ok := a.inv.(*inventory.NVML)
+	if !ok {
+		return nil
+	}
+	for i := range a.devs {
+		mode, err := n.ComputeMode(i)
+		if err != nil {
+			continue
+		}
+		if mode == nvml.COMPUTEMODE_EXCLUSIVE_PROCESS || mode == nvml.COMPUTEMODE_PROHIBITED {
+			return fmt.Errorf("--instances-per-gpu %d needs a GPU that admits several processes, but GPU %d's compute mode is %s; use --instances-per-gpu 1 or set the compute mode to DEFAULT (nvidia-smi -c DEFAULT)",
+				a.cfg.Model.InstancesPerGPU, i, computeModeName(mode))
+		}
+	}
+	return nil
+}
+
+func computeModeName(m nvml.ComputeMode) string {
+	switch m {
+	case nvml.COMPUTEMODE_EXCLUSIVE_PROCESS:
+		return "EXCLUSIVE_PROCESS"
+	case nvml.COMPUTEMODE_PROHIBITED:
+		return "PROHIBITED"
+	}
+	return strconv.Itoa(int(m))
+}
+
 // layoutEnv is the environment layout.json gives instance k of GPU g: what a
 // process claiming one unit offline runs with.
 func (a *Agent) layoutEnv(g, k int) map[string]string {
-	return map[string]string{
+	env := map[string]string{
 		"CUDA_VISIBLE_DEVICES":              a.devs[g].UUID,
 		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": strconv.Itoa(a.cfg.Model.ThreadPercentage(1)),
 	}
+	if a.mpsOn {
+		for key, v := range a.mps.Env(a.devs[g].UUID, k) {
+			env[key] = v
+		}
+		env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = fmt.Sprintf("0=%dM", a.cfg.Model.MemoryShareMiB(1, a.devs[g].MemoryTotalMiB))
+	}
+	return env
 }
 
 func (a *Agent) adminGID() int {
@@ -324,7 +442,12 @@ func (a *Agent) updateConditions() {
 		if samples[i].MemoryUsedMiB < d.MemoryTotalMiB {
 			free = d.MemoryTotalMiB - samples[i].MemoryUsedMiB
 		}
-		c.GPUs[i] = lease.GPUCondition{Eligible: eligible, Why: why, MemoryFreeMiB: free}
+		gc := lease.GPUCondition{Eligible: eligible, Why: why, MemoryFreeMiB: free}
+		for _, st := range a.mps.Status(d.UUID) {
+			gc.InstanceUp = append(gc.InstanceUp, st.State == api.InstanceRunning || st.State == api.InstanceOff)
+			gc.ServerUID = append(gc.ServerUID, st.ServerUID)
+		}
+		c.GPUs[i] = gc
 	}
 	a.conditions.Store(c)
 }
@@ -339,12 +462,13 @@ func (a *Agent) publish() {
 	a.seq++
 	s := &api.Snapshot{
 		Schema: api.SnapshotSchema, Node: a.cfg.NodeName, BootID: a.bootID, Seq: a.seq,
-		Time: time.Now().UTC(), State: api.NodeWorking, Backend: a.inv.Backend(), MPS: "off",
+		Time: time.Now().UTC(), State: api.NodeWorking, Backend: a.inv.Backend(), MPS: mpsMode(a.mpsOn),
 		GPUs: make([]api.GPU, len(a.devs)),
 	}
 	if a.draining.Load() {
 		s.State = api.NodeDraining
 	}
+	s.View = a.view
 	U := a.cfg.Model.UnitsPerGPU
 	for i, d := range a.devs {
 		gv := view.GPUs[i]
@@ -362,12 +486,31 @@ func (a *Agent) publish() {
 		if samples[i].Err != nil {
 			g.Error = samples[i].Err.Error()
 		}
+		mpsStates := a.mps.Status(d.UUID)
+		anyUp := false
 		for k, iv := range gv.Instances {
-			g.Instances = append(g.Instances, api.Instance{
+			in := api.Instance{
 				Instance: k, State: api.InstanceOff, Clients: iv.Clients,
 				ClientsMax: a.cfg.Model.ClientsPerInstance, Units: a.cfg.Model.InstanceUnits(k), UID: iv.UID,
-			})
+			}
+			if k < len(mpsStates) {
+				st := mpsStates[k]
+				in.State = st.State
+				if st.ServerUID != nil {
+					in.UID = st.ServerUID
+				}
+				if st.Err != nil {
+					in.Error = st.Err.Error()
+				}
+			}
+			anyUp = anyUp || in.State == api.InstanceRunning || in.State == api.InstanceOff
+			if g.State == api.GPUWorking && (in.State == api.InstanceDown || in.State == api.InstanceStarting) {
+				g.State = api.GPUDegraded
+			}
+			g.Instances = append(g.Instances, in)
 		}
+		// A degraded GPU still takes leases on its running instances.
+		g.Eligible = g.Eligible && anyUp
 		s.GPUs[i] = g
 		s.UnitsTotal += g.UnitsTotal
 		s.UnitsFree += g.UnitsFree

@@ -51,6 +51,8 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")
 	fs.StringVar(&cfg.NodeName, "node-name", host, "the node's name in snapshots")
 	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API")
+	fs.StringVar(&cfg.MPS, "mps", "auto", "MPS: on (fail without nvidia-cuda-mps-control), off, or auto (on when the binary is found)")
+	fs.StringVar(&cfg.MPSControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary (looked up in PATH)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "gpuletd shares this host's NVIDIA GPUs as units leased over a Unix-socket API.\n\nUsage: gpuletd [flags]\n\nFlags:\n%s", fs.FlagUsages())
 	}
@@ -66,6 +68,11 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	}
 	if cfg.Policy, err = placement.ParsePolicy(policy); err != nil {
 		return Config{}, err
+	}
+	switch cfg.MPS {
+	case "on", "off", "auto":
+	default:
+		return Config{}, fmt.Errorf("--mps %q: must be on, off or auto", cfg.MPS)
 	}
 	switch cfg.Backend {
 	case "auto", "nvml", "sim":

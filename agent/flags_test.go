@@ -54,7 +54,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if !errors.Is(err, ErrHelp) {
 		t.Fatalf("err = %v", err)
 	}
-	for _, f := range []string{"--socket", "--socket-group", "--run-dir", "--state-dir", "--mount", "--backend", "--sim-gpus", "--units-per-client", "--clients-per-instance", "--instances-per-gpu", "--units-per-gpu", "--max-utilization", "--policy", "--sample-interval", "--node-name", "--admin-group"} {
+	for _, f := range []string{"--socket", "--socket-group", "--run-dir", "--state-dir", "--mount", "--backend", "--sim-gpus", "--units-per-client", "--clients-per-instance", "--instances-per-gpu", "--units-per-gpu", "--max-utilization", "--policy", "--sample-interval", "--node-name", "--admin-group", "--mps", "--mps-control"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}

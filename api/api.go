@@ -50,6 +50,16 @@ type Snapshot struct {
 	UnitsFree     int       `json:"units_free"`
 	UnitsReserved int       `json:"units_reserved"`
 	GPUs          []GPU     `json:"gpus"`
+	// View says whether the FUSE view is mounted; absent when none was asked for.
+	View *ViewStatus `json:"view,omitempty"`
+}
+
+// ViewStatus is the state of the FUSE view.
+type ViewStatus struct {
+	Mount   string `json:"mount"`
+	Mounted bool   `json:"mounted"`
+	// Error says why the view is not mounted.
+	Error string `json:"error,omitempty"`
 }
 
 // GPU is one GPU as the snapshot shows it.
@@ -96,6 +106,8 @@ type Instance struct {
 	// UID is the user whose clients the instance's MPS server serves now; absent
 	// while it serves nobody.
 	UID *uint32 `json:"uid,omitempty"`
+	// Error says why an instance is down.
+	Error string `json:"error,omitempty"`
 }
 
 // LeaseGPU names the GPU of a lease.

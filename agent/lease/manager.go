@@ -58,6 +58,8 @@ type GPUCondition struct {
 	MemoryFreeMiB uint64
 	// InstanceUp says per instance whether it may take new leases.
 	InstanceUp []bool
+	// ServerUID is, per instance, the uid of its live MPS server (nil: none).
+	ServerUID []*uint32
 }
 
 // Peer is who calls, as SO_PEERCRED told.
@@ -80,7 +82,10 @@ type Config struct {
 	// InstanceEnv returns the MPS variables of instance k of GPU g (pipe and log
 	// folders); nil or an empty map when MPS is off.
 	InstanceEnv func(g, k int) map[string]string
-	// MPS adds the MPS-only variables (pinned memory limit) to leases.
+	// MPS adds the MPS-only variables (pinned memory limit) to leases, and
+	// keeps users apart: an MPS server runs as one user and clients of another
+	// user queue behind it, so a lease never goes to an instance whose clients
+	// belong to another uid.
 	MPS bool
 	// OnChange is called, without the Manager's lock, after every change of the
 	// table; the agent publishes a new snapshot from it.
@@ -525,7 +530,7 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		return nil, api.Errorf(api.ErrUnavailable, "the node is draining: no new leases")
 	}
 	for {
-		c, why := m.placeLocked(req, cond)
+		c, why := m.placeLocked(peer, req, cond)
 		if why != "" {
 			return nil, api.Errorf(api.ErrInsufficientUnits, "%s", why)
 		}
@@ -572,7 +577,7 @@ func (m *Manager) conditions() *Conditions {
 
 // placeLocked filters the instances that can take req and lets the policy
 // choose; why says what kept every GPU out when none can.
-func (m *Manager) placeLocked(req Request, cond *Conditions) (placement.Candidate, string) {
+func (m *Manager) placeLocked(peer Peer, req Request, cond *Conditions) (placement.Candidate, string) {
 	want := -1
 	if req.GPU != "" {
 		want, _ = m.resolveGPU(req.GPU)
@@ -618,6 +623,10 @@ func (m *Manager) placeLocked(req Request, cond *Conditions) (placement.Candidat
 			if clients >= m.cfg.Model.ClientsPerInstance || free < req.Units {
 				continue
 			}
+			if m.cfg.MPS && m.otherUserLocked(gi, k, peer.UID, gc) {
+				reasons = append(reasons, fmt.Sprintf("GPU %d instance %d serves another user's MPS clients", gi, k))
+				continue
+			}
 			cands = append(cands, placement.Candidate{GPU: gi, Instance: k, Free: free, GPUFree: gpuFree})
 		}
 	}
@@ -630,6 +639,21 @@ func (m *Manager) placeLocked(req Request, cond *Conditions) (placement.Candidat
 		return c, msg
 	}
 	return c, ""
+}
+
+// otherUserLocked reports whether instance k of GPU g serves a user other than
+// uid: through its leases, its offline claims, or its live MPS server.
+func (m *Manager) otherUserLocked(g, k int, uid uint32, gc *GPUCondition) bool {
+	if gc != nil && k < len(gc.ServerUID) && gc.ServerUID[k] != nil && *gc.ServerUID[k] != uid {
+		return true
+	}
+	for _, u := range m.cfg.Model.InstanceUnits(k) {
+		s := m.gpus[g].slots[u]
+		if s.state == slotLeased && s.lease.Owner.UID != uid || s.state == slotOffline && s.uid != uid {
+			return true
+		}
+	}
+	return false
 }
 
 // instanceLoadLocked returns instance k's free units and its clients: one per

@@ -521,3 +521,29 @@ func TestMPSEnv(t *testing.T) {
 		t.Fatalf("env with memory_mib: %v %v", l.Env, err)
 	}
 }
+
+func TestMPSKeepsUsersApart(t *testing.T) {
+	f := newFixture(t, 1, 4, 2) // 2 instances of 4 units per GPU
+	m := f.manager(t, func(c *Config) { c.MPS = true; c.Devices = c.Devices[:1] })
+	alice, bob := Peer{UID: 1001, Admin: true}, Peer{UID: 1002, Admin: true}
+	a, err := m.Acquire(context.Background(), alice, ttlReq(1, "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := m.Acquire(context.Background(), bob, ttlReq(1, "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Instance == b.Instance {
+		t.Fatalf("alice and bob share instance %d", a.Instance)
+	}
+	a2, err := m.Acquire(context.Background(), alice, ttlReq(1, "1m"))
+	if err != nil || a2.Instance != a.Instance {
+		t.Fatalf("alice's second lease on instance %d (first on %d): %v", a2.Instance, a.Instance, err)
+	}
+	// A third user finds every instance serving someone else.
+	_, err = m.Acquire(context.Background(), Peer{UID: 1003, Admin: true}, ttlReq(1, "1m"))
+	if !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("third user: %v", err)
+	}
+}

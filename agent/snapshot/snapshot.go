@@ -19,9 +19,6 @@ type Published struct {
 	JSON []byte
 	// Leases are all live leases at the moment of the snapshot, sorted by ID.
 	Leases []api.Lease
-	// ViewError says why the FUSE view is not mounted; empty when it is or when
-	// no view was asked for.
-	ViewError string
 
 	metricsOnce sync.Once
 	metrics     []byte

@@ -112,7 +112,7 @@ func Start(t testing.TB, extra ...string) *Daemon {
 	d := &Daemon{t: t, Dir: dir, Socket: filepath.Join(dir, "gpulet.sock"), RunDir: filepath.Join(dir, "run")}
 	d.Args = append([]string{
 		"--socket", d.Socket, "--run-dir", d.RunDir, "--state-dir", filepath.Join(dir, "state"),
-		"--mount", "", "--backend", "sim", "--node-name", "e2e", "--sample-interval", "100ms",
+		"--mount", "", "--backend", "sim", "--node-name", "e2e", "--sample-interval", "100ms", "--mps", "off",
 	}, extra...)
 	d.Client = &client.Client{Socket: d.Socket}
 	d.Restart()

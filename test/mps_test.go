@@ -1,0 +1,153 @@
+package test
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+// startMPSDaemon starts gpuletd with MPS on and a short run dir: the control
+// daemon listens only in pipe folders of at most 87 bytes.
+func startMPSDaemon(t *testing.T, extra ...string) (d *e2e.Daemon, runDir string) {
+	t.Helper()
+	control, err := exec.LookPath("nvidia-cuda-mps-control")
+	if err != nil {
+		t.Skip("nvidia-cuda-mps-control is not installed (make test installs Debian's nvidia-cuda-mps as root):", err)
+	}
+	runDir, err = os.MkdirTemp("/tmp", "gm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		killControlDaemons(runDir)
+		os.RemoveAll(runDir)
+	})
+	args := append([]string{"--mps", "on", "--mps-control", control, "--run-dir", runDir}, extra...)
+	return e2e.Start(t, args...), runDir
+}
+
+// controlDaemons lists the pids of nvidia-cuda-mps-control processes whose pipe
+// folder is under runDir.
+func controlDaemons(runDir string) map[string]int {
+	out := map[string]int{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if !bytes.Contains(cmd, []byte("nvidia-cuda-mps-control")) {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if dir, ok := strings.CutPrefix(string(kv), "CUDA_MPS_PIPE_DIRECTORY="); ok && strings.HasPrefix(dir, runDir+"/") {
+				out[dir] = pid
+			}
+		}
+	}
+	return out
+}
+
+func killControlDaemons(runDir string) {
+	for _, pid := range controlDaemons(runDir) {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+}
+
+// answers reports whether a control daemon answers on pipeDir.
+func answers(pipeDir string) bool {
+	cmd := exec.Command("nvidia-cuda-mps-control")
+	cmd.Env = []string{"CUDA_MPS_PIPE_DIRECTORY=" + pipeDir, "PATH=" + os.Getenv("PATH")}
+	cmd.Stdin = strings.NewReader("get_server_list\n")
+	return cmd.Run() == nil
+}
+
+func TestMPSInstancesLifecycle(t *testing.T) {
+	d, runDir := startMPSDaemon(t, "--instances-per-gpu", "2", "--clients-per-instance", "4")
+	s, err := d.Client.Snapshot(e2e.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.MPS != "on" {
+		t.Fatalf("mps %q", s.MPS)
+	}
+	for _, g := range s.GPUs {
+		if len(g.Instances) != 2 || g.State != api.GPUWorking {
+			t.Fatalf("GPU %d: %+v", g.Index, g)
+		}
+		for _, in := range g.Instances {
+			if in.State != api.InstanceRunning {
+				t.Fatalf("GPU %d instance %d is %s", g.Index, in.Instance, in.State)
+			}
+		}
+	}
+	daemons := controlDaemons(runDir)
+	if len(daemons) != 4 {
+		t.Fatalf("%d control daemons, want 4: %v", len(daemons), daemons)
+	}
+
+	// A lease's env points at a live pipe folder of its instance.
+	l, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m", MemoryMiB: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pipe := l.Env["CUDA_MPS_PIPE_DIRECTORY"]
+	want := filepath.Join(runDir, "mps", l.GPU.UUID, strconv.Itoa(l.Instance), "pipe")
+	if pipe != want || !answers(pipe) || l.Env["CUDA_MPS_LOG_DIRECTORY"] == "" ||
+		l.Env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=4096M" || l.Env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "13" {
+		t.Fatalf("lease env %v (want pipe %s answering)", l.Env, want)
+	}
+
+	// kill -9 of one control daemon: its GPU is degraded, then running again.
+	victim := filepath.Join(runDir, "mps", s.GPUs[1].UUID, "0", "pipe")
+	syscall.Kill(daemons[victim], syscall.SIGKILL)
+	e2e.Eventually(t, "GPU 1 degraded", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.GPUs[1].State == api.GPUDegraded && s.GPUs[1].Instances[0].State != api.InstanceRunning
+	})
+	e2e.Eventually(t, "GPU 1 working again", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.GPUs[1].State == api.GPUWorking && s.GPUs[1].Instances[0].State == api.InstanceRunning
+	})
+	if !answers(victim) {
+		t.Fatal("restarted control daemon does not answer")
+	}
+
+	// A restart of gpuletd adopts the running daemons instead of starting more.
+	before := controlDaemons(runDir)
+	d.Kill9()
+	d.Restart()
+	after := controlDaemons(runDir)
+	if len(after) != 4 {
+		t.Fatalf("%d control daemons after restart, want 4", len(after))
+	}
+	for dir, pid := range before {
+		if after[dir] != pid {
+			t.Fatalf("instance %s: pid %d before restart, %d after: not adopted", dir, pid, after[dir])
+		}
+	}
+
+	// A clean stop quits the idle instances and leaves no process behind.
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	e2e.Eventually(t, "control daemons to quit", func() bool { return len(controlDaemons(runDir)) == 0 })
+}
+
+func TestMPSOnWithoutBinaryRefusesToStart(t *testing.T) {
+	out, err := exec.Command(e2e.Bin("gpuletd"), "--backend", "sim", "--mps", "on", "--mps-control", "/nonexistent/mps-control",
+		"--socket", filepath.Join(t.TempDir(), "s"), "--run-dir", t.TempDir(), "--mount", "").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "nvidia-cuda-mps") {
+		t.Fatalf("gpuletd --mps on without the binary: %v\n%s", err, out)
+	}
+}
