@@ -1,0 +1,68 @@
+package metrics
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
+	s := &api.Snapshot{Node: "n", Backend: "simulated", MPS: "on", State: api.NodeDraining, Seq: 7, GPUs: []api.GPU{{
+		Index: 0, UUID: "GPU-a", Name: "Tesla T4", State: api.GPUDegraded, UnitsTotal: 16, UnitsUsed: 5, UnitsFree: 11,
+		UnitsOffline: 2, UtilizationPct: 40, MemoryTotalMiB: 15360, MemoryUsedMiB: 1024,
+		Instances: []api.Instance{{Instance: 0, State: api.InstanceDown, Clients: 3}},
+	}}}
+	b := Render(s, 3)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("not valid exposition: %v\n%s", err, b)
+	}
+	value := func(name string, labels map[string]string) float64 {
+		t.Helper()
+		f, ok := fams[name]
+		if !ok {
+			t.Fatalf("no %s", name)
+		}
+	next:
+		for _, m := range f.Metric {
+			for _, l := range m.Label {
+				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
+					continue next
+				}
+			}
+			return m.GetGauge().GetValue()
+		}
+		t.Fatalf("no %s with %v", name, labels)
+		return 0
+	}
+	gpu := map[string]string{"gpu": "0", "uuid": "GPU-a", "name": "Tesla T4"}
+	checks := []struct {
+		name   string
+		labels map[string]string
+		want   float64
+	}{
+		{"gpulet_units_total", gpu, 16},
+		{"gpulet_units_used", gpu, 5},
+		{"gpulet_units_free", gpu, 11},
+		{"gpulet_units_offline", gpu, 2},
+		{"gpulet_gpu_utilization_percent", gpu, 40},
+		{"gpulet_gpu_memory_used_bytes", gpu, 1024 << 20},
+		{"gpulet_gpu_state", map[string]string{"state": "degraded"}, 1},
+		{"gpulet_gpu_state", map[string]string{"state": "working"}, 0},
+		{"gpulet_node_state", map[string]string{"state": "draining"}, 1},
+		{"gpulet_mps_instance_up", map[string]string{"instance": "0"}, 0},
+		{"gpulet_mps_instance_clients", map[string]string{"instance": "0"}, 3},
+		{"gpulet_leases", nil, 3},
+		{"gpulet_snapshot_seq", nil, 7},
+	}
+	for _, c := range checks {
+		if got := value(c.name, c.labels); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}

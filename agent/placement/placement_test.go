@@ -1,0 +1,46 @@
+package placement
+
+import "testing"
+
+func TestChoose(t *testing.T) {
+	cands := []Candidate{
+		{GPU: 0, Instance: 0, Free: 8, GPUFree: 12},
+		{GPU: 0, Instance: 1, Free: 4, GPUFree: 12},
+		{GPU: 1, Instance: 0, Free: 3, GPUFree: 3},
+		{GPU: 2, Instance: 0, Free: 16, GPUFree: 16},
+	}
+	for _, tc := range []struct {
+		policy    Policy
+		gpu, inst int
+	}{
+		{BestFit, 1, 0},
+		{FirstFit, 0, 0},
+		{Spread, 2, 0},
+	} {
+		got, ok := tc.policy.Choose(cands)
+		if !ok || got.GPU != tc.gpu || got.Instance != tc.inst {
+			t.Errorf("%s chose %+v, want GPU %d instance %d", tc.policy, got, tc.gpu, tc.inst)
+		}
+	}
+	// Best fit takes the tightest instance on the tightest GPU.
+	got, _ := BestFit.Choose(cands[:2])
+	if got.Instance != 1 {
+		t.Errorf("best-fit within a GPU chose instance %d, want 1", got.Instance)
+	}
+	if _, ok := BestFit.Choose(nil); ok {
+		t.Error("chose from no candidates")
+	}
+}
+
+func TestParsePolicy(t *testing.T) {
+	for _, p := range Policies {
+		if got, err := ParsePolicy(string(p)); err != nil || got != p {
+			t.Errorf("ParsePolicy(%q) = %q, %v", p, got, err)
+		}
+	}
+	for _, bad := range []string{"", "bestfit", "score"} {
+		if _, err := ParsePolicy(bad); err == nil {
+			t.Errorf("ParsePolicy(%q) accepted", bad)
+		}
+	}
+}
