@@ -190,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	daemon.SdNotify(false, daemon.SdNotifyReady)
 	snap := a.store.Load().Snapshot
-	log.Info("gpuletd ready", "socket", cfg.Socket, "backend", snap.Backend, "gpus", len(snap.GPUs), "units", snap.UnitsTotal, "run-dir", cfg.RunDir)
+	log.Info("gpuletd ready", "socket", ln.Addr().String(), "backend", snap.Backend, "gpus", len(snap.GPUs), "units", snap.UnitsTotal, "run-dir", cfg.RunDir)
 
 	ticker := time.NewTicker(cfg.SampleInterval)
 	defer ticker.Stop()

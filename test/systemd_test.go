@@ -1,0 +1,109 @@
+package test
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gpulet/gpulet/client"
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+// TestUnitFilesVerify runs systemd-analyze verify on the shipped unit files,
+// with ExecStart pointed at the binary built for this run. Any complaint fails:
+// verify exits 0 on some of them (an unknown KillMode, for one).
+func TestUnitFilesVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("systemd-analyze is not installed:", err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"gpuletd.service", "gpuletd.socket"} {
+		b, err := os.ReadFile(filepath.Join("..", "systemd", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		unit := strings.ReplaceAll(string(b), "/usr/local/bin/gpuletd", e2e.Bin("gpuletd"))
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(unit), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(analyze, "verify", "--man=no", "./gpuletd.service", "./gpuletd.socket")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// TestSocketActivationAndNotify runs gpuletd under systemd-socket-activate with
+// a NOTIFY_SOCKET of the test's: the API answers on the passed socket, READY=1
+// comes once it does, STOPPING=1 on SIGTERM.
+func TestSocketActivationAndNotify(t *testing.T) {
+	activate, err := exec.LookPath("systemd-socket-activate")
+	if err != nil {
+		t.Skip("systemd-socket-activate is not installed:", err)
+	}
+	dir := t.TempDir()
+	notifyPath := filepath.Join(dir, "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	sock := filepath.Join(dir, "api.sock")
+	cmd := exec.Command(activate, "-l", sock, "-E", "NOTIFY_SOCKET="+notifyPath, e2e.Bin("gpuletd"),
+		"--backend", "sim", "--mps", "off", "--mount", "", "--run-dir", filepath.Join(dir, "run"),
+		"--state-dir", filepath.Join(dir, "state"), "--socket", filepath.Join(dir, "unused.sock"))
+	log := &e2e.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("log:\n%s", log.String())
+		}
+	}()
+	e2e.Eventually(t, "the activation socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	c := &client.Client{Socket: sock}
+	s, err := c.Snapshot(e2e.Ctx(t))
+	if err != nil || s.Backend != "simulated" {
+		t.Fatalf("snapshot over the activated socket: %+v %v", s, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "unused.sock")); err == nil {
+		t.Fatal("gpuletd made its own socket although systemd passed one")
+	}
+	waitNotify(t, notify, "READY=1")
+	cmd.Process.Signal(syscall.SIGTERM)
+	waitNotify(t, notify, "STOPPING=1")
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("exit after SIGTERM: %v", err)
+	}
+}
+
+// waitNotify reads notification datagrams until one holds want.
+func waitNotify(t *testing.T, c *net.UnixConn, want string) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c.SetReadDeadline(deadline)
+		n, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("waiting for %s: %v", want, err)
+		}
+		for _, line := range strings.Split(string(buf[:n]), "\n") {
+			if line == want {
+				return
+			}
+		}
+	}
+}
