@@ -9,7 +9,7 @@ LOCAL     := $(CURDIR)/.run
 ifeq ($(shell id -u),0)
 RUN_FLAGS ?=
 else
-RUN_FLAGS ?= --socket $(LOCAL)/gpulet.sock --run-dir $(LOCAL) --state-dir $(LOCAL)/state --mount $(LOCAL)/view
+RUN_FLAGS ?= --socket-group= --socket $(LOCAL)/gpulet.sock --run-dir $(LOCAL) --state-dir $(LOCAL)/state --mount $(LOCAL)/view
 endif
 
 .PHONY: all build run test test-deps bench fuzz vet clean

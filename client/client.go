@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"syscall"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -101,6 +102,9 @@ func (c *Client) send(ctx context.Context, method, path string, body, out any) e
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if errors.Is(err, syscall.EACCES) {
+			return fmt.Errorf("cannot reach gpuletd at %s: permission denied: your user must be in the socket's group (gpuletd --socket-group, default gpulet) (%w)", c.SocketPath(), ErrNoDaemon)
 		}
 		return fmt.Errorf("cannot reach gpuletd at %s: is it running? (%w: %v)", c.SocketPath(), ErrNoDaemon, unwrapDial(err))
 	}

@@ -1,13 +1,18 @@
 package test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/client"
 )
 
 // helperRoleEnv makes the test binary act as a separate process in a test
@@ -18,6 +23,8 @@ func runHelperRole(role string) int {
 	switch role {
 	case "claim":
 		return claimRole()
+	case "user":
+		return userRole()
 	}
 	fmt.Fprintln(os.Stderr, "unknown role", role)
 	return 2
@@ -76,4 +83,42 @@ func claimRole() int {
 	}
 	fmt.Fprintln(os.Stderr, "no free unit")
 	return 1
+}
+
+// userRole runs as an ordinary user against GPULET_SOCKET and prints, one per
+// line, what each call gave: its own lease, what it can list, and whether it
+// could touch the lease GPULET_E2E_OTHER_LEASE or the simulation controls.
+func userRole() int {
+	ctx := context.Background()
+	var c client.Client
+	code := func(err error) string {
+		if err == nil {
+			return "ok"
+		}
+		for _, e := range []error{client.ErrNotFound, client.ErrForbidden} {
+			if errors.Is(err, e) {
+				return e.Error()
+			}
+		}
+		return "error: " + err.Error()
+	}
+	own, err := c.Lease(ctx, api.LeaseRequest{Units: 1, TTL: "1m"})
+	if err != nil {
+		fmt.Println("lease=" + code(err))
+		return 1
+	}
+	fmt.Printf("lease=ok uid=%d\n", own.Owner.UID)
+	leases, err := c.Leases(ctx)
+	fmt.Printf("list=%s count=%d\n", code(err), len(leases))
+	other := os.Getenv("GPULET_E2E_OTHER_LEASE")
+	_, err = c.GetLease(ctx, other)
+	fmt.Println("get-other=" + code(err))
+	fmt.Println("release-other=" + code(c.Release(ctx, other)))
+	u := 50
+	_, err = c.SetSimGPU(ctx, 0, api.SimGPUUpdate{UtilizationPct: &u})
+	fmt.Println("sim=" + code(err))
+	_, err = c.Drain(ctx)
+	fmt.Println("drain=" + code(err))
+	fmt.Println("release-own=" + code(c.Release(ctx, own.ID)))
+	return 0
 }
