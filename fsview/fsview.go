@@ -78,6 +78,9 @@ func Mount(dir string, src Source, opts Options) (*View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot mount view at %s: %w", dir, err)
 	}
+	if err := checkFUSE(); err != nil {
+		return nil, fmt.Errorf("cannot mount view at %s: %w", abs, err)
+	}
 	if err := prepare(abs, log); err != nil {
 		return nil, fmt.Errorf("cannot mount view at %s: %w", abs, err)
 	}
@@ -143,6 +146,22 @@ func mountOptions(debugFUSE bool, log *slog.Logger) fuse.MountOptions {
 			return fuse.EIO
 		},
 	}
+}
+
+// checkFUSE says plainly what is missing for a mount, where fusermount3 would
+// only print "failed to open /dev/fuse" and exit non-zero.
+func checkFUSE() error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		return errors.New("not root and no fusermount3 found (install Debian's fuse3)")
+	}
+	f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("not root and /dev/fuse cannot be opened (%w)", err)
+	}
+	return f.Close()
 }
 
 // prepare makes dir ready to be mounted on: it removes a stale mount, creates a
