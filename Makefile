@@ -18,6 +18,8 @@ all: build
 
 build:
 	$(GO) build -o $(BIN)/gpuletd ./cmd/gpuletd
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpurun ./cmd/gpurun
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpulet ./cmd/gpulet
 
 run: build
 	@./scripts/run-banner.sh "$(RUN_FLAGS)"

@@ -9,6 +9,8 @@ while [ $# -gt 0 ]; do
 done
 cat <<TXT
 gpuletd starts in the foreground (Ctrl-C stops it). In another terminal:
+  export GPULET_SOCKET=$sock
+  bin/gpulet status
+  bin/gpurun --units 1 -- sh -c 'echo \$CUDA_VISIBLE_DEVICES'
   curl --unix-socket $sock http://gpulet/v1/snapshot
-  curl --unix-socket $sock -X POST -d '{"units":1,"ttl":"60s"}' http://gpulet/v1/leases
 TXT

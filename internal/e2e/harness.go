@@ -30,6 +30,8 @@ var binDir string
 // module root. gpurun is built without cgo, as users get it.
 var Binaries = []struct{ Name, Pkg string }{
 	{"gpuletd", "./cmd/gpuletd"},
+	{"gpurun", "./cmd/gpurun"},
+	{"gpulet", "./cmd/gpulet"},
 }
 
 // Main builds the binaries into a temporary folder, runs the tests and cleans

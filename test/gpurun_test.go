@@ -1,0 +1,219 @@
+package test
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/client"
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+// gpurun runs the real gpurun against d with args, returning output and exit code.
+func gpurun(t *testing.T, d *e2e.Daemon, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(e2e.Bin("gpurun"), args...)
+	cmd.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket, "GPULET_RUN_DIR="+d.RunDir)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
+func TestGpurunExecsWithTheLeaseEnv(t *testing.T) {
+	d := e2e.Start(t)
+	// The command reports its pid and env, and the lease the daemon holds for
+	// it while it runs.
+	script := `echo pid=$$; echo lease=$GPULET_LEASE_ID; echo cvd=$CUDA_VISIBLE_DEVICES; echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo keep=$KEEP_ME; exit 7`
+	cmd := exec.Command(e2e.Bin("gpurun"), "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket, "KEEP_ME=yes", "CUDA_VISIBLE_DEVICES=stale")
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
+		t.Fatalf("exit: %v, want status 7; output %s", err, out)
+	}
+	vals := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		k, v, _ := strings.Cut(line, "=")
+		vals[k] = v
+	}
+	if vals["pid"] != strconv.Itoa(cmd.Process.Pid) {
+		t.Fatalf("command ran as pid %s, gpurun was %d: not exec'd in place", vals["pid"], cmd.Process.Pid)
+	}
+	s, _ := d.Client.Snapshot(e2e.Ctx(t))
+	if !strings.HasPrefix(vals["lease"], "l-") || vals["cvd"] != s.GPUs[0].UUID || vals["pct"] != "7" || vals["keep"] != "yes" {
+		t.Fatalf("env seen by the command: %v", vals)
+	}
+	// The lease ended with the command.
+	if _, err := d.Client.GetLease(e2e.Ctx(t), vals["lease"]); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("lease after the command exited: %v", err)
+	}
+}
+
+func TestGpurunLeaseIsBoundToTheCommand(t *testing.T) {
+	d := e2e.Start(t)
+	cmd := exec.Command(e2e.Bin("gpurun"), "--", "sleep", "300")
+	cmd.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var lease api.Lease
+	e2e.Eventually(t, "the lease of gpurun's pid", func() bool {
+		ls, err := d.Client.Leases(e2e.Ctx(t))
+		if err != nil || len(ls) != 1 {
+			return false
+		}
+		lease = ls[0]
+		return true
+	})
+	if lease.Owner.PID != cmd.Process.Pid {
+		t.Fatalf("lease bound to pid %d, gpurun (now sleep) is %d", lease.Owner.PID, cmd.Process.Pid)
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	cmd.Wait()
+	e2e.Eventually(t, "units free after kill -9 of the command", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.UnitsFree == s.UnitsTotal
+	})
+}
+
+func TestGpurunFailures(t *testing.T) {
+	d := e2e.Start(t)
+	plain := filepath.Join(t.TempDir(), "plain-file")
+	os.WriteFile(plain, []byte("not a program\n"), 0o644)
+	garbage := filepath.Join(t.TempDir(), "garbage")
+	os.WriteFile(garbage, []byte{0, 1, 2, 3}, 0o755)
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		msg  string
+	}{
+		{"not found", []string{"--", "no-such-command-xyz"}, 127, "no-such-command-xyz: command not found"},
+		{"not executable", []string{"--", plain}, 126, "permission denied"},
+		{"exec fails after the lease", []string{"--", garbage}, 126, "exec format error"},
+		{"no command", []string{"--units", "1"}, 2, "no command given"},
+		{"more than M", []string{"--units", "2", "--", "true"}, 125, "more than one process may hold"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, code := gpurun(t, d, tc.args...)
+			if code != tc.code || !strings.Contains(out, tc.msg) {
+				t.Fatalf("exit %d, output %q; want %d containing %q", code, out, tc.code, tc.msg)
+			}
+		})
+	}
+	s, _ := d.Client.Snapshot(e2e.Ctx(t))
+	if s.UnitsFree != s.UnitsTotal {
+		t.Fatal("a failed gpurun left a lease")
+	}
+	// No daemon at all.
+	cmd := exec.Command(e2e.Bin("gpurun"), "--socket", "/nonexistent/gpulet.sock", "--", "true")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 125 || !strings.Contains(string(out), "/nonexistent/gpulet.sock") || !strings.Contains(string(out), "--offline") {
+		t.Fatalf("no daemon: %v %q", err, out)
+	}
+}
+
+func TestGpurunNoUnitsAndWait(t *testing.T) {
+	d := e2e.Start(t, "--sim-gpus", "1xT4", "--clients-per-instance", "1")
+	holder := exec.Command(e2e.Bin("gpurun"), "--", "sleep", "300")
+	holder.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Kill()
+	e2e.Eventually(t, "the holder's lease", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.UnitsFree == 0
+	})
+	out, code := gpurun(t, d, "--", "true")
+	if code != 125 || !strings.Contains(out, "asked for 1 unit") || !strings.Contains(out, "0 free") {
+		t.Fatalf("no units: exit %d %q", code, out)
+	}
+	waiter := exec.Command(e2e.Bin("gpurun"), "--wait", "30s", "--", "sh", "-c", "echo got $GPULET_LEASE_ID")
+	waiter.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
+	stderr, _ := waiter.StderrPipe()
+	var stdout strings.Builder
+	waiter.Stdout = &stdout
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stderr).ReadString('\n')
+	if !strings.Contains(line, "waiting up to 30s for 1 unit(s); 0 free") {
+		t.Fatalf("waiting message %q", line)
+	}
+	holder.Process.Kill()
+	holder.Wait()
+	if err := waiter.Wait(); err != nil || !strings.HasPrefix(stdout.String(), "got l-") {
+		t.Fatalf("waiter: %v, output %q", err, stdout.String())
+	}
+}
+
+func TestGpurunInterruptedWaitLeavesNothing(t *testing.T) {
+	d := e2e.Start(t, "--sim-gpus", "1xT4", "--clients-per-instance", "1")
+	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"}); err != nil {
+		t.Fatal(err)
+	}
+	waiter := exec.Command(e2e.Bin("gpurun"), "--wait", "60s", "--", "true")
+	waiter.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
+	stderr, _ := waiter.StderrPipe()
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	bufio.NewReader(stderr).ReadString('\n')
+	waiter.Process.Signal(syscall.SIGINT)
+	err := waiter.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Fatalf("interrupted waiter: %v", err)
+	}
+	ls, _ := d.Client.Leases(e2e.Ctx(t))
+	if len(ls) != 1 {
+		t.Fatalf("%d leases after the interrupted wait, want 1", len(ls))
+	}
+}
+
+func TestGpurunOfflineWhileDaemonIsDown(t *testing.T) {
+	d := e2e.Start(t)
+	d.Stop()
+	cmd := exec.Command(e2e.Bin("gpurun"), "--offline", "--gpu", "1", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES $GPULET_LEASE_ID; exec sleep 300")
+	cmd.Env = append(os.Environ(), "GPULET_RUN_DIR="+d.RunDir)
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	line := readLine(t, out)
+	d.Restart()
+	s, err := d.Client.Snapshot(e2e.Ctx(t))
+	if err != nil || s.GPUs[1].UnitsOffline != 1 || line != s.GPUs[1].UUID+" offline" {
+		t.Fatalf("after restart: offline %d, command saw %q: %v", s.GPUs[1].UnitsOffline, line, err)
+	}
+	// The command dies: the claim is stale and freed.
+	cmd.Process.Kill()
+	cmd.Wait()
+	e2e.Eventually(t, "the offline claim freed", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.GPUs[1].UnitsOffline == 0
+	})
+	// No ledger at all: a clear error.
+	bad := exec.Command(e2e.Bin("gpurun"), "--offline", "--run-dir", t.TempDir(), "--", "true")
+	msg, err := bad.CombinedOutput()
+	if err == nil || !strings.Contains(string(msg), "no pipe-file ledger") {
+		t.Fatalf("offline without a ledger: %v %q", err, msg)
+	}
+}
