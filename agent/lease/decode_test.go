@@ -1,10 +1,10 @@
 package lease
 
 import (
-	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
@@ -65,20 +65,56 @@ func FuzzDecodeRequest(f *testing.F) {
 	})
 }
 
+func journalText(t testing.TB, recs ...record) string {
+	var out []byte
+	for _, r := range recs {
+		b, err := encodeRecord(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b...)
+	}
+	return string(out)
+}
+
+func TestDecodeJournalReplays(t *testing.T) {
+	model, _ := units.New(2, 4, 2, 0)
+	shapes := []gpuShape{{UUID: "GPU-a", UnitsTotal: model.UnitsPerGPU, InstanceOf: model.InstanceOf, UnitsPerMax: 2}}
+	deadline := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	later := deadline.Add(time.Hour)
+	a := journalEntry{Lease: api.Lease{ID: "l-000000000000000a", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{0, 1}, Owner: api.Owner{PID: 1}}, StartTime: 5}
+	b := journalEntry{Lease: api.Lease{ID: "l-000000000000000b", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{2}}, Deadline: &deadline, TTLNanos: int64(time.Minute)}
+	c := journalEntry{Lease: api.Lease{ID: "l-000000000000000c", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{1}, Owner: api.Owner{PID: 2}}}
+	text := journalText(t,
+		record{Op: opSchema, Schema: JournalSchema},
+		record{Op: opLease, Entry: &a},
+		record{Op: opLease, Entry: &b},
+		record{Op: opRenew, ID: b.Lease.ID, Deadline: &later},
+		record{Op: opLease, Entry: &c}, // shares unit 1 with a: dropped
+	)
+	entries, dropped, err := decodeJournal([]byte(text), shapes)
+	if err != nil || len(entries) != 2 || len(dropped) != 1 || !entries[1].Deadline.Equal(later) {
+		t.Fatalf("entries %+v dropped %v err %v", entries, dropped, err)
+	}
+	// An end removes a (so c's unit is its own again); a damaged record stops
+	// the replay and keeps what came before.
+	text2 := text + journalText(t, record{Op: opEnd, ID: a.Lease.ID}) + "deadbeef {\"op\":\"end\",\"id\":\"" + b.Lease.ID + "\"}\n"
+	entries, _, err = decodeJournal([]byte(text2), shapes)
+	if err == nil || len(entries) != 2 || entries[0].Lease.ID != b.Lease.ID || entries[1].Lease.ID != c.Lease.ID {
+		t.Fatalf("after end and damage: %+v %v", entries, err)
+	}
+}
+
 func FuzzDecodeJournal(f *testing.F) {
 	model, _ := units.New(2, 4, 2, 0)
 	shapes := []gpuShape{{UUID: "GPU-a", UnitsTotal: model.UnitsPerGPU, InstanceOf: model.InstanceOf, UnitsPerMax: 2}}
-	good, _ := json.Marshal(journal{Schema: JournalSchema, Leases: []journalEntry{
-		{Lease: api.Lease{ID: "l-0123456789abcdef", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{0, 1}, Owner: api.Owner{PID: 1}}, StartTime: 5},
-	}})
-	for _, s := range []string{string(good), `{}`, `{"schema":"gpulet.journal/v1","leases":[{}]}`, `not json`, `{"schema":"gpulet.journal/v1","leases":null}`} {
+	e := journalEntry{Lease: api.Lease{ID: "l-0123456789abcdef", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{0, 1}, Owner: api.Owner{PID: 1}}, StartTime: 5}
+	good := journalText(f, record{Op: opSchema, Schema: JournalSchema}, record{Op: opLease, Entry: &e}, record{Op: opEnd, ID: e.Lease.ID})
+	for _, s := range []string{good, good[:len(good)/2], "", "x", "00000000 {}\n"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b string) {
-		entries, _, err := decodeJournal([]byte(b), shapes)
-		if err != nil {
-			return
-		}
+		entries, _, _ := decodeJournal([]byte(b), shapes)
 		seen := map[int]bool{}
 		for _, e := range entries {
 			if !validID(e.Lease.ID) || e.Lease.GPU.UUID != "GPU-a" || len(e.Lease.Units) == 0 || len(e.Lease.Units) > 2 {

@@ -1,24 +1,45 @@
 package lease
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"hash/crc32"
+	"os"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/api"
 )
 
-// JournalSchema names the journal's format.
-const JournalSchema = "gpulet.journal/v1"
+// JournalSchema names the journal's format; it is the first record of a file.
+const JournalSchema = "gpulet.journal/v2"
 
-// journal is what <run-dir>/leases.json holds: every live lease with what is
-// needed to take it back after a crash of the daemon. It lives in the run dir
-// (tmpfs in production) because leases cannot outlive a reboot, and is written
-// by rename without fsync: it must survive the daemon's crash, not the kernel's.
-type journal struct {
-	Schema string         `json:"schema"`
-	Leases []journalEntry `json:"leases"`
+// The journal (<run-dir>/leases.journal) is an append-only log of checksummed
+// records, one line each: "%08x %s\n", the CRC-32 of the JSON record, then the
+// record. A grant, an end or a renewal appends one record with one write, before
+// the API answers; a rewrite holding just the live leases (temp file and rename)
+// keeps it short. It lives in the run dir (tmpfs in production) because leases
+// cannot outlive a reboot, and it is not fsynced: it must survive the daemon's
+// crash, not the kernel's.
+type record struct {
+	Op string `json:"op"`
+	// Schema is set on the "schema" record that opens a file.
+	Schema string        `json:"schema,omitempty"`
+	Entry  *journalEntry `json:"entry,omitempty"`
+	// ID names the lease of an "end" or "renew" record.
+	ID       string     `json:"id,omitempty"`
+	Deadline *time.Time `json:"deadline,omitempty"`
 }
+
+// Record operations.
+const (
+	opSchema = "schema"
+	opLease  = "lease"
+	opEnd    = "end"
+	opRenew  = "renew"
+)
 
 type journalEntry struct {
 	Lease api.Lease `json:"lease"`
@@ -38,39 +59,117 @@ type gpuShape struct {
 	UnitsPerMax int
 }
 
-// decodeJournal parses a journal and checks it against the node's GPUs.
-// Malformed JSON is an error (the caller rebuilds from the ledger); entries that
-// do not fit the node (unknown GPU, bad units, a unit in two leases) are dropped
-// and listed in dropped.
-func decodeJournal(b []byte, gpus []gpuShape) (entries []journalEntry, dropped []string, err error) {
-	var j journal
-	if err := json.Unmarshal(b, &j); err != nil {
-		return nil, nil, fmt.Errorf("journal: %w", err)
+// maxRecord bounds one line, far above any real lease record.
+const maxRecord = 1 << 20
+
+func encodeRecord(r record) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
 	}
-	if j.Schema != JournalSchema {
-		return nil, nil, fmt.Errorf("journal: schema %q, want %q", j.Schema, JournalSchema)
+	out := make([]byte, 0, len(b)+10)
+	out = fmt.Appendf(out, "%08x ", crc32.ChecksumIEEE(b))
+	out = append(out, b...)
+	return append(out, '\n'), nil
+}
+
+// decodeJournal replays a journal and checks the leases it leaves against the
+// node's GPUs. A damaged record (bad checksum, malformed JSON, unknown
+// operation) stops the replay: what came before it is kept and err says where
+// it stopped. Leases that do not fit the node (unknown GPU, bad units, a unit
+// in two leases) are dropped and listed in dropped.
+func decodeJournal(b []byte, gpus []gpuShape) (entries []journalEntry, dropped []string, err error) {
+	live := map[string]journalEntry{}
+	var order []string
+	for n := 1; len(b) > 0; n++ {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		r, rerr := decodeRecord(line)
+		if rerr == nil && n == 1 && (r.Op != opSchema || r.Schema != JournalSchema) {
+			rerr = fmt.Errorf("not a %s journal", JournalSchema)
+		}
+		if rerr == nil && n > 1 {
+			rerr = applyRecord(live, &order, r)
+		}
+		if rerr != nil {
+			err = fmt.Errorf("journal record %d: %w", n, rerr)
+			break
+		}
 	}
 	taken := map[[2]int]bool{}
-	ids := map[string]bool{}
-	for _, e := range j.Leases {
-		if why := checkEntry(e, gpus, taken, ids); why != "" {
-			dropped = append(dropped, fmt.Sprintf("lease %q: %s", e.Lease.ID, why))
+	for _, id := range order {
+		e, ok := live[id]
+		if !ok {
+			continue
+		}
+		if why := checkEntry(e, gpus, taken); why != "" {
+			dropped = append(dropped, fmt.Sprintf("lease %q: %s", id, why))
 			continue
 		}
 		for _, u := range e.Lease.Units {
 			taken[[2]int{e.Lease.GPU.Index, u}] = true
 		}
-		ids[e.Lease.ID] = true
 		entries = append(entries, e)
 	}
-	return entries, dropped, nil
+	return entries, dropped, err
 }
 
-func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]bool, ids map[string]bool) string {
-	l := e.Lease
-	if !validID(l.ID) || ids[l.ID] {
-		return "bad or repeated id"
+func decodeRecord(line []byte) (record, error) {
+	var r record
+	if len(line) < 10 || line[8] != ' ' || len(line) > maxRecord {
+		return r, errors.New("malformed line")
 	}
+	var sum uint32
+	if _, err := fmt.Sscanf(string(line[:8]), "%08x", &sum); err != nil {
+		return r, errors.New("malformed checksum")
+	}
+	body := line[9:]
+	if crc32.ChecksumIEEE(body) != sum {
+		return r, errors.New("checksum mismatch")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return r, fmt.Errorf("malformed record: %w", err)
+	}
+	return r, nil
+}
+
+func applyRecord(live map[string]journalEntry, order *[]string, r record) error {
+	switch r.Op {
+	case opLease:
+		if r.Entry == nil || !validID(r.Entry.Lease.ID) {
+			return errors.New("lease record without a valid lease")
+		}
+		id := r.Entry.Lease.ID
+		if _, dup := live[id]; !dup {
+			*order = append(*order, id)
+		}
+		live[id] = *r.Entry
+	case opEnd:
+		delete(live, r.ID)
+	case opRenew:
+		e, ok := live[r.ID]
+		if !ok || r.Deadline == nil {
+			return errors.New("renewal of an unknown lease")
+		}
+		d := *r.Deadline
+		e.Deadline = &d
+		exp := d
+		e.Lease.Expires = &exp
+		live[r.ID] = e
+	default:
+		return fmt.Errorf("unknown operation %q", r.Op)
+	}
+	return nil
+}
+
+func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]bool) string {
+	l := e.Lease
 	if l.GPU.Index < 0 || l.GPU.Index >= len(gpus) || gpus[l.GPU.Index].UUID != l.GPU.UUID {
 		return "GPU not on this node"
 	}
@@ -105,10 +204,67 @@ func validID(id string) bool {
 	return true
 }
 
-func jsonMarshal(j journal) ([]byte, error) {
-	b, err := json.Marshal(j)
-	if err != nil {
-		return nil, err
+// journal is the open log.
+type journal struct {
+	path string
+	f    *os.File
+	// records counts the records appended since the last rewrite.
+	records int
+}
+
+// rewrite replaces the journal with one holding just entries, and opens it for
+// appending.
+func (j *journal) rewrite(entries []journalEntry) error {
+	var buf bytes.Buffer
+	recs := []record{{Op: opSchema, Schema: JournalSchema}}
+	for i := range entries {
+		recs = append(recs, record{Op: opLease, Entry: &entries[i]})
 	}
-	return append(b, '\n'), nil
+	for _, r := range recs {
+		b, err := encodeRecord(r)
+		if err != nil {
+			return err
+		}
+		buf.Write(b)
+	}
+	if err := ledger.WriteFileAtomic(j.path, buf.Bytes(), 0o600); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return err
+	}
+	if j.f != nil {
+		j.f.Close()
+	}
+	j.f, j.records = f, 0
+	return nil
+}
+
+// append writes one record with one write(2).
+func (j *journal) append(r record) error {
+	if j.f == nil {
+		return errors.New("journal is not open")
+	}
+	b, err := encodeRecord(r)
+	if err != nil {
+		return err
+	}
+	if _, err := j.f.Write(b); err != nil {
+		return err
+	}
+	j.records++
+	return nil
+}
+
+// due says whether the log has grown enough, against live leases, to rewrite.
+func (j *journal) due(live int) bool { return j.records > 256+2*live }
+
+func (j *journal) close() error {
+	if j.f == nil {
+		return nil
+	}
+	err := j.f.Close()
+	j.f = nil
+	return err
 }

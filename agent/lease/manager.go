@@ -74,7 +74,7 @@ type Config struct {
 	Model   units.Model
 	Devices []inventory.Device
 	Ledger  *ledger.Ledger
-	// JournalPath is where live leases are recorded (<run-dir>/leases.json).
+	// JournalPath is where live leases are recorded (<run-dir>/leases.journal).
 	JournalPath string
 	Policy      placement.Policy
 	// Conditions returns the current conditions; it must not call the Manager.
@@ -149,7 +149,12 @@ type Manager struct {
 	leases map[string]*lease
 	// waiters are requests waiting for units, oldest first.
 	waiters []*waiter
-	closed  bool
+	// journal records live leases; written under mu.
+	journal journal
+	// eventChanged records that ledger events changed the table since the last
+	// Batch, so that the daemon's own FIFOs coming and going publish nothing.
+	eventChanged bool
+	closed       bool
 }
 
 // New builds the Manager, takes back what the journal and the ledger hold, and
@@ -167,7 +172,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.InstanceEnv == nil {
 		cfg.InstanceEnv = func(int, int) map[string]string { return nil }
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, leases: map[string]*lease{}}
+	m := &Manager{cfg: cfg, log: cfg.Logger, leases: map[string]*lease{}, journal: journal{path: cfg.JournalPath}}
 	for _, d := range cfg.Devices {
 		m.gpus = append(m.gpus, &gpuTable{dev: d, slots: make([]slot, cfg.Model.UnitsPerGPU)})
 	}
@@ -191,7 +196,7 @@ func (m *Manager) restore() {
 		var dropped []string
 		entries, dropped, err = decodeJournal(b, m.shapes())
 		if err != nil {
-			m.log.Error("lease journal corrupt; rebuilding from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err)
+			m.log.Error("lease journal damaged: keeping the leases recorded before the damage, the rest is rebuilt from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err, "kept", len(entries))
 		}
 		for _, d := range dropped {
 			m.log.Warn("lease journal entry dropped", "entry", d)
@@ -231,7 +236,7 @@ func (m *Manager) restore() {
 	}
 	m.rescanLocked()
 	m.probeLocked()
-	if err := m.writeJournalLocked(); err != nil {
+	if err := m.journal.rewrite(m.entriesLocked()); err != nil {
 		m.log.Error("cannot write lease journal", "err", err)
 	}
 }
@@ -258,16 +263,33 @@ func (m *Manager) Watch(ctx context.Context) error {
 // methods on Manager itself.
 type ledgerEvents Manager
 
-func (e *ledgerEvents) Unit(g, i int) {
+func (e *ledgerEvents) Unit(g, i int, gone bool) {
 	m := (*Manager)(e)
 	m.mu.Lock()
-	if !m.closed {
-		m.syncSlotLocked(g, i)
+	defer m.mu.Unlock()
+	if m.closed {
+		return
 	}
-	m.mu.Unlock()
+	// The daemon's own FIFOs appearing, and FIFOs of units already free
+	// going, change nothing: skip the look at the file.
+	switch st := m.gpus[g].slots[i].state; {
+	case st == slotLeased && !gone, st == slotFree && gone:
+		return
+	}
+	m.syncSlotLocked(g, i)
 }
 func (e *ledgerEvents) Rescan() { (*Manager)(e).Rescan() }
-func (e *ledgerEvents) Batch()  { (*Manager)(e).cfg.OnChange() }
+
+func (e *ledgerEvents) Batch() {
+	m := (*Manager)(e)
+	m.mu.Lock()
+	changed := m.eventChanged
+	m.eventChanged = false
+	m.mu.Unlock()
+	if changed {
+		m.cfg.OnChange()
+	}
+}
 
 // Rescan lists the whole ledger again and publishes.
 func (m *Manager) Rescan() {
@@ -311,8 +333,10 @@ func (m *Manager) applyLocked(g, i int, present bool) {
 	case s.state == slotFree && present:
 		s.state = slotOffline
 		s.uid = m.fifoOwner(g, i)
+		m.eventChanged = true
 	case s.state == slotOffline && !present:
 		*s = slot{}
+		m.eventChanged = true
 	case s.state == slotLeased && !present:
 		// Someone removed a lease's pipe file; the lease still holds the unit,
 		// so the file comes back and the count stays right.
@@ -558,7 +582,8 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 			m.gpus[c.GPU].slots[u] = slot{state: slotLeased, lease: l}
 		}
 		m.leases[l.ID] = l
-		if err := m.writeJournalLocked(); err != nil {
+		e := l.entry()
+		if err := m.recordLocked(record{Op: opLease, Entry: &e}); err != nil {
 			m.dropLocked(l)
 			return nil, fmt.Errorf("cannot record the lease: %w", err)
 		}
@@ -784,7 +809,7 @@ func (m *Manager) end(id, reason string) {
 
 func (m *Manager) dropAndRecordLocked(l *lease, reason string) {
 	m.dropLocked(l)
-	if err := m.writeJournalLocked(); err != nil {
+	if err := m.recordLocked(record{Op: opEnd, ID: l.ID}); err != nil {
 		m.log.Error("cannot write lease journal", "err", err)
 	}
 	m.log.Info("lease ended", "lease", l.ID, "reason", reason)
@@ -826,6 +851,7 @@ func (m *Manager) serveWaitersLocked() {
 			continue
 		}
 		m.waiters = slices.Delete(m.waiters, i, i+1)
+		m.eventChanged = true
 		w.done <- l
 	}
 }
@@ -888,7 +914,7 @@ func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 	l.deadline = m.cfg.Now().UTC().Add(l.ttl)
 	exp := l.deadline
 	l.Expires = &exp
-	if err := m.writeJournalLocked(); err != nil {
+	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
 		m.log.Error("cannot write lease journal", "err", err)
 	}
 	m.scheduleExpiryLocked(l)
@@ -952,24 +978,38 @@ func (m *Manager) View() View {
 	return v
 }
 
-// writeJournalLocked records every live lease atomically.
-func (m *Manager) writeJournalLocked() error {
-	j := journal{Schema: JournalSchema, Leases: make([]journalEntry, 0, len(m.leases))}
-	for _, l := range m.leases {
-		e := journalEntry{Lease: l.Lease, StartTime: l.startTime}
-		if l.ttl > 0 {
-			d := l.deadline
-			e.Deadline = &d
-			e.TTLNanos = int64(l.ttl)
-		}
-		j.Leases = append(j.Leases, e)
-	}
-	sort.Slice(j.Leases, func(a, b int) bool { return j.Leases[a].Lease.ID < j.Leases[b].Lease.ID })
-	b, err := jsonMarshal(j)
-	if err != nil {
+// recordLocked appends r to the journal, rewriting it when it has grown.
+func (m *Manager) recordLocked(r record) error {
+	if err := m.journal.append(r); err != nil {
 		return err
 	}
-	return ledger.WriteFileAtomic(m.cfg.JournalPath, b, 0o600)
+	if m.journal.due(len(m.leases)) {
+		if err := m.journal.rewrite(m.entriesLocked()); err != nil {
+			m.log.Error("cannot rewrite lease journal", "err", err)
+		}
+	}
+	return nil
+}
+
+// entry is what the journal keeps of a lease.
+func (l *lease) entry() journalEntry {
+	e := journalEntry{Lease: l.Lease, StartTime: l.startTime}
+	if l.ttl > 0 {
+		d := l.deadline
+		e.Deadline = &d
+		e.TTLNanos = int64(l.ttl)
+	}
+	return e
+}
+
+// entriesLocked lists every live lease's journal entry, by id.
+func (m *Manager) entriesLocked() []journalEntry {
+	out := make([]journalEntry, 0, len(m.leases))
+	for _, l := range m.leases {
+		out = append(out, l.entry())
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Lease.ID < out[b].Lease.ID })
+	return out
 }
 
 // Close stops granting: waiting requests get unavailable. Live leases stay in
@@ -978,6 +1018,7 @@ func (m *Manager) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.closed = true
+	m.journal.close()
 	for _, w := range m.waiters {
 		w.bind.close()
 		w.done <- nil

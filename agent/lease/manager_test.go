@@ -54,7 +54,7 @@ func (f *fixture) manager(t *testing.T, mutate ...func(*Config)) *Manager {
 	t.Helper()
 	cfg := Config{
 		Model: f.model, Devices: f.devs, Ledger: f.ledger,
-		JournalPath: filepath.Join(f.dir, "leases.json"), Policy: placement.BestFit, Logger: quietLog(),
+		JournalPath: filepath.Join(f.dir, "leases.journal"), Policy: placement.BestFit, Logger: quietLog(),
 	}
 	for _, fn := range mutate {
 		fn(&cfg)
@@ -461,7 +461,7 @@ func TestRestartKeepsLiveLeasesAndFreesDeadOnes(t *testing.T) {
 
 func TestCorruptJournalIsRebuiltFromLedger(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
-	os.WriteFile(filepath.Join(f.dir, "leases.json"), []byte("{not json"), 0o600)
+	os.WriteFile(filepath.Join(f.dir, "leases.journal"), []byte("{not json"), 0o600)
 	unix.Mkfifo(f.ledger.Path(0, 2), 0o600)
 	m := f.manager(t)
 	if v := m.View(); len(v.Leases) != 0 || v.GPUs[0].Used != 0 || f.ledger.Present(0, 2) {
@@ -470,7 +470,7 @@ func TestCorruptJournalIsRebuiltFromLedger(t *testing.T) {
 	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); err != nil {
 		t.Fatal(err)
 	}
-	b, _ := os.ReadFile(filepath.Join(f.dir, "leases.json"))
+	b, _ := os.ReadFile(filepath.Join(f.dir, "leases.journal"))
 	if !strings.Contains(string(b), JournalSchema) {
 		t.Fatalf("journal not rewritten: %s", b)
 	}
@@ -545,5 +545,38 @@ func TestMPSKeepsUsersApart(t *testing.T) {
 	_, err = m.Acquire(context.Background(), Peer{UID: 1003, Admin: true}, ttlReq(1, "1m"))
 	if !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("third user: %v", err)
+	}
+}
+
+func TestJournalStaysShortAndReplays(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m1 := f.manager(t)
+	keep, err := m1.Acquire(context.Background(), root, ttlReq(1, "1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 600; i++ {
+		l, err := m1.Acquire(context.Background(), root, ttlReq(1, "1h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := m1.Renew(root, l.ID); err != nil {
+			t.Fatal(err)
+		}
+		if err := m1.Release(root, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(f.dir, "leases.journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(b), "\n"); lines > 300 {
+		t.Fatalf("journal has %d records after 1800 changes: not rewritten", lines)
+	}
+	m1.Close()
+	m2 := f.manager(t)
+	if v := m2.View(); len(v.Leases) != 1 || v.Leases[0].ID != keep.ID {
+		t.Fatalf("after replay: %+v", v.Leases)
 	}
 }

@@ -11,12 +11,13 @@ import (
 )
 
 // Handler receives what the watch sees. Unit is called with the GPU index and
-// unit of every FIFO name that was created or removed (the handler checks
-// Present for the truth: events may coalesce). Rescan is called when events were
+// unit of every FIFO name that was created (gone false) or removed or renamed
+// away (gone true); the handler checks Present where it needs the truth, as
+// events may coalesce. Rescan is called when events were
 // lost and everything must be listed again. Batch is called after a burst of
 // events has been delivered, so that the handler can publish once per burst.
 type Handler interface {
-	Unit(g, i int)
+	Unit(g, i int, gone bool)
 	Rescan()
 	Batch()
 }
@@ -49,7 +50,7 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 			}
 			name := filepath.Base(ev.Name)
 			if i, ok := ParseUnitName(name, l.model.UnitsPerGPU); ok && l.model.InstanceOf(i) == f.k {
-				h.Unit(f.g, i)
+				h.Unit(f.g, i, ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename))
 				return
 			}
 			if ev.Has(fsnotify.Create) {
