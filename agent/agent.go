@@ -81,8 +81,13 @@ type Agent struct {
 	sampleMu sync.Mutex // guards samples
 	samples  []inventory.Sample
 
+	// changes counts calls of publish; a publish that starts after a change
+	// covers it, so concurrent changes share one snapshot.
+	changes   atomic.Uint64
 	publishMu sync.Mutex // serializes publish, so that seq follows publication order
 	seq       uint64
+	// published is the count of changes the current snapshot covers.
+	published uint64
 }
 
 // OpenInventory picks the backend: NVML when asked or when it initializes under
@@ -155,7 +160,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	a.sample()
 	a.leases, err = lease.New(lease.Config{
 		Model: cfg.Model, Devices: a.devs, Ledger: a.ledger,
-		JournalPath: filepath.Join(cfg.RunDir, "leases.json"),
+		JournalPath: filepath.Join(cfg.RunDir, "leases.journal"),
 		Policy:      cfg.Policy,
 		Conditions:  a.conditions.Load,
 		OnChange:    a.publish,
@@ -455,8 +460,13 @@ func (a *Agent) updateConditions() {
 // publish builds and stores a new snapshot from the lease table and the last
 // samples.
 func (a *Agent) publish() {
+	mine := a.changes.Add(1)
 	a.publishMu.Lock()
 	defer a.publishMu.Unlock()
+	if a.published >= mine {
+		return
+	}
+	a.published = a.changes.Load()
 	view := a.leases.View()
 	samples := a.lastSamples()
 	a.seq++
@@ -517,12 +527,7 @@ func (a *Agent) publish() {
 		s.UnitsReserved += g.UnitsReserved
 	}
 	nLeases := len(view.Leases)
-	p, err := snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, nLeases) })
-	if err != nil {
-		a.log.Error("cannot encode snapshot", "err", err)
-		return
-	}
-	a.store.Store(p)
+	a.store.Store(snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, nLeases) }))
 }
 
 // Published is the current snapshot.

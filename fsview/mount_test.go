@@ -38,11 +38,7 @@ func TestMain(m *testing.M) {
 
 func serveChild(dir string) {
 	var store snapshot.Store
-	p, err := snapshot.New(testSnapshot(1, 5), nil, testMetrics)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
+	p := snapshot.New(testSnapshot(1, 5), nil, testMetrics)
 	store.Store(p)
 	if _, err := Mount(dir, &store, Options{Logger: quietLogger()}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -223,10 +219,10 @@ func TestMountLayout(t *testing.T) {
 			off  int64
 			want string
 		}{
-			{"start", 0, string(p.JSON[:10])},
-			{"middle", 5, string(p.JSON[5:15])},
-			{"tail", int64(len(p.JSON) - 3), string(p.JSON[len(p.JSON)-3:])},
-			{"past end", int64(len(p.JSON) + 100), ""},
+			{"start", 0, string(p.JSON()[:10])},
+			{"middle", 5, string(p.JSON()[5:15])},
+			{"tail", int64(len(p.JSON()) - 3), string(p.JSON()[len(p.JSON())-3:])},
+			{"past end", int64(len(p.JSON()) + 100), ""},
 		}
 		for _, tc := range tests {
 			buf := make([]byte, 10)
@@ -303,7 +299,7 @@ func TestMountFollowsStore(t *testing.T) {
 			if got := readFile(t, filepath.Join(dir, "free_units")); got != step.freeUnits {
 				t.Errorf("free_units = %q, want %q", got, step.freeUnits)
 			}
-			if got := readFile(t, filepath.Join(dir, "snapshot.json")); got != string(step.p.JSON) {
+			if got := readFile(t, filepath.Join(dir, "snapshot.json")); got != string(step.p.JSON()) {
 				t.Errorf("snapshot.json is not the stored one:\n%s", got)
 			}
 			if got := dirNames(t, filepath.Join(dir, "leases")); !slices.Equal(got, step.leases) {
@@ -575,7 +571,7 @@ func TestMountConcurrentReaders(t *testing.T) {
 
 	last := concurrentSnapshot(t, stored.Load()+1)
 	store.Store(last)
-	if got := readFile(t, filepath.Join(dir, "snapshot.json")); got != string(last.JSON) {
+	if got := readFile(t, filepath.Join(dir, "snapshot.json")); got != string(last.JSON()) {
 		t.Errorf("after the writer stopped, snapshot.json is not the last stored")
 	}
 }
@@ -590,11 +586,7 @@ func concurrentSnapshot(tb testing.TB, seq uint64) *snapshot.Published {
 	if seq%2 == 1 {
 		leases = append(leases, testLease(fmt.Sprintf("lease-%d", seq), leaseOwner()))
 	}
-	p, err := snapshot.New(s, leases, testMetrics)
-	if err != nil {
-		tb.Error(err)
-	}
-	return p
+	return snapshot.New(s, leases, testMetrics)
 }
 
 // TestMountReplacesStaleMount kills a process serving a view, which leaves a

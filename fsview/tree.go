@@ -126,7 +126,7 @@ func lookupRoot(p *snapshot.Published, name string) (entry, bool) {
 		}
 	case "snapshot.json":
 		if s != nil {
-			e.data = p.JSON
+			e.data = p.JSON()
 		}
 	case "metrics":
 		if s != nil {

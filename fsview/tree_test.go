@@ -63,11 +63,7 @@ func testLease(id string, uid uint32) api.Lease {
 
 func publish(tb testing.TB, s *api.Snapshot, leases ...api.Lease) *snapshot.Published {
 	tb.Helper()
-	p, err := snapshot.New(s, leases, testMetrics)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return p
+	return snapshot.New(s, leases, testMetrics)
 }
 
 // layoutCase is one file of the layout and the bytes it must hold.
@@ -86,7 +82,7 @@ func layoutCases(p *snapshot.Published, uid uint32) []layoutCase {
 		{"free_units", "28\n"},
 		{"total_units", "32\n"},
 		{"state", "working\n"},
-		{"snapshot.json", string(p.JSON)},
+		{"snapshot.json", string(p.JSON())},
 		{"metrics", "gpulet_units_free 28\ngpulet_seq 7\n"},
 		{"gpus/0/uuid", "GPU-aaaa\n"},
 		{"gpus/0/name", "NVIDIA A100-SXM4-80GB\n"},
@@ -132,7 +128,7 @@ func TestRender(t *testing.T) {
 func TestRenderSnapshotJSONIsPublishedBytes(t *testing.T) {
 	p := publish(t, testSnapshot(7, 28))
 	got, _ := render(p, "snapshot.json")
-	if &got[0] != &p.JSON[0] {
+	if &got[0] != &p.JSON()[0] {
 		t.Error("snapshot.json is a copy, want Published.JSON itself")
 	}
 }

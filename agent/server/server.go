@@ -225,8 +225,8 @@ func (s *Server) snapshot(w http.ResponseWriter, _ *http.Request, _ lease.Peer, 
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(p.JSON)))
-	w.Write(p.JSON)
+	w.Header().Set("Content-Length", strconv.Itoa(len(p.JSON())))
+	w.Write(p.JSON())
 	return nil
 }
 
@@ -300,7 +300,7 @@ func (s *Server) drain(on bool) handlerFunc {
 			return err
 		}
 		w.Header().Set("Content-Type", "application/json")
-		w.Write(p.JSON)
+		w.Write(p.JSON())
 		return nil
 	}
 }

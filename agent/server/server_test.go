@@ -30,10 +30,7 @@ type fakeCore struct {
 
 func newFakeCore(t *testing.T) *fakeCore {
 	s := &api.Snapshot{Schema: api.SnapshotSchema, Node: "n", Seq: 1, GPUs: []api.GPU{{Index: 0, UUID: "GPU-x"}}}
-	p, err := snapshot.New(s, nil, func(*api.Snapshot) []byte { return []byte("gpulet_x 1\n") })
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := snapshot.New(s, nil, func(*api.Snapshot) []byte { return []byte("gpulet_x 1\n") })
 	return &fakeCore{leases: map[string]api.Lease{}, pub: p}
 }
 
@@ -144,7 +141,7 @@ func TestRoutes(t *testing.T) {
 			}
 		})
 	}
-	if string(mustGet(t, c, "/v1/snapshot")) != string(core.pub.JSON) {
+	if string(mustGet(t, c, "/v1/snapshot")) != string(core.pub.JSON()) {
 		t.Fatal("snapshot bytes differ from the published ones")
 	}
 }

@@ -15,11 +15,13 @@ import (
 // it may be modified once it is stored.
 type Published struct {
 	Snapshot *api.Snapshot
-	// JSON is Snapshot encoded once, so that every reader serves the same bytes.
-	JSON []byte
 	// Leases are all live leases at the moment of the snapshot, sorted by ID.
 	Leases []api.Lease
 
+	// The encodings are made on first use, once: under lease churn most
+	// snapshots are replaced before anyone reads them.
+	jsonOnce    sync.Once
+	json        []byte
 	metricsOnce sync.Once
 	metrics     []byte
 	render      func(*api.Snapshot) []byte
@@ -27,16 +29,25 @@ type Published struct {
 
 // New builds a Published from a snapshot and the live leases. render produces
 // the Prometheus text for Metrics; it runs at most once, on first use.
-func New(s *api.Snapshot, leases []api.Lease, render func(*api.Snapshot) []byte) (*Published, error) {
-	b, err := json.Marshal(s)
-	if err != nil {
-		return nil, err
-	}
-	b = append(b, '\n')
+func New(s *api.Snapshot, leases []api.Lease, render func(*api.Snapshot) []byte) *Published {
 	if leases == nil {
 		leases = []api.Lease{}
 	}
-	return &Published{Snapshot: s, JSON: b, Leases: leases, render: render}, nil
+	return &Published{Snapshot: s, Leases: leases, render: render}
+}
+
+// JSON is the snapshot encoded once, so that every reader of this snapshot
+// serves the same bytes.
+func (p *Published) JSON() []byte {
+	p.jsonOnce.Do(func() {
+		b, err := json.Marshal(p.Snapshot)
+		if err != nil {
+			// A snapshot holds only strings, numbers and slices of them.
+			panic("gpulet: cannot encode snapshot: " + err.Error())
+		}
+		p.json = append(b, '\n')
+	})
+	return p.json
 }
 
 // Metrics is the Prometheus text exposition of the snapshot, built on first use.
