@@ -7,6 +7,7 @@ package agent
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -140,6 +142,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
 		return fmt.Errorf("--run-dir: %w", err)
 	}
+	// Before anything touches the run dir, the ledger or the MPS daemons: a
+	// second gpuletd must not rewrite the first one's journal or stop its MPS
+	// daemons on its way out.
+	unlock, err := lockRunDir(cfg.RunDir)
+	if err != nil {
+		return err
+	}
+	closers = append(closers, unlock)
+	ln, err := a.listen()
+	if err != nil {
+		return err
+	}
+	// The API server closes it too on a clean stop; this covers a failed start.
+	closers = append(closers, func() error { ln.Close(); return nil })
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("--state-dir: %w", err)
 	}
@@ -180,10 +196,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	a.mountView(&closers)
 	a.publish()
 
-	ln, err := a.listen()
-	if err != nil {
-		return err
-	}
 	srv := server.New(a, a.adminGID(), log).HTTPServer()
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -236,6 +248,24 @@ func (a *Agent) mountView(closers *[]func() error) {
 	a.publishMu.Lock()
 	a.view = st
 	a.publishMu.Unlock()
+}
+
+// lockRunDir takes an exclusive lock on <run-dir>/gpuletd.lock for the life of
+// the daemon, so that two daemons never share a ledger and a journal.
+func lockRunDir(runDir string) (func() error, error) {
+	path := filepath.Join(runDir, "gpuletd.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("--run-dir: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("another gpuletd is already running with --run-dir %s", runDir)
+		}
+		return nil, fmt.Errorf("--run-dir: locking %s: %w", path, err)
+	}
+	return f.Close, nil
 }
 
 func mpsMode(on bool) string {

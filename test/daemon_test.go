@@ -135,8 +135,14 @@ func TestSocketModeAndSecondDaemon(t *testing.T) {
 		t.Fatalf("socket mode %v %v", fi.Mode(), err)
 	}
 	out, err := exec.Command(e2e.Bin("gpuletd"), d.Args...).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "another gpuletd is already serving") {
+	if err == nil || !strings.Contains(string(out), "another gpuletd is already running with --run-dir") {
 		t.Fatalf("second daemon: %v\n%s", err, out)
+	}
+	// Another run dir, the same socket.
+	args := append(append([]string{}, d.Args...), "--run-dir", t.TempDir())
+	out, err = exec.Command(e2e.Bin("gpuletd"), args...).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "another gpuletd is already serving") {
+		t.Fatalf("second daemon on the same socket: %v\n%s", err, out)
 	}
 	// The first one still serves.
 	if _, err := d.Client.Snapshot(e2e.Ctx(t)); err != nil {
