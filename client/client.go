@@ -36,6 +36,8 @@ var (
 	ErrInsufficientUnits = api.ErrInsufficientUnits
 	ErrQuotaExceeded     = api.ErrQuotaExceeded
 	ErrUnavailable       = api.ErrUnavailable
+	ErrMethodNotAllowed  = api.ErrMethodNotAllowed
+	ErrRequestTooLarge   = api.ErrRequestTooLarge
 	// ErrNoDaemon means nothing answered on the socket.
 	ErrNoDaemon = errors.New("gpuletd not reachable")
 )
@@ -143,8 +145,12 @@ func unwrapDial(err error) error {
 
 // Snapshot returns the node's snapshot.
 func (c *Client) Snapshot(ctx context.Context) (*api.Snapshot, error) {
+	return c.snapshotFrom(ctx, "GET", "/v1/snapshot")
+}
+
+func (c *Client) snapshotFrom(ctx context.Context, method, path string) (*api.Snapshot, error) {
 	var s api.Snapshot
-	if err := c.send(ctx, "GET", "/v1/snapshot", nil, &s); err != nil {
+	if err := c.send(ctx, method, path, nil, &s); err != nil {
 		return nil, err
 	}
 	return &s, nil
@@ -214,14 +220,12 @@ func (c *Client) Release(ctx context.Context, id string) error {
 
 // Drain stops new leases on the node (admins).
 func (c *Client) Drain(ctx context.Context) (*api.Snapshot, error) {
-	var s api.Snapshot
-	return &s, c.send(ctx, "POST", "/v1/node/drain", nil, &s)
+	return c.snapshotFrom(ctx, "POST", "/v1/node/drain")
 }
 
 // Undrain resumes new leases (admins).
 func (c *Client) Undrain(ctx context.Context) (*api.Snapshot, error) {
-	var s api.Snapshot
-	return &s, c.send(ctx, "POST", "/v1/node/undrain", nil, &s)
+	return c.snapshotFrom(ctx, "POST", "/v1/node/undrain")
 }
 
 // SetSimGPU changes what a simulated GPU reports (simulated backend, root).

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/gpulet/gpulet/api"
@@ -56,4 +59,37 @@ func ExampleClient_Snapshot() {
 	for _, g := range s.GPUs {
 		fmt.Printf("GPU %d %s: %d of %d units free, eligible %v\n", g.Index, g.Name, g.UnitsFree, g.UnitsTotal, g.Eligible)
 	}
+}
+
+// A request that cannot be placed now fails with an error that matches
+// client.ErrInsufficientUnits; its message says what is free. Here a stand-in
+// for gpuletd answers on a socket of its own, as gpuletd does on a full node.
+func ExampleClient_Lease_insufficientUnits() {
+	dir, err := os.MkdirTemp("", "gpulet-example-")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	sock := filepath.Join(dir, "gpulet.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	full := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprint(w, `{"error":{"code":"insufficient_units","message":"no GPU can take 2 unit(s) now (0 free on the node)"}}`)
+	})
+	srv := &http.Server{Handler: full}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	c := &client.Client{Socket: sock}
+	_, err = c.Lease(context.Background(), api.LeaseRequest{Units: 2})
+	if errors.Is(err, client.ErrInsufficientUnits) {
+		fmt.Println("try later:", err)
+	}
+	// Output: try later: no GPU can take 2 unit(s) now (0 free on the node)
 }

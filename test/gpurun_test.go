@@ -33,12 +33,11 @@ func gpurun(t *testing.T, d *e2e.Daemon, args ...string) (string, int) {
 }
 
 func TestGpurunExecsWithTheLeaseEnv(t *testing.T) {
-	d := e2e.Start(t)
-	// The command reports its pid and env, and the lease the daemon holds for
-	// it while it runs.
-	script := `echo pid=$$; echo lease=$GPULET_LEASE_ID; echo cvd=$CUDA_VISIBLE_DEVICES; echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo keep=$KEEP_ME; exit 7`
-	cmd := exec.Command(e2e.Bin("gpurun"), "--", "sh", "-c", script)
-	cmd.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket, "KEEP_ME=yes", "CUDA_VISIBLE_DEVICES=stale")
+	d := e2e.Start(t, "--units-per-client", "4", "--units-per-gpu", "16")
+	// The command reports its pid and env, and exits with a status of its own.
+	script := `echo pid=$$; echo lease=$GPULET_LEASE_ID; echo cvd=$CUDA_VISIBLE_DEVICES; echo pct=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; echo pipe=${CUDA_MPS_PIPE_DIRECTORY-unset}; echo keep=$KEEP_ME; exit 7`
+	cmd := exec.Command(e2e.Bin("gpurun"), "--units", "2", "--", "sh", "-c", script)
+	cmd.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket, "KEEP_ME=yes", "CUDA_VISIBLE_DEVICES=stale", "CUDA_MPS_PIPE_DIRECTORY=/stale", "GPULET_LEASE_ID=l-parent")
 	out, err := cmd.Output()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != 7 {
@@ -53,7 +52,10 @@ func TestGpurunExecsWithTheLeaseEnv(t *testing.T) {
 		t.Fatalf("command ran as pid %s, gpurun was %d: not exec'd in place", vals["pid"], cmd.Process.Pid)
 	}
 	s, _ := d.Client.Snapshot(e2e.Ctx(t))
-	if !strings.HasPrefix(vals["lease"], "l-") || vals["cvd"] != s.GPUs[0].UUID || vals["pct"] != "7" || vals["keep"] != "yes" {
+	uuids := map[string]bool{s.GPUs[0].UUID: true, s.GPUs[1].UUID: true}
+	// 2 of 16 units: ceil(100·2/16) = 13 percent. MPS is off here, so the
+	// caller's stale pipe folder must not reach the command.
+	if !strings.HasPrefix(vals["lease"], "l-") || !uuids[vals["cvd"]] || vals["pct"] != "13" || vals["pipe"] != "unset" || vals["keep"] != "yes" {
 		t.Fatalf("env seen by the command: %v", vals)
 	}
 	// The lease ended with the command.
@@ -153,7 +155,7 @@ func TestGpurunNoUnitsAndWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	line, _ := bufio.NewReader(stderr).ReadString('\n')
-	if !strings.Contains(line, "waiting up to 30s for 1 unit(s); 0 free") {
+	if !strings.Contains(line, "gpurun: waiting up to 30s for 1 unit(s)") || !strings.Contains(line, "0 of 1 units free on the node now") {
 		t.Fatalf("waiting message %q", line)
 	}
 	holder.Process.Kill()
@@ -165,7 +167,8 @@ func TestGpurunNoUnitsAndWait(t *testing.T) {
 
 func TestGpurunInterruptedWaitLeavesNothing(t *testing.T) {
 	d := e2e.Start(t, "--sim-gpus", "1xT4", "--clients-per-instance", "1")
-	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"}); err != nil {
+	holder, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	waiter := exec.Command(e2e.Bin("gpurun"), "--wait", "60s", "--", "true")
@@ -174,23 +177,36 @@ func TestGpurunInterruptedWaitLeavesNothing(t *testing.T) {
 	if err := waiter.Start(); err != nil {
 		t.Fatal(err)
 	}
-	bufio.NewReader(stderr).ReadString('\n')
+	errs := bufio.NewReader(stderr)
+	errs.ReadString('\n')
 	waiter.Process.Signal(syscall.SIGINT)
-	err := waiter.Wait()
+	line, _ := errs.ReadString('\n')
+	err = waiter.Wait()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
-		t.Fatalf("interrupted waiter: %v", err)
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 || !strings.Contains(line, "nothing was leased") {
+		t.Fatalf("interrupted waiter: %v, said %q", err, line)
 	}
 	ls, _ := d.Client.Leases(e2e.Ctx(t))
 	if len(ls) != 1 {
 		t.Fatalf("%d leases after the interrupted wait, want 1", len(ls))
+	}
+	// Nothing of the waiter is left: the unit that frees up now stays free.
+	if err := d.Client.Release(e2e.Ctx(t), holder.ID); err != nil {
+		t.Fatal(err)
+	}
+	e2e.Eventually(t, "the unit free, with no lease", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.UnitsFree == 1
+	})
+	if ls, _ := d.Client.Leases(e2e.Ctx(t)); len(ls) != 0 {
+		t.Fatalf("leases after the holder left: %+v", ls)
 	}
 }
 
 func TestGpurunOfflineWhileDaemonIsDown(t *testing.T) {
 	d := e2e.Start(t)
 	d.Stop()
-	cmd := exec.Command(e2e.Bin("gpurun"), "--offline", "--gpu", "1", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES $GPULET_LEASE_ID; exec sleep 300")
+	cmd := exec.Command(e2e.Bin("gpurun"), "--offline", "--gpu", "1", "--units", "2", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES $GPULET_LEASE_ID $CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; exec sleep 300")
 	cmd.Env = append(os.Environ(), "GPULET_RUN_DIR="+d.RunDir)
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
@@ -200,7 +216,7 @@ func TestGpurunOfflineWhileDaemonIsDown(t *testing.T) {
 	line := readLine(t, out)
 	d.Restart()
 	s, err := d.Client.Snapshot(e2e.Ctx(t))
-	if err != nil || s.GPUs[1].UnitsOffline != 1 || line != s.GPUs[1].UUID+" offline" {
+	if err != nil || s.GPUs[1].UnitsOffline != 2 || line != s.GPUs[1].UUID+" offline 13" {
 		t.Fatalf("after restart: offline %d, command saw %q: %v", s.GPUs[1].UnitsOffline, line, err)
 	}
 	// The command dies: the claim is stale and freed.
@@ -213,7 +229,46 @@ func TestGpurunOfflineWhileDaemonIsDown(t *testing.T) {
 	// No ledger at all: a clear error.
 	bad := exec.Command(e2e.Bin("gpurun"), "--offline", "--run-dir", t.TempDir(), "--", "true")
 	msg, err := bad.CombinedOutput()
-	if err == nil || !strings.Contains(string(msg), "no pipe-file ledger") {
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 125 || !strings.Contains(string(msg), "no pipe-file ledger") {
 		t.Fatalf("offline without a ledger: %v %q", err, msg)
+	}
+}
+
+// TestGpurunOfflineCountedByARunningDaemon: a claim made beside a running
+// gpuletd is counted at once, never leased, and freed when its command dies;
+// a claim with no unit left fails clearly.
+func TestGpurunOfflineCountedByARunningDaemon(t *testing.T) {
+	d := e2e.Start(t, "--sim-gpus", "1xT4", "--clients-per-instance", "2")
+	holder := exec.Command(e2e.Bin("gpurun"), "--offline", "--", "sleep", "300")
+	holder.Env = append(os.Environ(), "GPULET_RUN_DIR="+d.RunDir)
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Process.Kill()
+	e2e.Eventually(t, "the offline claim counted", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.GPUs[0].UnitsOffline == 1
+	})
+	out, code := gpurun(t, d, "--offline", "--units", "2", "--", "true")
+	if code != 125 || !strings.Contains(out, "no instance has 2 unit(s) free; free now: GPU 0 (Tesla T4) 1 of 2") {
+		t.Fatalf("offline claim beyond the free units: exit %d %q", code, out)
+	}
+	l, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"}); !errors.Is(err, client.ErrInsufficientUnits) {
+		t.Fatalf("the offline unit was leased: %v", err)
+	}
+	d.Client.Release(e2e.Ctx(t), l.ID)
+	holder.Process.Kill()
+	holder.Wait()
+	e2e.Eventually(t, "the claim of a dead command freed", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.GPUs[0].UnitsOffline == 0 && s.UnitsFree == s.UnitsTotal
+	})
+	if n := e2e.CountFIFOs(t, d.RunDir, l.GPU.UUID); n != 0 {
+		t.Fatalf("%d FIFOs left", n)
 	}
 }

@@ -1,5 +1,6 @@
 // Package cli is the gpulet command: see the node's units and leases, release
-// leases, and drain the node, through gpuletd's socket API.
+// leases, and drain the node, through gpuletd's socket API. It only reads and
+// asks; every decision is gpuletd's, and it keeps no state of its own.
 package cli
 
 import (
@@ -8,13 +9,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"strconv"
+	"sort"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
@@ -23,8 +23,10 @@ import (
 // Exit codes.
 const (
 	ExitOK      = 0
-	ExitFailure = 1
+	ExitFailure = 1 // an API error, or gpuletd not reachable
 	ExitUsage   = 2
+	// ExitInterrupted is a command other than top ended by SIGINT or SIGTERM.
+	ExitInterrupted = 130
 )
 
 const usage = `gpulet shows and manages the GPU units of this node through gpuletd.
@@ -34,66 +36,87 @@ Usage: gpulet [--socket PATH] COMMAND [flags]
 Commands:
   status [--json]            one row per GPU: state, units used/offline/free, utilization, memory
   top [--interval D]         the status table, refreshed until Ctrl-C
-  leases [--all] [--json]    your leases (--all: everyone's, as root or admin)
-  release ID                 end a lease
-  drain                      stop new leases on this node (admins)
-  undrain                    resume new leases (admins)
+  leases [--all] [--json]    your leases (--all: every lease gpuletd shows you)
+  release ID...              end leases
+  drain                      stop new leases on this node (root and gpuletd's --admin-group)
+  undrain                    resume new leases
+  help [COMMAND]             this text, or a command's
+
+Examples:
+  gpulet status
+  gpulet leases --all
+  gpulet release l-3f2a9c0d1e2b4a5c
+  gpulet status --json | jq '.gpus[] | {index, units_free}'
 
 The socket is --socket, else $GPULET_SOCKET, else ` + client.DefaultSocket + `.
+Errors print as one line, "gpulet: CODE: message", and exit 1; usage errors exit 2.
 `
 
-// Main runs gpulet with args and returns the exit code.
-func Main(args []string, stdout, stderr io.Writer) int {
+// env is what a command runs with.
+type env struct {
+	c      *client.Client
+	out    io.Writer
+	errOut io.Writer
+	args   []string
+}
+
+type command struct {
+	args, help string
+	// minArgs and maxArgs bound the positional arguments; maxArgs < 0: any.
+	minArgs, maxArgs int
+	// setup defines the command's flags and returns what runs it.
+	setup func(fs *pflag.FlagSet) func(context.Context, *env) error
+}
+
+// Run runs gpulet with args and returns the exit code. ctx ends on SIGINT or
+// SIGTERM: top then exits 0, any other command 130.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	global := pflag.NewFlagSet("gpulet", pflag.ContinueOnError)
 	global.SetOutput(stderr)
+	// Flags after the command name are the command's.
 	global.SetInterspersed(false)
 	socket := global.String("socket", "", "gpuletd's socket")
-	global.Usage = func() { fmt.Fprint(stderr, usage+"\nGlobal flags:\n"+global.FlagUsages()) }
+	global.Usage = func() { fmt.Fprint(stdout, usage) }
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return ExitOK
 		}
-		fmt.Fprintln(stderr, "gpulet:", err)
-		return ExitUsage
+		return usageError(stderr, "%v", err)
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
-		global.Usage()
+		fmt.Fprint(stderr, usage)
 		return ExitUsage
 	}
-	cmd, ok := commands[rest[0]]
+	name := rest[0]
+	if name == "help" {
+		return help(rest[1:], stdout, stderr)
+	}
+	cmd, ok := commands[name]
 	if !ok {
-		fmt.Fprintf(stderr, "gpulet: unknown command %q\n\n", rest[0])
-		global.Usage()
-		return ExitUsage
+		return usageError(stderr, "unknown command %q", name)
 	}
-	fs := pflag.NewFlagSet("gpulet "+rest[0], pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet(name, cmd, stdout, stderr)
+	// Each command takes --socket too, so that it may come after the name.
+	fs.StringVar(socket, "socket", *socket, "gpuletd's socket (default $GPULET_SOCKET, else "+client.DefaultSocket+")")
 	run := cmd.setup(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: gpulet %s %s\n\n%s\n", rest[0], cmd.args, cmd.help)
-		if fs.HasFlags() {
-			fmt.Fprint(stderr, "\nFlags:\n"+fs.FlagUsages())
-		}
-	}
 	if err := fs.Parse(rest[1:]); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return ExitOK
 		}
-		fmt.Fprintln(stderr, "gpulet:", err)
-		return ExitUsage
+		return usageError(stderr, "%s: %v", name, err)
 	}
-	if n := len(fs.Args()); n != cmd.nargs {
-		fmt.Fprintf(stderr, "gpulet %s: want %d argument(s), got %d\n", rest[0], cmd.nargs, n)
-		fs.Usage()
-		return ExitUsage
+	if n := fs.NArg(); n < cmd.minArgs || cmd.maxArgs >= 0 && n > cmd.maxArgs {
+		return usageError(stderr, "%s: wrong number of arguments: gpulet %s %s", name, name, cmd.args)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	env := &env{c: &client.Client{Socket: *socket}, out: stdout, args: fs.Args()}
-	if err := run(ctx, env); err != nil {
+	e := &env{c: &client.Client{Socket: *socket}, out: stdout, errOut: stderr, args: fs.Args()}
+	if err := run(ctx, e); err != nil {
 		if ctx.Err() != nil {
-			return ExitOK
+			if name == "top" {
+				return ExitOK
+			}
+			fmt.Fprintln(stderr, "gpulet: interrupted")
+			return ExitInterrupted
 		}
 		fmt.Fprintln(stderr, "gpulet:", describe(err))
 		return ExitFailure
@@ -101,7 +124,42 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	return ExitOK
 }
 
-// describe prints an API error as "code: message", anything else as it is.
+func newFlagSet(name string, cmd command, stdout, stderr io.Writer) *pflag.FlagSet {
+	fs := pflag.NewFlagSet("gpulet "+name, pflag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.SortFlags = false
+	fs.Usage = func() {
+		fmt.Fprintf(stdout, "Usage: gpulet %s %s\n\n%s\n", name, cmd.args, cmd.help)
+		if fs.HasFlags() {
+			fmt.Fprint(stdout, "\nFlags:\n"+fs.FlagUsages())
+		}
+	}
+	return fs
+}
+
+func usageError(stderr io.Writer, format string, args ...any) int {
+	fmt.Fprintf(stderr, "gpulet: "+format+"\nRun 'gpulet help' for usage.\n", args...)
+	return ExitUsage
+}
+
+// help prints the usage, or one command's.
+func help(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stdout, usage)
+		return ExitOK
+	}
+	cmd, ok := commands[args[0]]
+	if !ok || len(args) > 1 {
+		return usageError(stderr, "help: no command %q", strings.Join(args, " "))
+	}
+	fs := newFlagSet(args[0], cmd, stdout, stderr)
+	fs.String("socket", "", "gpuletd's socket (default $GPULET_SOCKET, else "+client.DefaultSocket+")")
+	cmd.setup(fs)
+	fs.Usage()
+	return ExitOK
+}
+
+// describe prints an API error as "CODE: message", anything else as it is.
 func describe(err error) string {
 	if _, code := api.StatusOf(err); code != api.CodeInternal {
 		return code + ": " + err.Error()
@@ -109,20 +167,8 @@ func describe(err error) string {
 	return err.Error()
 }
 
-type env struct {
-	c    *client.Client
-	out  io.Writer
-	args []string
-}
-
-type command struct {
-	args, help string
-	nargs      int
-	setup      func(fs *pflag.FlagSet) func(context.Context, *env) error
-}
-
 var commands = map[string]command{
-	"status": {"[--json]", "Show one row per GPU: state, eligibility, units used/offline/free, utilization, memory.", 0,
+	"status": {"[--json]", "Show one row per GPU: state, eligibility, a bar of its units (# leased, o offline,\nr reserved, . free), utilization and memory; then the node's totals.", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			asJSON := fs.Bool("json", false, "print the snapshot exactly as gpuletd sent it")
 			return func(ctx context.Context, e *env) error {
@@ -142,106 +188,182 @@ var commands = map[string]command{
 				return nil
 			}
 		}},
-	"top": {"[--interval D]", "Show the status table, refreshed until Ctrl-C.", 0,
+	"top": {"[--interval D]", "Show the status table, refreshed every --interval until Ctrl-C.", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			interval := fs.Duration("interval", time.Second, "refresh period")
 			return func(ctx context.Context, e *env) error {
 				if *interval < 100*time.Millisecond {
 					return fmt.Errorf("--interval %s is too short (at least 100ms)", *interval)
 				}
-				t := time.NewTicker(*interval)
-				defer t.Stop()
-				for {
-					s, err := e.c.Snapshot(ctx)
-					if err != nil {
-						return err
-					}
-					// Clear the screen and go home, as top does.
-					fmt.Fprint(e.out, "\x1b[H\x1b[2J")
-					WriteStatus(e.out, s)
-					select {
-					case <-ctx.Done():
-						return nil
-					case <-t.C:
-					}
-				}
+				return top(ctx, e, *interval)
 			}
 		}},
-	"leases": {"[--all] [--json]", "List your leases; with --all, every lease gpuletd shows you (all of them for root and admins).", 0,
+	"leases": {"[--all] [--json]", "List your leases. With --all, every lease gpuletd shows you: all of them for root\nand its --admin-group, your own for anyone else.", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
-			all := fs.Bool("all", false, "every lease, not only your own")
-			asJSON := fs.Bool("json", false, "print JSON")
+			all := fs.Bool("all", false, "every lease gpuletd shows you, not only your own")
+			asJSON := fs.Bool("json", false, `print {"leases":[...]} as the API does`)
 			return func(ctx context.Context, e *env) error {
 				ls, err := e.c.Leases(ctx)
 				if err != nil {
 					return err
 				}
+				hidden := 0
 				if !*all {
-					uid := uint32(os.Getuid())
-					mine := ls[:0]
-					for _, l := range ls {
-						if l.Owner.UID == uid {
-							mine = append(mine, l)
-						}
-					}
-					ls = mine
+					ls, hidden = ownLeases(ls, uint32(os.Getuid()))
 				}
 				if *asJSON {
 					return writeJSON(e.out, api.LeaseList{Leases: ls})
 				}
 				WriteLeases(e.out, ls)
+				if hidden > 0 {
+					fmt.Fprintf(e.errOut, "gpulet: %d lease(s) of other users not shown; --all shows them\n", hidden)
+				}
 				return nil
 			}
 		}},
-	"release": {"ID", "End the lease ID.", 1,
+	"release": {"ID...", "End the leases named; their units are free at once.", 1, -1,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {
-				if err := e.c.Release(ctx, e.args[0]); err != nil {
-					return err
+				var errs []error
+				for _, id := range e.args {
+					if err := e.c.Release(ctx, id); err != nil {
+						if ctx.Err() != nil {
+							return err
+						}
+						errs = append(errs, err)
+						// With several ids, each failure gets its line and the
+						// others are still released.
+						if len(e.args) > 1 {
+							fmt.Fprintln(e.errOut, "gpulet:", id+":", describe(err))
+						}
+						continue
+					}
+					fmt.Fprintf(e.out, "released %s\n", id)
 				}
-				fmt.Fprintf(e.out, "released %s\n", e.args[0])
+				switch {
+				case len(errs) == 1 && len(e.args) == 1:
+					return errs[0]
+				case len(errs) > 0:
+					return fmt.Errorf("%d of %d lease(s) not released", len(errs), len(e.args))
+				}
 				return nil
 			}
 		}},
-	"drain": {"", "Stop new leases on this node; leases held now go on (root and the admin group).", 0,
+	"drain": {"", "Stop new leases on this node; leases held now go on. Root and gpuletd's\n--admin-group only.", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {
 				s, err := e.c.Drain(ctx)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.out, "node %s is %s: no new leases\n", s.Node, s.State)
+				fmt.Fprintf(e.out, "node %s is %s: no new leases; %d of %d units in use go on\n", s.Node, s.State, s.UnitsTotal-s.UnitsFree-s.UnitsReserved, s.UnitsTotal)
 				return nil
 			}
 		}},
-	"undrain": {"", "Resume new leases on this node (root and the admin group).", 0,
+	"undrain": {"", "Resume new leases on this node. Root and gpuletd's --admin-group only.", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {
 				s, err := e.c.Undrain(ctx)
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.out, "node %s is %s\n", s.Node, s.State)
+				fmt.Fprintf(e.out, "node %s is %s: %d of %d units free\n", s.Node, s.State, s.UnitsFree, s.UnitsTotal)
 				return nil
 			}
 		}},
 }
 
-// unitBar draws a GPU's units: # leased, o offline, r reserved, . free.
-func unitBar(g api.GPU) string {
-	leased := g.UnitsUsed - g.UnitsOffline
+// ownLeases keeps the leases of uid and counts the others.
+func ownLeases(ls []api.Lease, uid uint32) ([]api.Lease, int) {
+	mine := []api.Lease{}
+	for _, l := range ls {
+		if l.Owner.UID == uid {
+			mine = append(mine, l)
+		}
+	}
+	return mine, len(ls) - len(mine)
+}
+
+// top redraws the status table every interval. A failure after the first
+// table is shown in place and retried, so that top outlives a restart of
+// gpuletd.
+func top(ctx context.Context, e *env, interval time.Duration) error {
+	tty := isTerminal(e.out)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for first := true; ; first = false {
+		s, err := e.c.Snapshot(ctx)
+		if err != nil && (first || ctx.Err() != nil) {
+			return err
+		}
+		var frame strings.Builder
+		if tty {
+			// Home and clear, as top(1) does; elsewhere frames follow each other.
+			frame.WriteString("\x1b[H\x1b[2J")
+		} else if !first {
+			frame.WriteString("\n")
+		}
+		fmt.Fprintf(&frame, "%s  every %s, Ctrl-C ends\n", time.Now().Format(time.TimeOnly), interval)
+		if err != nil {
+			fmt.Fprintf(&frame, "gpulet: %s (retrying)\n", describe(err))
+		} else {
+			WriteStatus(&frame, s)
+		}
+		io.WriteString(e.out, frame.String())
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// maxBar is the widest unit bar; a GPU with more units gets a scaled one.
+const maxBar = 64
+
+// UnitBar draws a GPU's units: # leased, o offline, r reserved, . free, one
+// character per unit, or scaled to maxBar characters for larger GPUs.
+func UnitBar(g api.GPU) string {
+	parts := []struct {
+		c byte
+		n int
+	}{{'#', g.UnitsUsed - g.UnitsOffline}, {'o', g.UnitsOffline}, {'r', g.UnitsReserved}, {'.', g.UnitsFree}}
+	total := 0
+	for i := range parts {
+		parts[i].n = max(parts[i].n, 0)
+		total += parts[i].n
+	}
+	width := min(total, maxBar)
 	var b strings.Builder
 	b.WriteByte('[')
-	b.WriteString(strings.Repeat("#", max(leased, 0)))
-	b.WriteString(strings.Repeat("o", max(g.UnitsOffline, 0)))
-	b.WriteString(strings.Repeat("r", max(g.UnitsReserved, 0)))
-	b.WriteString(strings.Repeat(".", max(g.UnitsFree, 0)))
+	// Each kind ends where its running sum ends, scaled; a kind with any unit
+	// gets at least one character so that a single offline claim shows.
+	drawn, sum := 0, 0
+	for _, p := range parts {
+		sum += p.n
+		end := drawn
+		if total > 0 {
+			end = (sum*width + total - 1) / total
+		}
+		if p.n > 0 && end == drawn && drawn < width {
+			end = drawn + 1
+		}
+		end = min(end, width)
+		b.WriteString(strings.Repeat(string(p.c), end-drawn))
+		drawn = end
+	}
 	b.WriteByte(']')
 	return b.String()
 }
-
-// maxBar keeps the bar readable on GPUs with many units: past it, figures only.
-const maxBar = 64
 
 // WriteStatus prints the status table of a snapshot.
 func WriteStatus(w io.Writer, s *api.Snapshot) {
@@ -250,6 +372,35 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 		backend = "simulated (no real GPU)"
 	}
 	fmt.Fprintf(w, "node %s  state: %s  backend: %s  mps: %s\n", s.Node, s.State, backend, s.MPS)
+	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "USED/OFFLINE/FREE", "UTIL", "MEMORY (MiB)", "MPS")
+	var notes []string
+	for _, g := range s.GPUs {
+		var inst []string
+		for _, in := range g.Instances {
+			v := in.State
+			if in.UID != nil {
+				v += fmt.Sprintf(" uid %d", *in.UID)
+			}
+			inst = append(inst, fmt.Sprintf("%d:%s", in.Instance, v))
+			if in.Error != "" {
+				notes = append(notes, fmt.Sprintf("GPU %d instance %d: %s", g.Index, in.Instance, in.Error))
+			}
+		}
+		if g.Error != "" {
+			notes = append(notes, fmt.Sprintf("GPU %d: %s", g.Index, g.Error))
+		}
+		if !g.Eligible && g.State == api.GPUWorking && g.UtilizationPct > g.MaxUtilizationPct {
+			notes = append(notes, fmt.Sprintf("GPU %d: %d%% busy, above the %d%% that takes new leases", g.Index, g.UtilizationPct, g.MaxUtilizationPct))
+		}
+		tw.row(fmt.Sprint(g.Index), g.Name, g.State, yesNo(g.Eligible), UnitBar(g),
+			fmt.Sprintf("%d/%d/%d", g.UnitsUsed, g.UnitsOffline, g.UnitsFree),
+			fmt.Sprintf("%d%%", g.UtilizationPct), fmt.Sprintf("%d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB), strings.Join(inst, " "))
+	}
+	tw.flush()
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	fmt.Fprintf(w, "total: %d units, %d free, %d reserved   (# leased  o offline  r reserved  . free)\n", s.UnitsTotal, s.UnitsFree, s.UnitsReserved)
 	if s.View != nil {
 		if s.View.Mounted {
 			fmt.Fprintf(w, "view: %s\n", s.View.Mount)
@@ -257,26 +408,6 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 			fmt.Fprintf(w, "view: not mounted: %s\n", s.View.Error)
 		}
 	}
-	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "USED/OFFLINE/FREE", "UTIL", "MEMORY (MiB)", "MPS")
-	for _, g := range s.GPUs {
-		bar := unitBar(g)
-		if g.UnitsTotal > maxBar {
-			bar = "-"
-		}
-		var inst []string
-		for _, in := range g.Instances {
-			v := in.State
-			if in.UID != nil {
-				v += " uid " + strconv.FormatUint(uint64(*in.UID), 10)
-			}
-			inst = append(inst, fmt.Sprintf("%d:%s", in.Instance, v))
-		}
-		tw.row(strconv.Itoa(g.Index), g.Name, g.State, yesNo(g.Eligible), bar,
-			fmt.Sprintf("%d/%d/%d", g.UnitsUsed, g.UnitsOffline, g.UnitsFree),
-			fmt.Sprintf("%d%%", g.UtilizationPct), fmt.Sprintf("%d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB), strings.Join(inst, " "))
-	}
-	tw.flush()
-	fmt.Fprintf(w, "total: %d units, %d free, %d reserved   (# leased  o offline  r reserved  . free)\n", s.UnitsTotal, s.UnitsFree, s.UnitsReserved)
 }
 
 func yesNo(b bool) string {
@@ -286,29 +417,58 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// WriteLeases prints a lease table.
+// WriteLeases prints a lease table, by GPU and unit.
 func WriteLeases(w io.Writer, ls []api.Lease) {
 	if len(ls) == 0 {
 		fmt.Fprintln(w, "no leases")
 		return
 	}
+	ls = append([]api.Lease(nil), ls...)
+	first := func(l api.Lease) int {
+		if len(l.Units) == 0 {
+			return -1
+		}
+		return l.Units[0]
+	}
+	sort.SliceStable(ls, func(i, j int) bool {
+		if ls[i].GPU.Index != ls[j].GPU.Index {
+			return ls[i].GPU.Index < ls[j].GPU.Index
+		}
+		return first(ls[i]) < first(ls[j])
+	})
 	tw := newTable(w, "ID", "GPU", "INSTANCE", "UNITS", "UID", "PID", "EXPIRES", "TASK")
 	for _, l := range ls {
-		units := make([]string, len(l.Units))
-		for i, u := range l.Units {
-			units[i] = strconv.Itoa(u)
-		}
-		exp, pid := "with process", strconv.Itoa(l.Owner.PID)
+		exp := "when pid exits"
 		if l.Expires != nil {
 			exp = l.Expires.Local().Format(time.DateTime)
-			pid = "-"
 		}
 		task := l.Task
 		if task == "" {
 			task = "-"
 		}
-		tw.row(l.ID, strconv.Itoa(l.GPU.Index), strconv.Itoa(l.Instance), strings.Join(units, ","),
-			strconv.FormatUint(uint64(l.Owner.UID), 10), pid, exp, task)
+		if l.Preemptible {
+			task += " (preemptible)"
+		}
+		tw.row(l.ID, fmt.Sprint(l.GPU.Index), fmt.Sprint(l.Instance), unitList(l.Units),
+			fmt.Sprint(l.Owner.UID), fmt.Sprint(l.Owner.PID), exp, task)
 	}
 	tw.flush()
+}
+
+// unitList writes unit indices with runs folded: "0-3,7".
+func unitList(us []int) string {
+	var parts []string
+	for i := 0; i < len(us); {
+		j := i
+		for j+1 < len(us) && us[j+1] == us[j]+1 {
+			j++
+		}
+		if j > i {
+			parts = append(parts, fmt.Sprintf("%d-%d", us[i], us[j]))
+		} else {
+			parts = append(parts, fmt.Sprint(us[i]))
+		}
+		i = j + 1
+	}
+	return strings.Join(parts, ",")
 }

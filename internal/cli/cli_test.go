@@ -2,57 +2,224 @@ package cli
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/gpulet/gpulet/api"
 )
 
-func TestUsageErrors(t *testing.T) {
+// fakeDaemon serves a fixed snapshot and lease list, and answers DELETE of an
+// unknown lease with not_found.
+func fakeDaemon(t *testing.T) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid := uint32(os.Getuid())
+	leases := api.LeaseList{Leases: []api.Lease{
+		{ID: "l-mine", GPU: api.LeaseGPU{Index: 1}, Units: []int{4, 5, 6}, Owner: api.Owner{UID: uid, PID: 42}, Task: "train"},
+		{ID: "l-other", GPU: api.LeaseGPU{Index: 0}, Units: []int{0}, Owner: api.Owner{UID: uid + 1, PID: 43}},
+	}}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		switch {
+		case r.URL.Path == "/v1/snapshot":
+			w.Write([]byte(`{"schema":"gpulet.snapshot/v1","node":"n1","state":"working","backend":"simulated","units_total":16,"units_free":16,"gpus":[]}` + "\n"))
+		case r.URL.Path == "/v1/leases":
+			json.NewEncoder(w).Encode(leases)
+		case r.Method == "DELETE" && r.URL.Path == "/v1/leases/l-mine":
+			w.WriteHeader(http.StatusNoContent)
+		case r.URL.Path == "/v1/node/drain":
+			w.WriteHeader(http.StatusForbidden)
+			json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeForbidden, Message: "draining the node is for root and the admin group"}})
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeNotFound, Message: "no lease \"" + filepath.Base(r.URL.Path) + "\""}})
+		}
+	})}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return sock
+}
+
+func TestRun(t *testing.T) {
+	sock := fakeDaemon(t)
 	for _, tc := range []struct {
-		args []string
-		code int
-		msg  string
+		name   string
+		args   []string
+		code   int
+		stdout string
+		stderr string
 	}{
-		{nil, ExitUsage, "Commands:"},
-		{[]string{"bogus"}, ExitUsage, `unknown command "bogus"`},
-		{[]string{"release"}, ExitUsage, "want 1 argument"},
-		{[]string{"status", "--bogus"}, ExitUsage, "unknown flag"},
-		{[]string{"--help"}, ExitOK, "Commands:"},
-		{[]string{"status", "--help"}, ExitOK, "--json"},
-		{[]string{"--socket", "/nonexistent/s", "status"}, ExitFailure, "cannot reach gpuletd at /nonexistent/s"},
+		{"no command", nil, ExitUsage, "", "Commands:"},
+		{"unknown command", []string{"bogus"}, ExitUsage, "", "gpulet: unknown command \"bogus\"\nRun 'gpulet help' for usage.\n"},
+		{"release without id", []string{"release"}, ExitUsage, "", "release: wrong number of arguments: gpulet release ID..."},
+		{"status with an argument", []string{"status", "x"}, ExitUsage, "", "wrong number of arguments"},
+		{"unknown flag", []string{"status", "--bogus"}, ExitUsage, "", "unknown flag: --bogus"},
+		{"unknown global flag", []string{"--bogus", "status"}, ExitUsage, "", "unknown flag: --bogus"},
+		{"help flag", []string{"--help"}, ExitOK, "Commands:", ""},
+		{"help command", []string{"help"}, ExitOK, "Examples:", ""},
+		{"help of a command", []string{"help", "leases"}, ExitOK, "Usage: gpulet leases [--all] [--json]", ""},
+		{"help of a bogus command", []string{"help", "bogus"}, ExitUsage, "", `help: no command "bogus"`},
+		{"command help", []string{"status", "--help"}, ExitOK, "--json", ""},
+		{"short interval", []string{"--socket", sock, "top", "--interval", "1ms"}, ExitFailure, "", "too short"},
+		{"no daemon", []string{"--socket", "/nonexistent/s", "status"}, ExitFailure, "", "gpulet: cannot reach gpuletd at /nonexistent/s: is it running?"},
+		{"status --json is the daemon's bytes", []string{"--socket", sock, "status", "--json"}, ExitOK,
+			`{"schema":"gpulet.snapshot/v1","node":"n1","state":"working","backend":"simulated","units_total":16,"units_free":16,"gpus":[]}` + "\n", ""},
+		{"socket after the command", []string{"status", "--socket", sock}, ExitOK, "backend: simulated (no real GPU)", ""},
+		{"own leases", []string{"--socket", sock, "leases"}, ExitOK, "l-mine", "1 lease(s) of other users not shown; --all shows them"},
+		{"all leases", []string{"--socket", sock, "leases", "--all"}, ExitOK, "l-other", ""},
+		{"release", []string{"--socket", sock, "release", "l-mine"}, ExitOK, "released l-mine\n", ""},
+		{"release unknown", []string{"--socket", sock, "release", "l-nope"}, ExitFailure, "", "gpulet: not_found: no lease \"l-nope\"\n"},
+		{"release several", []string{"--socket", sock, "release", "l-nope", "l-mine"}, ExitFailure, "released l-mine", "gpulet: l-nope: not_found: no lease \"l-nope\"\ngpulet: 1 of 2 lease(s) not released\n"},
+		{"drain forbidden", []string{"--socket", sock, "drain"}, ExitFailure, "", "gpulet: forbidden: draining the node is for root and the admin group\n"},
 	} {
-		var out, errb bytes.Buffer
-		code := Main(tc.args, &out, &errb)
-		if code != tc.code || !strings.Contains(out.String()+errb.String(), tc.msg) {
-			t.Errorf("gpulet %v: exit %d, output %q; want %d containing %q", tc.args, code, out.String()+errb.String(), tc.code, tc.msg)
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := Run(context.Background(), tc.args, &out, &errb)
+			if code != tc.code || !strings.Contains(out.String(), tc.stdout) || !strings.Contains(errb.String(), tc.stderr) {
+				t.Fatalf("gpulet %q: exit %d\nstdout %q\nstderr %q\nwant %d, %q, %q", tc.args, code, out.String(), errb.String(), tc.code, tc.stdout, tc.stderr)
+			}
+		})
+	}
+}
+
+func TestLeasesOnlyOwnWithoutAll(t *testing.T) {
+	sock := fakeDaemon(t)
+	var out bytes.Buffer
+	if code := Run(context.Background(), []string{"--socket", sock, "leases", "--json"}, &out, &bytes.Buffer{}); code != 0 {
+		t.Fatal(code)
+	}
+	var l api.LeaseList
+	if err := json.Unmarshal(out.Bytes(), &l); err != nil || len(l.Leases) != 1 || l.Leases[0].ID != "l-mine" {
+		t.Fatalf("leases --json: %s %v", out.String(), err)
+	}
+}
+
+func TestTopEndsCleanlyOnSignal(t *testing.T) {
+	sock := fakeDaemon(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- Run(ctx, []string{"--socket", sock, "top", "--interval", "100ms"}, out, &bytes.Buffer{})
+	}()
+	for strings.Count(out.String(), "backend: simulated") < 2 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if code := <-done; code != ExitOK {
+		t.Fatalf("top ended with %d", code)
+	}
+	if strings.Contains(out.String(), "\x1b[") {
+		t.Fatal("top cleared a screen that is not a terminal")
+	}
+}
+
+func TestStatusTable(t *testing.T) {
+	uid := uint32(1000)
+	s := &api.Snapshot{Node: "n1", State: "working", Backend: api.BackendSimulated, MPS: "on", UnitsTotal: 32, UnitsFree: 27,
+		GPUs: []api.GPU{
+			{Index: 0, Name: "Tesla T4", State: "working", Eligible: true, UnitsTotal: 16, UnitsUsed: 5, UnitsOffline: 2, UnitsFree: 11,
+				UtilizationPct: 37, MaxUtilizationPct: 90, MemoryUsedMiB: 100, MemoryTotalMiB: 15360, Instances: []api.Instance{{Instance: 0, State: "running", UID: &uid}}},
+			{Index: 1, Name: "Tesla T4", State: "failed", Error: "Xid 79", UnitsTotal: 16, UnitsFree: 16, MaxUtilizationPct: 90},
+		}}
+	var b bytes.Buffer
+	WriteStatus(&b, s)
+	for _, want := range []string{
+		"node n1  state: working  backend: simulated (no real GPU)  mps: on",
+		"[###oo...........]", "5/2/11", "37%", "100/15360", "0:running uid 1000",
+		"failed", "GPU 1: Xid 79",
+		"total: 32 units, 27 free, 0 reserved   (# leased  o offline  r reserved  . free)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
 		}
 	}
 }
 
-func FuzzMainArgs(f *testing.F) {
-	for _, s := range []string{"status", "leases --all", "release x y", "top --interval 1ns", "--socket", "drain extra"} {
+func TestUnitBar(t *testing.T) {
+	for _, tc := range []struct {
+		name                          string
+		used, offline, reserved, free int
+		want                          string
+	}{
+		{"empty", 0, 0, 0, 16, "[................]"},
+		{"mixed", 5, 2, 1, 8, "[###oor........]"},
+		{"full", 4, 0, 0, 0, "[####]"},
+		{"no units", 0, 0, 0, 0, "[]"},
+		{"scaled", 128, 0, 0, 128, "[" + strings.Repeat("#", 32) + strings.Repeat(".", 32) + "]"},
+		{"one offline of many shows", 1, 1, 0, 255, "[o" + strings.Repeat(".", 63) + "]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := api.GPU{UnitsUsed: tc.used, UnitsOffline: tc.offline, UnitsReserved: tc.reserved, UnitsFree: tc.free}
+			if got := UnitBar(g); got != tc.want {
+				t.Fatalf("got %s, want %s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestWriteLeases(t *testing.T) {
+	exp := time.Date(2026, 11, 22, 17, 0, 0, 0, time.Local)
+	var b bytes.Buffer
+	WriteLeases(&b, []api.Lease{
+		{ID: "l-b", GPU: api.LeaseGPU{Index: 1}, Units: []int{0, 1, 2, 5}, Owner: api.Owner{UID: 7, PID: 99}, Expires: &exp},
+		{ID: "l-a", GPU: api.LeaseGPU{Index: 0}, Units: []int{3}, Owner: api.Owner{UID: 0, PID: 12}, Task: "t", Preemptible: true},
+	})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") ||
+		!strings.Contains(lines[1], "l-a") || !strings.Contains(lines[1], "when pid exits") || !strings.Contains(lines[1], "t (preemptible)") ||
+		!strings.Contains(lines[2], "0-2,5") || !strings.Contains(lines[2], "2026-11-22 17:00:00") || !strings.Contains(lines[2], " 99 ") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+	b.Reset()
+	WriteLeases(&b, nil)
+	if b.String() != "no leases\n" {
+		t.Fatalf("empty: %q", b.String())
+	}
+}
+
+func FuzzRunArgs(f *testing.F) {
+	for _, s := range []string{"status", "leases --all", "release x y", "top --interval 1ns", "--socket", "drain extra", "help status", "status --json --socket", "-h"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
 		args := append([]string{"--socket", "/nonexistent/gpulet.sock"}, strings.Fields(line)...)
 		var out, errb bytes.Buffer
-		if code := Main(args, &out, &errb); code != ExitOK && errb.Len() == 0 {
+		code := Run(context.Background(), args, &out, &errb)
+		if code != ExitOK && errb.Len() == 0 {
 			t.Fatalf("gpulet %q failed (%d) without saying why", line, code)
+		}
+		if code != ExitOK && code != ExitFailure && code != ExitUsage {
+			t.Fatalf("gpulet %q: exit %d", line, code)
 		}
 	})
 }
 
-func TestStatusTable(t *testing.T) {
-	uid := uint32(1000)
-	s := &api.Snapshot{Node: "n1", State: "working", Backend: api.BackendSimulated, MPS: "on", UnitsTotal: 16, UnitsFree: 11,
-		GPUs: []api.GPU{{Index: 0, Name: "Tesla T4", State: "working", Eligible: true, UnitsTotal: 16, UnitsUsed: 5, UnitsOffline: 2, UnitsFree: 11,
-			UtilizationPct: 37, MemoryUsedMiB: 100, MemoryTotalMiB: 15360, Instances: []api.Instance{{Instance: 0, State: "running", UID: &uid}}}}}
-	var b bytes.Buffer
-	WriteStatus(&b, s)
-	for _, want := range []string{"backend: simulated", "[###oo...........]", "5/2/11", "37%", "100/15360", "0:running uid 1000", "total: 16 units, 11 free"} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("status lacks %q:\n%s", want, b.String())
-		}
-	}
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

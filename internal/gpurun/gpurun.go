@@ -1,6 +1,9 @@
-// Package gpurun is the gpurun command: lease units bound to its own pid, put
-// the lease's environment in place, and exec the command in the same process,
-// so that the lease lives exactly as long as the command.
+// Package gpurun is the gpurun command (DESIGN section 7): lease units bound
+// to its own pid, put the lease's environment in place, and exec the command in
+// the same process, so that the lease lives exactly as long as the command.
+// With --offline it claims units through the pipe-file ledger instead
+// (package offline). It keeps nothing after the exec: gpuletd, or the ledger's
+// locks, hold the units.
 package gpurun
 
 import (
@@ -24,17 +27,37 @@ import (
 	"github.com/gpulet/gpulet/internal/offline"
 )
 
-// Exit codes of gpurun's own failures; otherwise the exit code is the command's.
+// Exit codes of gpurun's own failures; once the command runs, the exit code is
+// the command's. They follow env(1) and nohup(1), so scripts that wrap
+// commands already know them.
 const (
-	ExitFailure     = 125 // gpurun could not get units (no daemon, no units, API error)
+	ExitFailure     = 125 // gpurun could not get units: no daemon, no units, an API error
 	ExitUsage       = 2
 	ExitNotRunnable = 126 // the command exists but cannot be executed
 	ExitNotFound    = 127 // the command was not found
-	ExitInterrupted = 130 // Ctrl-C while waiting for units
+	// An interrupted gpurun exits 128 + the signal: 130 for SIGINT, 143 for SIGTERM.
 )
 
-// LeaseIDEnv names the lease in the command's environment.
+// LeaseIDEnv names the lease in the command's environment. Under --offline it
+// is "offline": there is no lease, and a stale id inherited from a caller that
+// itself runs under gpurun must not leak into the command.
 const LeaseIDEnv = "GPULET_LEASE_ID"
+
+// OfflineLeaseID is LeaseIDEnv's value under --offline.
+const OfflineLeaseID = "offline"
+
+// managedEnv are the variables gpurun owns: each is set from the lease, or
+// removed from the caller's environment when the lease does not set it, so that
+// a command started from inside another gpurun (or with MPS variables of an
+// earlier job) never reaches an MPS server or a GPU it was not given.
+var managedEnv = []string{
+	"CUDA_VISIBLE_DEVICES",
+	"CUDA_MPS_PIPE_DIRECTORY",
+	"CUDA_MPS_LOG_DIRECTORY",
+	"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
+	"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+	LeaseIDEnv,
+}
 
 // Options are gpurun's parsed flags.
 type Options struct {
@@ -56,40 +79,47 @@ const usageHead = `gpurun runs a command on GPU units leased from gpuletd.
 
 Usage: gpurun [flags] -- COMMAND [ARGS...]
 
-The lease is bound to the command's process: it ends when the command exits.
-The command runs with the lease's environment (CUDA_VISIBLE_DEVICES, the MPS
-variables) and GPULET_LEASE_ID. The exit status is the command's; gpurun's own
-failures exit 125 (no units, no daemon), 126 (command not executable), 127
-(command not found), 2 (usage), 130 (interrupted while waiting).
+gpurun leases units bound to its own process, sets the lease's environment
+(CUDA_VISIBLE_DEVICES, the MPS variables, GPULET_LEASE_ID) and replaces itself
+with COMMAND, which keeps gpurun's pid: the lease ends when the command exits,
+however it exits. Everything after COMMAND is the command's own.
 
 Examples:
-  gpurun -- python train.py
-  gpurun --units 2 --type A100 --memory 20G -- python train.py
-  gpurun --wait 10m -- ./infer.sh
-  gpurun --offline -- ./job     (claim units without the daemon)
+  gpurun -- python train.py                      one unit, anywhere
+  gpurun --units 2 --type A100 -- python train.py
+  gpurun --gpu 1 --memory 20G -- ./infer.sh      GPU 1, with 20 GiB of its memory
+  gpurun --wait 10m -- python train.py           queue for up to 10 minutes
+  gpurun --offline -- ./job                      claim units without gpuletd
+
+Exit status: the command's; gpurun's own failures exit 125 (no units, no
+daemon, an API error), 126 (command not executable), 127 (command not found),
+2 (usage), 130 or 143 (SIGINT or SIGTERM while waiting for units).
 
 Flags:
 `
 
-// Parse parses gpurun's arguments.
-func Parse(args []string, out io.Writer) (Options, error) {
+// Parse parses gpurun's arguments; --help writes the usage to help.
+func Parse(args []string, help io.Writer) (Options, error) {
 	var o Options
-	var memory, wait string
+	var memory string
 	fs := pflag.NewFlagSet("gpurun", pflag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(help)
+	// The command's flags are the command's: parsing stops at the first
+	// argument that is not gpurun's, with or without "--".
 	fs.SetInterspersed(false)
-	fs.IntVarP(&o.Units, "units", "n", 1, "units to lease")
+	fs.SortFlags = false
+	fs.IntVarP(&o.Units, "units", "n", 1, "units to lease (one process holds at most gpuletd's --units-per-client)")
 	fs.StringVar(&o.GPU, "gpu", "", "GPU index or UUID")
 	fs.StringVar(&o.Pool, "pool", "", "pool to lease from")
-	fs.StringVar(&o.Type, "type", "", "GPU type: a case-insensitive part of its name, e.g. A100 or T4")
-	fs.StringVar(&memory, "memory", "", "GPU memory the command needs, e.g. 8G, 512M, or MiB as a plain number")
-	fs.StringVar(&o.Task, "task", "", "task name (for run-time profiles)")
+	fs.StringVar(&o.Type, "type", "", "GPU type: a case-insensitive part of its name, e.g. A100 or t4")
+	fs.StringVar(&memory, "memory", "", "GPU memory the command needs: 8G, 512M, or MiB as a plain number")
+	fs.StringVar(&o.Task, "task", "", "task name, for gpuletd's run-time profiles")
 	fs.StringVar(&o.Reservation, "reservation", "", "workflow reservation to draw from")
-	fs.StringVar(&wait, "wait", "", "wait this long for units instead of failing at once, e.g. 30s or 10m")
+	fs.DurationVar(&o.Wait, "wait", 0, "wait up to this long for units instead of failing at once, e.g. 30s or 10m")
 	fs.BoolVar(&o.Offline, "offline", false, "claim units through the pipe-file ledger, without gpuletd")
 	fs.StringVar(&o.Socket, "socket", "", "gpuletd's socket (default $GPULET_SOCKET, else "+client.DefaultSocket+")")
-	fs.StringVar(&o.RunDir, "run-dir", "", "gpuletd's run dir, for --offline (default $GPULET_RUN_DIR, else "+offline.DefaultRunDir+")")
-	fs.Usage = func() { fmt.Fprint(out, usageHead+fs.FlagUsages()) }
+	fs.StringVar(&o.RunDir, "run-dir", "", "gpuletd's run dir, for --offline (default $"+offline.RunDirEnv+", else "+offline.DefaultRunDir+")")
+	fs.Usage = func() { fmt.Fprint(help, usageHead+fs.FlagUsages()) }
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -100,67 +130,148 @@ func Parse(args []string, out io.Writer) (Options, error) {
 	if o.Units < 1 {
 		return o, fmt.Errorf("--units must be at least 1, got %d", o.Units)
 	}
-	var err error
 	if memory != "" {
+		var err error
 		if o.MemoryMiB, err = ParseMemory(memory); err != nil {
 			return o, err
 		}
 	}
-	if wait != "" {
-		if o.Wait, err = time.ParseDuration(wait); err != nil || o.Wait <= 0 {
-			return o, fmt.Errorf("--wait %q: want a positive duration such as 30s or 10m", wait)
-		}
+	if o.Wait < 0 {
+		return o, fmt.Errorf("--wait %s: want a positive duration such as 30s or 10m", o.Wait)
 	}
-	if o.Offline && (o.Pool != "" || o.Reservation != "" || o.Wait > 0) {
-		return o, errors.New("--offline claims without the daemon: --pool, --reservation and --wait need gpuletd")
+	if o.Offline {
+		// Only gpuletd knows pools, reservations, memory use, task profiles and
+		// waiters; an offline claim that silently ignored them would mislead.
+		for _, f := range []string{"pool", "reservation", "memory", "task", "wait"} {
+			if fs.Changed(f) {
+				return o, fmt.Errorf("--%s needs gpuletd: it cannot be used with --offline", f)
+			}
+		}
 	}
 	return o, nil
 }
 
-// ParseMemory reads a memory size in MiB: "8G", "8GiB", "512M", "8000" (MiB).
+// maxMemoryMiB bounds --memory: 1 PiB, far above any GPU, keeps the sum
+// exact.
+const maxMemoryMiB = 1 << 30
+
+// memoryUnits are --memory's suffixes, in MiB. Sizes are binary, as
+// nvidia-smi shows them: 1G is 1024 MiB whichever spelling is used.
+var memoryUnits = map[string]uint64{
+	"": 1, "M": 1, "MB": 1, "MIB": 1,
+	"G": 1 << 10, "GB": 1 << 10, "GIB": 1 << 10,
+	"T": 1 << 20, "TB": 1 << 20, "TIB": 1 << 20,
+}
+
+// ParseMemory reads a memory size in MiB: "8G", "512M", "1T", or a plain
+// number of MiB; suffixes may end in "B" or "iB", in any case.
 func ParseMemory(s string) (uint64, error) {
-	bad := fmt.Errorf("--memory %q: want a size such as 8G, 512M or 8000 (MiB)", s)
-	t := strings.ToUpper(strings.TrimSpace(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "IB"), "B")
-	mult := uint64(1)
-	switch {
-	case strings.HasSuffix(t, "T"):
-		mult, t = 1<<20, strings.TrimSuffix(t, "T")
-	case strings.HasSuffix(t, "G"):
-		mult, t = 1<<10, strings.TrimSuffix(t, "G")
-	case strings.HasSuffix(t, "M"):
-		t = strings.TrimSuffix(t, "M")
+	digits := strings.TrimRight(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+	mult, ok := memoryUnits[strings.ToUpper(s[len(digits):])]
+	n, err := strconv.ParseUint(digits, 10, 64)
+	if !ok || err != nil || n == 0 || strings.TrimLeft(digits, "0123456789") != "" {
+		return 0, fmt.Errorf("--memory %q: want a whole size such as 8G, 512M or 8000 (MiB)", s)
 	}
-	n, err := strconv.ParseUint(t, 10, 32)
-	if err != nil || n == 0 {
-		return 0, bad
+	if n > maxMemoryMiB/mult {
+		return 0, fmt.Errorf("--memory %q: more than any GPU has", s)
 	}
 	return n * mult, nil
 }
 
-// Main runs gpurun and returns its exit code; on success it does not return,
-// as the command replaces it.
-func Main(args []string, stderr io.Writer) int {
-	o, err := Parse(args, stderr)
+// signalCause is why catchSignals' context ended.
+type signalCause struct{ sig syscall.Signal }
+
+func (s signalCause) Error() string { return s.sig.String() }
+
+// catchSignals makes SIGINT and SIGTERM end ctx, with the signal as its
+// cause, until stop is called; once stop returns, ctx's cause is final. Only a
+// waiting gpurun catches signals: catching costs threads that every exec pays
+// for, and without --wait the lease request takes a millisecond, so a signal
+// then kills gpurun, which gpuletd sees as the request's connection closing
+// and the lease's process gone.
+func catchSignals(parent context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	quit, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		select {
+		case sig := <-ch:
+			cancel(signalCause{sig.(syscall.Signal)})
+		case <-quit:
+		}
+	}()
+	return ctx, func() {
+		// From here a signal has its default effect: it ends gpurun, or,
+		// after the exec, the command.
+		signal.Stop(ch)
+		close(quit)
+		<-exited
+		// A signal relayed before Stop that the goroutine did not take.
+		select {
+		case sig := <-ch:
+			cancel(signalCause{sig.(syscall.Signal)})
+		default:
+		}
+	}
+}
+
+// interrupted returns the signal that ended ctx, or 0.
+func interrupted(ctx context.Context) syscall.Signal {
+	var s signalCause
+	if errors.As(context.Cause(ctx), &s) {
+		return s.sig
+	}
+	return 0
+}
+
+// Run runs gpurun and returns its exit code; when the command starts it does
+// not return, as the command replaces it. ctx ending with a signalCause counts
+// as that signal (tests use it; a waiting gpurun catches real ones).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	o, err := Parse(args, stdout)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "gpurun:", err)
+		fmt.Fprintf(stderr, "gpurun: %v\nRun 'gpurun --help' for usage.\n", err)
 		return ExitUsage
 	}
+	// The command is found before any unit is taken: a typo costs nothing.
 	path, code, err := lookCommand(o.Command[0])
 	if err != nil {
 		fmt.Fprintln(stderr, "gpurun:", err)
 		return code
 	}
-	env, release, code := acquire(o, stderr)
-	if code != 0 {
-		return code
+	stopSignals := func() {}
+	if o.Wait > 0 {
+		ctx, stopSignals = catchSignals(ctx)
 	}
-	err = syscall.Exec(path, o.Command, mergeEnv(os.Environ(), env))
+	var env map[string]string
+	var giveBack func()
+	if o.Offline {
+		env, giveBack, err = claimOffline(o)
+	} else {
+		env, giveBack, err = lease(ctx, o, stderr)
+	}
+	stopSignals()
+	if sig := interrupted(ctx); sig != 0 {
+		// A lease granted as the signal came goes back; the waiting request
+		// itself ended with its connection, and gpuletd dropped it.
+		if err == nil {
+			giveBack()
+		}
+		fmt.Fprintf(stderr, "gpurun: %s while waiting for units: nothing was leased\n", sig)
+		return 128 + int(sig)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "gpurun:", err)
+		return ExitFailure
+	}
+	err = syscall.Exec(path, o.Command, MergeEnv(os.Environ(), env))
 	// Exec returned: the command did not start, so the units go back.
-	release()
+	giveBack()
 	code = ExitNotRunnable
 	if errors.Is(err, syscall.ENOENT) {
 		code = ExitNotFound
@@ -169,40 +280,39 @@ func Main(args []string, stderr io.Writer) int {
 	return code
 }
 
-// lookCommand finds the command the way a shell does, before any unit is taken.
+// lookCommand finds the command the way a shell does.
 func lookCommand(name string) (string, int, error) {
 	path, err := exec.LookPath(name)
-	if err == nil {
+	switch {
+	case err == nil:
 		return path, 0, nil
-	}
-	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+	case errors.Is(err, exec.ErrDot):
+		// Found through a relative PATH entry: a shell would run it, and so
+		// does gpurun, which runs what the user's own PATH names.
+		return path, 0, nil
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, os.ErrNotExist):
 		return "", ExitNotFound, fmt.Errorf("%s: command not found", name)
 	}
 	return "", ExitNotRunnable, fmt.Errorf("%s: permission denied", name)
 }
 
-// acquire takes the units, from gpuletd or offline, and returns the variables
-// to set and how to give the units back if the command does not start.
-func acquire(o Options, stderr io.Writer) (map[string]string, func(), int) {
-	if o.Offline {
-		return acquireOffline(o, stderr)
-	}
+// lease takes the units from gpuletd and returns the variables to set and how
+// to give the units back if the command does not start.
+func lease(ctx context.Context, o Options, stderr io.Writer) (map[string]string, func(), error) {
 	c := &client.Client{Socket: o.Socket}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
+	// No ttl and no pid: gpuletd binds the lease to the caller's pid from
+	// SO_PEERCRED, which is gpurun's and, after exec, the command's.
 	req := api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, Task: o.Task, Reservation: o.Reservation}
-	if o.Wait > 0 {
-		req.Wait = o.Wait.String()
-		go tellWaiting(ctx, c, o, stderr)
-	}
 	l, err := c.Lease(ctx, req)
+	if o.Wait > 0 && errors.Is(err, client.ErrInsufficientUnits) {
+		// Asking without waiting first means the message below is printed
+		// only when gpurun really waits.
+		fmt.Fprintln(stderr, "gpurun:", waitMessage(ctx, c, o))
+		req.Wait = o.Wait.String()
+		l, err = c.Lease(ctx, req)
+	}
 	if err != nil {
-		if ctx.Err() != nil {
-			fmt.Fprintln(stderr, "gpurun: interrupted while waiting for units; nothing was leased")
-			return nil, nil, ExitInterrupted
-		}
-		fmt.Fprintln(stderr, "gpurun:", describe(err, c, o))
-		return nil, nil, ExitFailure
+		return nil, nil, describe(err, o)
 	}
 	env := map[string]string{LeaseIDEnv: l.ID}
 	for k, v := range l.Env {
@@ -213,61 +323,109 @@ func acquire(o Options, stderr io.Writer) (map[string]string, func(), int) {
 		defer cancel()
 		c.Release(rctx, l.ID)
 	}
-	return env, release, 0
+	return env, release, nil
 }
 
-// describe turns a lease error into one line that says what to do.
-func describe(err error, c *client.Client, o Options) string {
-	switch {
-	case errors.Is(err, client.ErrNoDaemon):
-		return fmt.Sprintf("%v\n  start gpuletd, point --socket or GPULET_SOCKET at it, or claim units without it: gpurun --offline", err)
-	case errors.Is(err, client.ErrInsufficientUnits):
-		return fmt.Sprintf("asked for %d unit(s): %v (use --wait to queue for units)", o.Units, err)
+// describe turns a lease error into a message that says what to do.
+func describe(err error, o Options) error {
+	if errors.Is(err, client.ErrNoDaemon) {
+		return fmt.Errorf("%w\n  start gpuletd (systemctl start gpuletd), point --socket or GPULET_SOCKET at its socket,\n  or claim units without it: gpurun --offline ...", err)
 	}
-	return err.Error()
+	_, code := api.StatusOf(err)
+	if code == api.CodeInternal {
+		return err
+	}
+	msg := fmt.Errorf("%s: %w", code, err)
+	if errors.Is(err, client.ErrInsufficientUnits) {
+		msg = fmt.Errorf("%s: asked for %s: %w", code, what(o), err)
+		if o.Wait == 0 {
+			msg = fmt.Errorf("%w; use --wait DURATION to queue for units", msg)
+		}
+	}
+	return msg
 }
 
-// tellWaiting says once what gpurun waits for and how many units are free.
-func tellWaiting(ctx context.Context, c *client.Client, o Options, stderr io.Writer) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(200 * time.Millisecond):
+// what says what was asked for: "2 unit(s) on GPU 1 of type A100".
+func what(o Options) string {
+	s := fmt.Sprintf("%d unit(s)", o.Units)
+	if o.GPU != "" {
+		s += " on GPU " + o.GPU
 	}
-	free := "unknown"
-	if s, err := c.Snapshot(ctx); err == nil {
-		free = strconv.Itoa(s.UnitsFree)
+	if o.Type != "" {
+		s += " of type " + o.Type
 	}
-	fmt.Fprintf(stderr, "gpurun: waiting up to %s for %d unit(s); %s free on the node now\n", o.Wait, o.Units, free)
+	if o.MemoryMiB > 0 {
+		s += fmt.Sprintf(" with %d MiB", o.MemoryMiB)
+	}
+	if o.Pool != "" {
+		s += " in pool " + o.Pool
+	}
+	if o.Reservation != "" {
+		s += " of reservation " + o.Reservation
+	}
+	return s
 }
 
-func acquireOffline(o Options, stderr io.Writer) (map[string]string, func(), int) {
+// waitMessage says what gpurun waits for and what is free now.
+func waitMessage(ctx context.Context, c *client.Client, o Options) string {
+	msg := fmt.Sprintf("waiting up to %s for %s (Ctrl-C gives up)", o.Wait, what(o))
+	s, err := c.Snapshot(ctx)
+	if err != nil {
+		return msg
+	}
+	msg += fmt.Sprintf("; %d of %d units free on the node now", s.UnitsFree, s.UnitsTotal)
+	var gpus []string
+	for _, g := range s.GPUs {
+		if o.GPU != "" && o.GPU != strconv.Itoa(g.Index) && !strings.EqualFold(o.GPU, g.UUID) {
+			continue
+		}
+		if o.Type != "" && !strings.Contains(strings.ToLower(g.Name), strings.ToLower(o.Type)) {
+			continue
+		}
+		gpu := fmt.Sprintf("GPU %d %s: %d free", g.Index, g.Name, g.UnitsFree)
+		if !g.Eligible {
+			gpu += ", not eligible (" + g.State + fmt.Sprintf(", %d%% busy)", g.UtilizationPct)
+		}
+		gpus = append(gpus, gpu)
+	}
+	if (o.GPU != "" || o.Type != "") && len(gpus) > 0 {
+		msg += " (" + strings.Join(gpus, "; ") + ")"
+	}
+	if s.State == api.NodeDraining {
+		msg += "; the node is draining"
+	}
+	return msg
+}
+
+// claimOffline claims the units through the pipe-file ledger.
+func claimOffline(o Options) (map[string]string, func(), error) {
 	runDir := offline.RunDir(o.RunDir)
 	lay, err := offline.ReadLayout(runDir)
 	if err != nil {
-		fmt.Fprintln(stderr, "gpurun --offline:", err)
-		return nil, nil, ExitFailure
+		return nil, nil, fmt.Errorf("--offline: %w", err)
 	}
 	cl, err := offline.Take(runDir, lay, offline.Request{Units: o.Units, GPU: o.GPU, Type: o.Type})
 	if err != nil {
-		fmt.Fprintln(stderr, "gpurun --offline:", err)
-		return nil, nil, ExitFailure
+		return nil, nil, fmt.Errorf("--offline: %w", err)
 	}
-	env := map[string]string{LeaseIDEnv: "offline"}
+	env := map[string]string{LeaseIDEnv: OfflineLeaseID}
 	for k, v := range cl.Env {
 		env[k] = v
 	}
-	return env, func() { cl.Release(runDir) }, 0
+	return env, cl.Release, nil
 }
 
-// mergeEnv is base with every variable of set replaced or added.
-func mergeEnv(base []string, set map[string]string) []string {
+// MergeEnv is base without the variables gpurun owns, plus set. Other
+// variables keep their order; set's follow, sorted, so that the command's
+// environment does not depend on map order.
+func MergeEnv(base []string, set map[string]string) []string {
 	out := make([]string, 0, len(base)+len(set))
 	for _, kv := range base {
 		k, _, _ := strings.Cut(kv, "=")
-		if _, ok := set[k]; !ok {
-			out = append(out, kv)
+		if _, ok := set[k]; ok || isManaged(k) {
+			continue
 		}
+		out = append(out, kv)
 	}
 	keys := make([]string, 0, len(set))
 	for k := range set {
@@ -278,4 +436,13 @@ func mergeEnv(base []string, set map[string]string) []string {
 		out = append(out, k+"="+set[k])
 	}
 	return out
+}
+
+func isManaged(k string) bool {
+	for _, m := range managedEnv {
+		if k == m {
+			return true
+		}
+	}
+	return false
 }

@@ -3,17 +3,22 @@ package offline
 import (
 	"encoding/json"
 	"errors"
+	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/agent/ledger"
+	"github.com/gpulet/gpulet/agent/units"
 )
 
-func testLayout(t *testing.T) (string, *ledger.Layout) {
+// testLayout writes a layout with two instances on GPU 0 and one on GPU 1.
+func testLayout(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	lay := &ledger.Layout{Schema: ledger.LayoutSchema, GPUs: []ledger.LayoutGPU{
@@ -27,32 +32,44 @@ func testLayout(t *testing.T) (string, *ledger.Layout) {
 	}}
 	for _, g := range lay.GPUs {
 		for _, in := range g.Instances {
-			os.MkdirAll(filepath.Join(dir, "units", g.UUID, strconv.Itoa(in.Instance)), 0o755)
+			if err := os.MkdirAll(filepath.Join(dir, "units", g.UUID, strconv.Itoa(in.Instance)), 0o755); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	b, _ := json.Marshal(lay)
-	os.WriteFile(filepath.Join(dir, "units", ledger.LayoutFile), b, 0o644)
-	return dir, lay
+	if err := os.WriteFile(filepath.Join(dir, "units", ledger.LayoutFile), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
-func TestTakeClaimsLockedFIFOs(t *testing.T) {
-	dir, _ := testLayout(t)
+func take(t *testing.T, dir string, req Request) (*Claim, error) {
+	t.Helper()
 	lay, err := ReadLayout(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := Take(dir, lay, Request{Units: 2})
+	c, err := Take(dir, lay, req)
+	if err == nil {
+		t.Cleanup(c.Release)
+	}
+	return c, err
+}
+
+func TestTakeClaimsLockedFIFOs(t *testing.T) {
+	dir := testLayout(t)
+	c, err := take(t, dir, Request{Units: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Release(dir)
 	if c.GPU.UUID != "GPU-a" || c.Instance != 0 || len(c.FDs) != 2 {
 		t.Fatalf("claim %+v", c)
 	}
 	if c.Env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "50" || c.Env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=40960M" || c.Env["CUDA_VISIBLE_DEVICES"] != "GPU-a" {
 		t.Fatalf("env %v", c.Env)
 	}
-	for _, u := range c.Units {
+	for i, u := range c.Units {
 		p := filepath.Join(dir, "units", "GPU-a", "0", ledger.UnitName(u))
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
@@ -68,44 +85,235 @@ func TestTakeClaimsLockedFIFOs(t *testing.T) {
 		}
 		unix.Close(fd)
 		// The descriptor survives exec.
-		flags, _ := unix.FcntlInt(uintptr(c.FDs[0]), unix.F_GETFD, 0)
-		if flags&unix.FD_CLOEXEC != 0 {
-			t.Fatal("claim descriptor is close-on-exec")
+		flags, err := unix.FcntlInt(uintptr(c.FDs[i]), unix.F_GETFD, 0)
+		if err != nil || flags&unix.FD_CLOEXEC != 0 {
+			t.Fatalf("claim descriptor of unit %d is close-on-exec (flags %#x, %v)", u, flags, err)
 		}
-	}
-	// Instance 0 is full: the next claim of 2 goes to instance 1; then GPU 1.
-	c2, err := Take(dir, lay, Request{Units: 2})
-	if err != nil || c2.Instance != 1 {
-		t.Fatalf("second claim %+v %v", c2, err)
-	}
-	c3, err := Take(dir, lay, Request{Units: 1, Type: "t4"})
-	if err != nil || c3.GPU.Index != 1 {
-		t.Fatalf("claim by type %+v %v", c3, err)
-	}
-	if _, err := Take(dir, lay, Request{Units: 2, GPU: "1"}); !errors.Is(err, ErrNoUnits) {
-		t.Fatalf("claim on a full GPU: %v", err)
-	}
-	if _, err := Take(dir, lay, Request{Units: 1, GPU: "7"}); err == nil {
-		t.Fatal("claim on a missing GPU")
 	}
 	// No temporary names are left behind.
 	ents, _ := os.ReadDir(filepath.Join(dir, "units", "GPU-a", "0"))
 	for _, e := range ents {
-		if e.Name()[0] == '.' {
+		if strings.HasPrefix(e.Name(), ".") {
 			t.Fatalf("temporary claim name left: %s", e.Name())
 		}
 	}
 }
 
+func TestTakePlacement(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		taken    []string // unit FIFOs made beforehand, GPU-uuid/instance/unit-i
+		req      Request
+		gpu      int
+		instance int
+		units    string
+		err      string
+	}{
+		{name: "first instance", req: Request{Units: 1}, gpu: 0, instance: 0, units: "0"},
+		{name: "skips taken names", taken: []string{"GPU-a/0/unit-0"}, req: Request{Units: 1}, gpu: 0, instance: 0, units: "1"},
+		{name: "next instance when one is short", taken: []string{"GPU-a/0/unit-1"}, req: Request{Units: 2}, gpu: 0, instance: 1, units: "2,3"},
+		{name: "next GPU", taken: []string{"GPU-a/0/unit-0", "GPU-a/1/unit-3"}, req: Request{Units: 2}, gpu: 1, instance: 0, units: "0,1"},
+		{name: "by index", req: Request{Units: 1, GPU: "1"}, gpu: 1, instance: 0, units: "0"},
+		{name: "by uuid", req: Request{Units: 1, GPU: "gpu-b"}, gpu: 1, instance: 0, units: "0"},
+		{name: "by type", req: Request{Units: 2, Type: "t4"}, gpu: 1, instance: 0, units: "0,1"},
+		{name: "units never span instances", req: Request{Units: 3}, err: "no instance has 3 unit(s) free; free now: GPU 0 (NVIDIA A100-SXM4-80GB) 4 of 4, GPU 1 (Tesla T4) 2 of 2"},
+		{name: "full GPU", taken: []string{"GPU-b/0/unit-1"}, req: Request{Units: 2, GPU: "1"}, err: "free now: GPU 1 (Tesla T4) 1 of 2"},
+		{name: "no such index", req: Request{Units: 1, GPU: "7"}, err: `no GPU in the layout matches --gpu "7"`},
+		{name: "no such type", req: Request{Units: 1, Type: "H100"}, err: `matches --type "H100" (this node has 0 GPU-a NVIDIA A100-SXM4-80GB, 1 GPU-b Tesla T4)`},
+		{name: "zero units", req: Request{Units: 0}, err: "--units must be at least 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := testLayout(t)
+			for _, p := range tc.taken {
+				if err := unix.Mkfifo(filepath.Join(dir, "units", p), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c, err := take(t, dir, tc.req)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := make([]string, len(c.Units))
+			for i, u := range c.Units {
+				got[i] = strconv.Itoa(u)
+			}
+			if c.GPU.Index != tc.gpu || c.Instance != tc.instance || strings.Join(got, ",") != tc.units {
+				t.Fatalf("claimed GPU %d instance %d units %v, want GPU %d instance %d units %s", c.GPU.Index, c.Instance, got, tc.gpu, tc.instance, tc.units)
+			}
+		})
+	}
+}
+
+func TestNoFreeUnitsIsErrNoUnits(t *testing.T) {
+	dir := testLayout(t)
+	if _, err := take(t, dir, Request{Units: 2, GPU: "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := take(t, dir, Request{Units: 1, GPU: "1"}); !errors.Is(err, ErrNoUnits) {
+		t.Fatalf("claim on a full GPU: %v", err)
+	}
+}
+
+func TestReleaseGivesUnitsBack(t *testing.T) {
+	dir := testLayout(t)
+	lay, _ := ReadLayout(dir)
+	c, err := Take(dir, lay, Request{Units: 2, GPU: "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := c.FDs
+	c.Release()
+	ents, _ := os.ReadDir(filepath.Join(dir, "units", "GPU-b", "0"))
+	if len(ents) != 0 {
+		t.Fatalf("left after release: %v", ents)
+	}
+	for _, fd := range fds {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); !errors.Is(err, unix.EBADF) {
+			t.Fatalf("descriptor %d still open after release", fd)
+		}
+	}
+	if _, err := take(t, dir, Request{Units: 2, GPU: "1"}); err != nil {
+		t.Fatalf("claim after release: %v", err)
+	}
+}
+
+// TestClaimIsLiveToTheLedger checks the claim against the daemon's own probe:
+// a held claim is live, and one whose holder closed its descriptors is stale.
+func TestClaimIsLiveToTheLedger(t *testing.T) {
+	run := t.TempDir()
+	model := units.Default()
+	l, err := ledger.New(run, model, []ledger.GPU{{Index: 0, UUID: "GPU-x", Name: "Tesla T4"}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.WriteLayout(func(g, k int) map[string]string {
+		return map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-x", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "7"}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	lay, err := ReadLayout(run)
+	if err != nil {
+		t.Fatalf("the daemon's own layout.json: %v", err)
+	}
+	c, err := Take(run, lay, Request{Units: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"]; got != "19" {
+		t.Fatalf("3 of 16 units: thread percentage %s, want 19", got)
+	}
+	present, err := l.Scan(0)
+	if err != nil || len(present) != 3 {
+		t.Fatalf("ledger sees %v, %v", present, err)
+	}
+	if stale, err := l.Probe(0, c.Units[0]); stale || err != nil {
+		t.Fatalf("held claim probed stale=%v err=%v", stale, err)
+	}
+	// The holder dies without cleaning up: its names stay, unlocked.
+	for _, fd := range c.FDs {
+		unix.Close(fd)
+	}
+	if stale, err := l.Probe(0, c.Units[0]); !stale || err != nil {
+		t.Fatalf("abandoned claim probed stale=%v err=%v", stale, err)
+	}
+}
+
 func TestReadLayoutErrors(t *testing.T) {
-	if _, err := ReadLayout(t.TempDir()); err == nil {
-		t.Fatal("no layout accepted")
+	dir := t.TempDir()
+	if _, err := ReadLayout(dir); err == nil || !strings.Contains(err.Error(), "no pipe-file ledger at "+filepath.Join(dir, "units", "layout.json")) {
+		t.Fatalf("no layout: %v", err)
+	}
+	os.MkdirAll(filepath.Join(dir, "units"), 0o755)
+	os.WriteFile(filepath.Join(dir, "units", "layout.json"), []byte(`{"schema":"other/v9"}`), 0o644)
+	if _, err := ReadLayout(dir); err == nil || !strings.Contains(err.Error(), `layout schema "other/v9"`) {
+		t.Fatalf("unknown schema: %v", err)
+	}
+}
+
+func TestDecodeLayout(t *testing.T) {
+	const head = `{"schema":"gpulet.layout/v1","gpus":[`
+	for _, tc := range []struct {
+		name, json, err string
+	}{
+		{"good", head + `{"index":0,"uuid":"GPU-a","units_total":2,"instances":[{"instance":0,"units":[0,1]}]}]}`, ""},
+		{"no gpus", head + `]}`, ""},
+		{"not json", `{`, "malformed layout"},
+		{"path in uuid", head + `{"uuid":"../etc","units_total":1}]}`, "bad UUID"},
+		{"dot uuid", head + `{"uuid":"..","units_total":1}]}`, "bad UUID"},
+		{"empty uuid", head + `{"uuid":"","units_total":1}]}`, "bad UUID"},
+		{"no units", head + `{"uuid":"GPU-a","units_total":0}]}`, "has 0 units"},
+		{"unit out of range", head + `{"uuid":"GPU-a","units_total":2,"instances":[{"units":[2]}]}]}`, "outside 0..1"},
+		{"negative instance", head + `{"uuid":"GPU-a","units_total":2,"instances":[{"instance":-1}]}]}`, "instance -1"},
+		{"unit twice", head + `{"uuid":"GPU-a","units_total":2,"instances":[{"instance":0,"units":[0]},{"instance":1,"units":[0]}]}]}`, "unit 0 in two instances"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := DecodeLayout([]byte(tc.json))
+			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("err %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func TestScaleMemLimit(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"0=5120M", 1, "0=5120M"},
+		{"0=5120M", 3, "0=15360M"},
+		{"0=1G,1=512MB", 2, "0=2G,1=1024MB"},
+		{"0=4096", 2, "0=8192"},
+		{"", 1, ""},
+		{"0=M", 1, ""},
+		{"x=1M", 1, ""},
+		{"0=1M2", 1, ""},
+		{"0=-1M", 1, ""},
+		{"0=1M", 0, ""},
+		{"0=18446744073709551615M", 2, ""},
+	} {
+		got, err := ScaleMemLimit(tc.in, tc.n)
+		if got != tc.want || (tc.want == "") != (err != nil) {
+			t.Errorf("ScaleMemLimit(%q, %d) = %q, %v; want %q", tc.in, tc.n, got, err, tc.want)
+		}
+	}
+}
+
+func TestScaleEnv(t *testing.T) {
+	env, err := ScaleEnv(map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/p"}, "GPU-z", 5, 16)
+	if err != nil || env["CUDA_VISIBLE_DEVICES"] != "GPU-z" || env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "32" || env["CUDA_MPS_PIPE_DIRECTORY"] != "/p" {
+		t.Fatalf("%v %v", env, err)
+	}
+	if _, ok := env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]; ok {
+		t.Fatal("a memory limit appeared that the layout did not give")
+	}
+	if _, err := ScaleEnv(map[string]string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "lots"}, "GPU-z", 1, 16); err == nil {
+		t.Fatal("bad memory limit accepted")
+	}
+}
+
+func TestRunDir(t *testing.T) {
+	t.Setenv(RunDirEnv, "")
+	if got := RunDir(""); got != DefaultRunDir {
+		t.Fatalf("default %q", got)
+	}
+	t.Setenv(RunDirEnv, "/env")
+	if RunDir("") != "/env" || RunDir("/flag") != "/flag" {
+		t.Fatal("flag, then environment")
 	}
 }
 
 func FuzzDecodeLayout(f *testing.F) {
 	good, _ := json.Marshal(ledger.Layout{Schema: ledger.LayoutSchema, GPUs: []ledger.LayoutGPU{{UUID: "GPU-a", UnitsTotal: 2, Instances: []ledger.LayoutInstance{{Units: []int{0, 1}}}}}})
-	for _, s := range []string{string(good), `{}`, `{"schema":"gpulet.layout/v1","gpus":[{"uuid":"../x","units_total":1}]}`, `x`} {
+	for _, s := range []string{string(good), `{}`, `{"schema":"gpulet.layout/v1","gpus":[{"uuid":"../x","units_total":1}]}`, `x`,
+		`{"schema":"gpulet.layout/v1","gpus":[{"uuid":"a","units_total":3,"instances":[{"units":[0,0]}]}]}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b string) {
@@ -117,13 +325,33 @@ func FuzzDecodeLayout(f *testing.F) {
 			if g.UUID == "" || filepath.Base(g.UUID) != g.UUID || g.UUID == ".." || g.UUID == "." {
 				t.Fatalf("accepted UUID %q", g.UUID)
 			}
+			seen := map[int]bool{}
 			for _, in := range g.Instances {
 				for _, u := range in.Units {
-					if u < 0 || u >= g.UnitsTotal {
-						t.Fatalf("accepted unit %d of %d", u, g.UnitsTotal)
+					if u < 0 || u >= g.UnitsTotal || seen[u] {
+						t.Fatalf("accepted unit %d of %d (seen %v)", u, g.UnitsTotal, seen[u])
 					}
+					seen[u] = true
 				}
 			}
+		}
+	})
+}
+
+func FuzzScaleMemLimit(f *testing.F) {
+	for _, s := range []string{"0=5120M", "0=1G,1=512MB", "0=", "=1M", "0=99999999999999999999M"} {
+		f.Add(s, 2)
+	}
+	f.Fuzz(func(t *testing.T, v string, n int) {
+		got, err := ScaleMemLimit(v, n)
+		if err != nil {
+			return
+		}
+		if n < 1 || strings.Count(got, ",") != strings.Count(v, ",") {
+			t.Fatalf("ScaleMemLimit(%q, %d) = %q", v, n, got)
+		}
+		if n == 1 && got != v && !strings.Contains(v, "=0") {
+			t.Fatalf("scaling by 1 changed %q to %q", v, got)
 		}
 	})
 }
