@@ -151,6 +151,9 @@ type Manager struct {
 	waiters []*waiter
 	// journal records live leases; written under mu.
 	journal journal
+	// pendingLogs are log lines made under mu, written by unlock once mu is
+	// free: a slow log sink must not hold up leasing.
+	pendingLogs []pendingLog
 	// eventChanged records that ledger events changed the table since the last
 	// Batch, so that the daemon's own FIFOs coming and going publish nothing.
 	eventChanged bool
@@ -185,7 +188,7 @@ func New(cfg Config) (*Manager, error) {
 // removes the claims nobody holds.
 func (m *Manager) restore() {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	var entries []journalEntry
 	b, err := os.ReadFile(m.cfg.JournalPath)
 	switch {
@@ -249,6 +252,26 @@ func (m *Manager) shapes() []gpuShape {
 	return out
 }
 
+type pendingLog struct {
+	msg  string
+	args []any
+}
+
+// infoLocked queues an info line for unlock to write.
+func (m *Manager) infoLocked(msg string, args ...any) {
+	m.pendingLogs = append(m.pendingLogs, pendingLog{msg, args})
+}
+
+// unlock releases mu, then writes the lines queued under it.
+func (m *Manager) unlock() {
+	logs := m.pendingLogs
+	m.pendingLogs = nil
+	m.mu.Unlock()
+	for _, l := range logs {
+		m.log.Info(l.msg, l.args...)
+	}
+}
+
 // Watch starts watching the ledger for offline claims until ctx ends.
 func (m *Manager) Watch(ctx context.Context) error {
 	if err := m.cfg.Ledger.Watch(ctx, (*ledgerEvents)(m)); err != nil {
@@ -266,7 +289,7 @@ type ledgerEvents Manager
 func (e *ledgerEvents) Unit(g, i int, gone bool) {
 	m := (*Manager)(e)
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	if m.closed {
 		return
 	}
@@ -285,7 +308,7 @@ func (e *ledgerEvents) Batch() {
 	m.mu.Lock()
 	changed := m.eventChanged
 	m.eventChanged = false
-	m.mu.Unlock()
+	m.unlock()
 	if changed {
 		m.cfg.OnChange()
 	}
@@ -295,11 +318,11 @@ func (e *ledgerEvents) Batch() {
 func (m *Manager) Rescan() {
 	m.mu.Lock()
 	if m.closed {
-		m.mu.Unlock()
+		m.unlock()
 		return
 	}
 	m.rescanLocked()
-	m.mu.Unlock()
+	m.unlock()
 	m.cfg.OnChange()
 }
 
@@ -360,7 +383,7 @@ func (m *Manager) fifoOwner(g, i int) uint32 {
 func (m *Manager) ProbeOffline() {
 	m.mu.Lock()
 	changed := !m.closed && m.probeLocked()
-	m.mu.Unlock()
+	m.unlock()
 	if changed {
 		m.cfg.OnChange()
 	}
@@ -379,7 +402,7 @@ func (m *Manager) probeLocked() bool {
 				continue
 			}
 			if stale {
-				m.log.Info("removed stale offline claim: its pipe file was not locked by any process", "gpu", gi, "unit", i)
+				m.infoLocked("removed stale offline claim: its pipe file was not locked by any process", "gpu", gi, "unit", i)
 			}
 			if stale || !m.cfg.Ledger.Present(gi, i) {
 				g.slots[i] = slot{}
@@ -404,13 +427,13 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (api.Leas
 	}
 	m.mu.Lock()
 	if m.closed {
-		m.mu.Unlock()
+		m.unlock()
 		bind.close()
 		return api.Lease{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 	}
 	l, err := m.tryGrantLocked(peer, req, bind)
 	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) {
-		m.mu.Unlock()
+		m.unlock()
 		if err != nil {
 			bind.close()
 			return api.Lease{}, err
@@ -420,7 +443,7 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (api.Leas
 	}
 	w := &waiter{peer: peer, req: req, bind: bind, done: make(chan *lease, 1)}
 	m.waiters = append(m.waiters, w)
-	m.mu.Unlock()
+	m.unlock()
 
 	timer := time.NewTimer(req.Wait)
 	defer timer.Stop()
@@ -436,14 +459,14 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (api.Leas
 	m.mu.Lock()
 	if i := slices.Index(m.waiters, w); i >= 0 {
 		m.waiters = slices.Delete(m.waiters, i, i+1)
-		m.mu.Unlock()
+		m.unlock()
 		bind.close()
 		if ctx.Err() != nil {
 			return api.Lease{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
 		}
 		return api.Lease{}, api.Errorf(api.ErrInsufficientUnits, "%s after waiting %s", m.shortageLocked(req), req.Wait)
 	}
-	m.mu.Unlock()
+	m.unlock()
 	// Granted just as we gave up: keep it unless the caller is gone.
 	l = <-w.done
 	if l == nil {
@@ -588,7 +611,7 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 			return nil, fmt.Errorf("cannot record the lease: %w", err)
 		}
 		m.armLocked(l)
-		m.log.Info("lease granted", "lease", l.ID, "gpu", c.GPU, "instance", c.Instance, "units", units, "uid", peer.UID, "pid", l.Owner.PID, "ttl", l.TTL)
+		m.infoLocked("lease granted", "lease", l.ID, "gpu", c.GPU, "instance", c.Instance, "units", units, "uid", peer.UID, "pid", l.Owner.PID, "ttl", l.TTL)
 		return l, nil
 	}
 }
@@ -672,8 +695,8 @@ func (m *Manager) otherUserLocked(g, k int, uid uint32, gc *GPUCondition) bool {
 	if gc != nil && k < len(gc.ServerUID) && gc.ServerUID[k] != nil && *gc.ServerUID[k] != uid {
 		return true
 	}
-	for _, u := range m.cfg.Model.InstanceUnits(k) {
-		s := m.gpus[g].slots[u]
+	start, n := m.cfg.Model.InstanceRange(k)
+	for _, s := range m.gpus[g].slots[start : start+n] {
 		if s.state == slotLeased && s.lease.Owner.UID != uid || s.state == slotOffline && s.uid != uid {
 			return true
 		}
@@ -684,15 +707,18 @@ func (m *Manager) otherUserLocked(g, k int, uid uint32, gc *GPUCondition) bool {
 // instanceLoadLocked returns instance k's free units and its clients: one per
 // lease, and one per offline unit since an offline claim's process is unknown.
 func (m *Manager) instanceLoadLocked(g, k int) (free, clients int) {
-	seen := map[*lease]bool{}
-	for _, u := range m.cfg.Model.InstanceUnits(k) {
-		s := m.gpus[g].slots[u]
+	var seen map[*lease]bool
+	start, n := m.cfg.Model.InstanceRange(k)
+	for _, s := range m.gpus[g].slots[start : start+n] {
 		switch s.state {
 		case slotFree:
 			free++
 		case slotOffline:
 			clients++
 		case slotLeased:
+			if seen == nil {
+				seen = map[*lease]bool{}
+			}
 			if !seen[s.lease] {
 				seen[s.lease] = true
 				clients++
@@ -704,7 +730,8 @@ func (m *Manager) instanceLoadLocked(g, k int) (free, clients int) {
 
 func (m *Manager) freeUnitsLocked(g, k, n int) []int {
 	var out []int
-	for _, u := range m.cfg.Model.InstanceUnits(k) {
+	start, cnt := m.cfg.Model.InstanceRange(k)
+	for u := start; u < start+cnt; u++ {
 		if m.gpus[g].slots[u].state == slotFree {
 			out = append(out, u)
 			if len(out) == n {
@@ -786,11 +813,11 @@ func (m *Manager) expire(id string) {
 	l, ok := m.leases[id]
 	if !ok || m.cfg.Now().Before(l.deadline) {
 		// Renewed meanwhile; its new timer is armed.
-		m.mu.Unlock()
+		m.unlock()
 		return
 	}
 	m.dropAndRecordLocked(l, "ttl expired")
-	m.mu.Unlock()
+	m.unlock()
 	m.cfg.OnChange()
 }
 
@@ -801,7 +828,7 @@ func (m *Manager) end(id, reason string) {
 	if ok {
 		m.dropAndRecordLocked(l, reason)
 	}
-	m.mu.Unlock()
+	m.unlock()
 	if ok {
 		m.cfg.OnChange()
 	}
@@ -812,7 +839,7 @@ func (m *Manager) dropAndRecordLocked(l *lease, reason string) {
 	if err := m.recordLocked(record{Op: opEnd, ID: l.ID}); err != nil {
 		m.log.Error("cannot write lease journal", "err", err)
 	}
-	m.log.Info("lease ended", "lease", l.ID, "reason", reason)
+	m.infoLocked("lease ended", "lease", l.ID, "reason", reason)
 	m.serveWaitersLocked()
 }
 
@@ -863,7 +890,7 @@ func (m *Manager) visible(peer Peer, l *lease) bool {
 // Get returns lease id if peer may see it.
 func (m *Manager) Get(peer Peer, id string) (api.Lease, error) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	l, ok := m.leases[id]
 	if !ok || !m.visible(peer, l) {
 		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
@@ -874,7 +901,7 @@ func (m *Manager) Get(peer Peer, id string) (api.Lease, error) {
 // List returns the leases peer may see, by id.
 func (m *Manager) List(peer Peer) []api.Lease {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	out := []api.Lease{}
 	for _, l := range m.leases {
 		if m.visible(peer, l) {
@@ -890,11 +917,11 @@ func (m *Manager) Release(peer Peer, id string) error {
 	m.mu.Lock()
 	l, ok := m.leases[id]
 	if !ok || !m.visible(peer, l) {
-		m.mu.Unlock()
+		m.unlock()
 		return api.Errorf(api.ErrNotFound, "no lease %q", id)
 	}
 	m.dropAndRecordLocked(l, "released")
-	m.mu.Unlock()
+	m.unlock()
 	m.cfg.OnChange()
 	return nil
 }
@@ -904,11 +931,11 @@ func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 	m.mu.Lock()
 	l, ok := m.leases[id]
 	if !ok || !m.visible(peer, l) {
-		m.mu.Unlock()
+		m.unlock()
 		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
 	}
 	if l.ttl == 0 {
-		m.mu.Unlock()
+		m.unlock()
 		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
 	}
 	l.deadline = m.cfg.Now().UTC().Add(l.ttl)
@@ -919,7 +946,7 @@ func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 	}
 	m.scheduleExpiryLocked(l)
 	out := l.Lease
-	m.mu.Unlock()
+	m.unlock()
 	m.cfg.OnChange()
 	return out, nil
 }
@@ -945,7 +972,7 @@ type View struct {
 // View copies the table for a snapshot.
 func (m *Manager) View() View {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	v := View{GPUs: make([]GPUView, len(m.gpus)), Leases: make([]api.Lease, 0, len(m.leases))}
 	for gi, g := range m.gpus {
 		gv := &v.GPUs[gi]
@@ -961,8 +988,9 @@ func (m *Manager) View() View {
 		for k := 0; k < m.cfg.Model.InstancesPerGPU; k++ {
 			_, clients := m.instanceLoadLocked(gi, k)
 			iv := InstanceView{Clients: clients}
-			for _, u := range m.cfg.Model.InstanceUnits(k) {
-				if s := g.slots[u]; s.state == slotLeased {
+			start, n := m.cfg.Model.InstanceRange(k)
+			for _, s := range g.slots[start : start+n] {
+				if s.state == slotLeased {
 					uid := s.lease.Owner.UID
 					iv.UID = &uid
 					break
@@ -1016,7 +1044,7 @@ func (m *Manager) entriesLocked() []journalEntry {
 // the journal and the ledger, to be taken back by the next start.
 func (m *Manager) Close() error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
+	defer m.unlock()
 	m.closed = true
 	m.journal.close()
 	for _, w := range m.waiters {

@@ -47,15 +47,21 @@ func New(m, n, k, u int) (Model, error) {
 	return Model{m, n, k, u}, nil
 }
 
-// InstanceUnits returns the unit indices instance k owns: contiguous ranges, as
-// even as possible, the first U mod K instances one unit larger.
-func (m Model) InstanceUnits(k int) []int {
+// InstanceRange returns the units instance k owns as [start, start+n):
+// contiguous ranges, as even as possible, the first U mod K instances one unit
+// larger.
+func (m Model) InstanceRange(k int) (start, n int) {
 	base, extra := m.UnitsPerGPU/m.InstancesPerGPU, m.UnitsPerGPU%m.InstancesPerGPU
-	start := k*base + min(k, extra)
-	n := base
+	n = base
 	if k < extra {
 		n++
 	}
+	return k*base + min(k, extra), n
+}
+
+// InstanceUnits lists the unit indices instance k owns.
+func (m Model) InstanceUnits(k int) []int {
+	start, n := m.InstanceRange(k)
 	out := make([]int, n)
 	for i := range out {
 		out[i] = start + i
@@ -63,15 +69,17 @@ func (m Model) InstanceUnits(k int) []int {
 	return out
 }
 
-// InstanceOf returns the instance that owns unit i.
+// InstanceOf returns the instance that owns unit i, -1 for no unit of a GPU.
+// It is arithmetic, as every ledger event and probe asks it.
 func (m Model) InstanceOf(i int) int {
-	for k := 0; k < m.InstancesPerGPU; k++ {
-		u := m.InstanceUnits(k)
-		if len(u) > 0 && i >= u[0] && i <= u[len(u)-1] {
-			return k
-		}
+	if i < 0 || i >= m.UnitsPerGPU {
+		return -1
 	}
-	return -1
+	base, extra := m.UnitsPerGPU/m.InstancesPerGPU, m.UnitsPerGPU%m.InstancesPerGPU
+	if big := extra * (base + 1); i < big {
+		return i / (base + 1)
+	}
+	return extra + (i-extra*(base+1))/base
 }
 
 // ThreadPercentage is CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for n units:

@@ -67,3 +67,24 @@ func TestThreadPercentageIsCeiling(t *testing.T) {
 		}
 	}
 }
+
+func TestInstanceOfMatchesRanges(t *testing.T) {
+	for _, shape := range [][4]int{{1, 16, 1, 0}, {1, 4, 3, 10}, {2, 5, 3, 29}, {1, 5000, 1, 0}, {3, 7, 5, 35}, {1, 8, 4, 5}} {
+		m, err := New(shape[0], shape[1], shape[2], shape[3])
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := 0
+		for k := 0; k < m.InstancesPerGPU; k++ {
+			for _, u := range m.InstanceUnits(k) {
+				if m.InstanceOf(u) != k {
+					t.Fatalf("%+v: InstanceOf(%d) = %d, want %d", m, u, m.InstanceOf(u), k)
+				}
+				seen++
+			}
+		}
+		if seen != m.UnitsPerGPU || m.InstanceOf(-1) != -1 || m.InstanceOf(m.UnitsPerGPU) != -1 {
+			t.Fatalf("%+v: ranges cover %d units", m, seen)
+		}
+	}
+}
