@@ -11,68 +11,110 @@ import (
 	"github.com/gpulet/gpulet/internal/e2e"
 )
 
-func getSnapshot(c *http.Client) error {
-	resp, err := c.Get("http://gpulet/v1/snapshot")
-	if err != nil {
-		return err
-	}
-	drain(resp)
-	if resp.StatusCode != 200 {
-		return fmt.Errorf("snapshot: HTTP %d", resp.StatusCode)
-	}
-	return nil
-}
-
-// BenchmarkSnapshot: GET /v1/snapshot on gpuletd vs a bare net/http handler
-// returning the same bytes.
+// BenchmarkSnapshot is GET /v1/snapshot through the real gpuletd against the
+// floors serving the very bytes gpuletd served, at 1 and 8 concurrent
+// keep-alive clients. Goal: gpuletd within 1.5× the in-process floor.
 func BenchmarkSnapshot(b *testing.B) {
-	d := e2e.Start(b, "--sample-interval", "1s", "--run-dir", tmpfsRunDir(b))
+	d := startDaemon(b)
 	body, err := d.Client.SnapshotJSON(e2e.Ctx(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	floor := floorServer(b, body)
+	socks := map[string]string{
+		"floor":      floorServer(b, body, nil),
+		"floor-proc": floorProcess(b, body, nil),
+		"gpuletd":    d.Socket,
+	}
+	compare(b, socks, getSnapshot)
+}
+
+// compare runs op on every server of socks, floors first, at 1 and 8 clients;
+// gpuletd's runs also report their ratio to the in-process floor's.
+func compare(b *testing.B, socks map[string]string, op func(*http.Client) error) {
 	for _, clients := range []int{1, 8} {
-		b.Run(fmt.Sprintf("floor/clients=%d", clients), func(b *testing.B) { run(b, floor, clients, getSnapshot) })
-		b.Run(fmt.Sprintf("gpuletd/clients=%d", clients), func(b *testing.B) { run(b, d.Socket, clients, getSnapshot) })
+		var floor result
+		for _, name := range []string{"floor", "floor-proc", "gpuletd"} {
+			b.Run(fmt.Sprintf("clients=%d/%s", clients, name), func(b *testing.B) {
+				r := run(b, socks[name], clients, op)
+				switch name {
+				case "floor":
+					floor = r
+				case "gpuletd":
+					reportRatio(b, r, floor)
+				}
+			})
+		}
 	}
 }
 
-// leaseRelease is one POST /v1/leases and one DELETE of what it returned.
+// leaseRelease is POST /v1/leases for one unit with a ttl, then DELETE of the
+// lease it returned.
 func leaseRelease(c *http.Client) error {
 	resp, err := c.Post("http://gpulet/v1/leases", "application/json", strings.NewReader(`{"units":1,"ttl":"1m"}`))
 	if err != nil {
 		return err
 	}
-	b, _ := io.ReadAll(resp.Body)
+	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("lease: HTTP %d %s", resp.StatusCode, b)
-	}
-	var l struct{ ID string }
-	if err := json.Unmarshal(b, &l); err != nil {
+	if err != nil {
 		return err
 	}
-	req, _ := http.NewRequest("DELETE", "http://gpulet/v1/leases/"+l.ID, nil)
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("lease: HTTP %d: %s", resp.StatusCode, body)
+	}
+	var l struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal(body, &l); err != nil || l.ID == "" {
+		return fmt.Errorf("lease: no id in %q (%v)", body, err)
+	}
+	req, err := http.NewRequest(http.MethodDelete, "http://gpulet/v1/leases/"+l.ID, nil)
+	if err != nil {
+		return err
+	}
 	resp, err = c.Do(req)
 	if err != nil {
 		return err
 	}
 	drain(resp)
 	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("release: HTTP %d", resp.StatusCode)
+		return fmt.Errorf("release %s: HTTP %d", l.ID, resp.StatusCode)
 	}
 	return nil
 }
 
-// BenchmarkLeaseRelease: a lease and its release on gpuletd vs a server that
-// answers the same two requests with canned bodies.
+// BenchmarkLeaseRelease is a lease and its release through the real gpuletd
+// against the floors answering the same two requests with a lease body
+// gpuletd gave. gpuletd has 64 units per GPU, so 8 clients never run short.
+// Goal: p99 within 2× and ops/s at least 0.5× the in-process floor.
 func BenchmarkLeaseRelease(b *testing.B) {
-	d := e2e.Start(b, "--clients-per-instance", "64", "--sample-interval", "1s", "--run-dir", tmpfsRunDir(b))
-	canned := []byte(`{"id":"l-0123456789abcdef","gpu":{"index":0,"uuid":"GPU-x"},"instance":0,"units":[0],"owner":{"uid":0,"gid":0,"pid":0},"created":"2026-11-23T10:00:00Z","expires":"2026-11-23T10:01:00Z","ttl":"1m0s","preemptible":false,"env":{"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE":"2","CUDA_VISIBLE_DEVICES":"GPU-x"}}` + "\n")
-	floor := floorServer(b, canned)
-	for _, clients := range []int{1, 8} {
-		b.Run(fmt.Sprintf("floor/clients=%d", clients), func(b *testing.B) { run(b, floor, clients, leaseRelease) })
-		b.Run(fmt.Sprintf("gpuletd/clients=%d", clients), func(b *testing.B) { run(b, d.Socket, clients, leaseRelease) })
+	d := startDaemon(b, "--clients-per-instance", "64", "--units-per-gpu", "64")
+	c := httpClient(d.Socket)
+	defer c.CloseIdleConnections()
+	// One real lease gives the floors their canned answer.
+	resp, err := c.Post("http://gpulet/v1/leases", "application/json", strings.NewReader(`{"units":1,"ttl":"1m"}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	leaseBody, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var l struct {
+		ID string `json:"id"`
+	}
+	if resp.StatusCode != http.StatusCreated || json.Unmarshal(leaseBody, &l) != nil {
+		b.Fatalf("lease: HTTP %d: %s", resp.StatusCode, leaseBody)
+	}
+	if err := d.Client.Release(e2e.Ctx(b), l.ID); err != nil {
+		b.Fatal(err)
+	}
+	socks := map[string]string{
+		"floor":      floorServer(b, nil, leaseBody),
+		"floor-proc": floorProcess(b, nil, leaseBody),
+		"gpuletd":    d.Socket,
+	}
+	compare(b, socks, leaseRelease)
+	// Every lease was released: nothing may be left behind.
+	if s, err := snapshot(c); err != nil || s.UnitsFree != s.UnitsTotal {
+		b.Fatalf("after the benchmark: snapshot %+v, %v: leases left behind", s, err)
 	}
 }

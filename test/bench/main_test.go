@@ -1,137 +1,212 @@
-// Package bench holds gpulet's benchmarks against the real binaries. Each
-// compares with a floor measured in the same run, so that ratios hold on a
-// shared machine; docs/BENCHMARKS.md reports them.
+// Package bench holds gpulet's benchmarks against the real gpuletd on the
+// simulated backend. Every benchmark measures a floor in the same run (the
+// least the same work can cost on this machine) so that the ratio means
+// something on a shared, small machine; docs/BENCHMARKS.md reports both.
+//
+// Run them with
+//
+//	go test -run '^$' -bench . -benchmem ./test/bench/
+//
+// Figures that are not pass/fail go through b.ReportMetric: p50-ns and p99-ns
+// are latency percentiles of the last run of each benchmark, ops/s its
+// throughput, and x-floor-* the ratio of gpuletd's figure to the floor's.
 package bench
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 func TestMain(m *testing.M) {
 	if sock := os.Getenv(floorSocketEnv); sock != "" {
-		os.Exit(serveFloor(sock, os.Getenv(floorBodyEnv)))
+		os.Exit(serveFloorProcess(sock))
 	}
 	os.Exit(e2e.Main(m))
 }
 
-// The floor server runs in a process of its own, as gpuletd does, so that both
-// sides pay the same cross-process cost.
-const (
-	floorSocketEnv = "GPULET_BENCH_FLOOR_SOCKET"
-	floorBodyEnv   = "GPULET_BENCH_FLOOR_BODY"
-)
-
-// serveFloor answers GET with the body file's bytes, POST with them and 201,
-// DELETE with 204: the least an HTTP API on a Unix socket can do.
-func serveFloor(sock, bodyFile string) int {
-	body, err := os.ReadFile(bodyFile)
-	if err != nil {
-		return 1
-	}
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return 1
-	}
-	http.Serve(ln, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		io.Copy(io.Discard, r.Body)
-		switch r.Method {
-		case "DELETE":
-			w.WriteHeader(http.StatusNoContent)
-		case "POST":
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(http.StatusCreated)
-			w.Write(body)
-		default:
-			w.Header().Set("Content-Type", "application/json")
-			w.Write(body)
-		}
-	}))
-	return 0
+// startDaemon starts gpuletd with the production sample interval (the e2e
+// harness's 100ms is for quick tests) and its run dir on tmpfs, as /run is in
+// production; extra flags come last and win.
+func startDaemon(b *testing.B, extra ...string) *e2e.Daemon {
+	b.Helper()
+	runDir := tmpfsDir(b)
+	d := e2e.Start(b, append([]string{"--sample-interval", "1s", "--run-dir", runDir}, extra...)...)
+	d.RunDir = runDir
+	return d
 }
 
-// httpClient is a keep-alive client on a Unix socket; every side of a
-// comparison uses the same settings.
+// tmpfsDir is a fresh folder on /dev/shm, falling back to the test's temporary
+// folder where there is no tmpfs.
+func tmpfsDir(tb testing.TB) string {
+	tb.Helper()
+	dir, err := os.MkdirTemp("/dev/shm", "gpulet-bench-")
+	if err != nil {
+		tb.Logf("no tmpfs at /dev/shm (%v): the run dir is on the temporary folder's file system", err)
+		return filepath.Join(tb.TempDir(), "run")
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return filepath.Join(dir, "run")
+}
+
+// httpClient is one keep-alive HTTP client on a Unix socket. Every client of
+// every comparison, daemon or floor, is made here, with the same settings.
 func httpClient(sock string) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
 		},
+		MaxIdleConns:        64,
 		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     time.Minute,
 	}}
 }
 
-// floorServer starts the floor process answering with body and returns its
-// socket.
-func floorServer(b *testing.B, body []byte) string {
-	b.Helper()
-	dir := b.TempDir()
-	sock, bodyFile := filepath.Join(dir, "floor.sock"), filepath.Join(dir, "body")
-	if err := os.WriteFile(bodyFile, body, 0o644); err != nil {
-		b.Fatal(err)
+// floorHandler is the least an HTTP/JSON API can do: GET answers body, POST
+// answers leaseBody with 201, DELETE answers 204. Request bodies are read, as a
+// real handler must.
+func floorHandler(body, leaseBody []byte) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		switch r.Method {
+		case http.MethodDelete:
+			w.WriteHeader(http.StatusNoContent)
+		case http.MethodPost:
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			w.Write(leaseBody)
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(body)
+		}
+	})
+}
+
+// floorServer serves floorHandler on a Unix socket in this process: the floor
+// the goals are stated against.
+func floorServer(tb testing.TB, body, leaseBody []byte) string {
+	tb.Helper()
+	sock := filepath.Join(tb.TempDir(), "floor.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), floorSocketEnv+"="+sock, floorBodyEnv+"="+bodyFile)
-	if err := cmd.Start(); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	e2e.Eventually(b, "the floor server", func() bool { _, err := os.Stat(sock); return err == nil })
+	srv := &http.Server{Handler: floorHandler(body, leaseBody)}
+	go srv.Serve(ln)
+	tb.Cleanup(func() { srv.Close() })
 	return sock
 }
 
-// tmpfsRunDir is a run dir on tmpfs, as /run is in production: the ledger's
-// FIFOs and the journal cost metadata writes, which a disk file system's
-// journal makes tens of times slower.
-func tmpfsRunDir(b *testing.B) string {
-	b.Helper()
-	dir, err := os.MkdirTemp("/dev/shm", "gpulet-bench-")
-	if err != nil {
-		b.Skip("no tmpfs at /dev/shm:", err)
+// The second floor runs floorHandler in a process of its own (this test binary
+// started again), so that, like gpuletd, it pays for waking another process on
+// every request. It shows how much of gpuletd's ratio is the process boundary.
+const (
+	floorSocketEnv = "GPULET_BENCH_FLOOR_SOCKET"
+	floorBodyEnv   = "GPULET_BENCH_FLOOR_BODY"
+	floorLeaseEnv  = "GPULET_BENCH_FLOOR_LEASE"
+)
+
+func serveFloorProcess(sock string) int {
+	body, err1 := os.ReadFile(os.Getenv(floorBodyEnv))
+	lease, err2 := os.ReadFile(os.Getenv(floorLeaseEnv))
+	if err := errors.Join(err1, err2); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
-	b.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The parent kills this process; serving until then is the whole job.
+	http.Serve(ln, floorHandler(body, lease))
+	return 0
+}
+
+// floorProcess starts the floor in its own process and returns its socket.
+func floorProcess(tb testing.TB, body, leaseBody []byte) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	sock := filepath.Join(dir, "floor.sock")
+	bodyFile, leaseFile := filepath.Join(dir, "body"), filepath.Join(dir, "lease")
+	if err := errors.Join(os.WriteFile(bodyFile, body, 0o644), os.WriteFile(leaseFile, leaseBody, 0o644)); err != nil {
+		tb.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), floorSocketEnv+"="+sock, floorBodyEnv+"="+bodyFile, floorLeaseEnv+"="+leaseFile)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	c := httpClient(sock)
+	defer c.CloseIdleConnections()
+	e2e.Eventually(tb, "the floor process answers", func() bool {
+		resp, err := c.Get("http://floor/")
+		if err != nil {
+			return false
+		}
+		drain(resp)
+		return resp.StatusCode == http.StatusOK
+	})
+	return sock
+}
+
+// result is what one run measured, kept so that gpuletd's run can report its
+// ratio to the floor's.
+type result struct {
+	p50, p99 time.Duration
+	opsPerS  float64
 }
 
 // run spreads b.N calls of op over clients goroutines, each with its own HTTP
-// client, and reports p50, p99 and operations per second.
-func run(b *testing.B, sock string, clients int, op func(c *http.Client) error) {
+// client, and reports p50, p99 and operations per second. ops/s counts
+// whole ops (for a lease, the lease and its release).
+func run(b *testing.B, sock string, clients int, op func(c *http.Client) error) result {
 	b.Helper()
+	per := max(b.N/clients, 1)
 	lat := make([][]time.Duration, clients)
-	per := b.N / clients
-	if per == 0 {
-		per = 1
+	hc := make([]*http.Client, clients)
+	for w := range hc {
+		hc[w] = httpClient(sock)
+		lat[w] = make([]time.Duration, 0, per)
 	}
+	defer func() {
+		for _, c := range hc {
+			c.CloseIdleConnections()
+		}
+	}()
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	b.ResetTimer()
 	start := time.Now()
-	for w := 0; w < clients; w++ {
+	for w := range clients {
 		wg.Add(1)
-		go func(w int) {
+		go func() {
 			defer wg.Done()
-			c := httpClient(sock)
-			lat[w] = make([]time.Duration, 0, per)
-			for i := 0; i < per; i++ {
+			for range per {
 				t0 := time.Now()
-				if err := op(c); err != nil {
+				if err := op(hc[w]); err != nil {
 					errs <- err
 					return
 				}
 				lat[w] = append(lat[w], time.Since(t0))
 			}
-		}(w)
+		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -141,26 +216,125 @@ func run(b *testing.B, sock string, clients int, op func(c *http.Client) error) 
 		b.Fatal(err)
 	default:
 	}
-	var all []time.Duration
-	for _, l := range lat {
-		all = append(all, l...)
-	}
-	reportLatencies(b, all)
-	b.ReportMetric(float64(len(all))/elapsed.Seconds(), "ops/s")
+	all := slices.Concat(lat...)
+	r := result{opsPerS: float64(len(all)) / elapsed.Seconds()}
+	r.p50, r.p99 = reportLatencies(b, "", all)
+	b.ReportMetric(r.opsPerS, "ops/s")
+	return r
 }
 
-func reportLatencies(b *testing.B, d []time.Duration) {
+// reportLatencies reports the p50 and p99 of d (sorting it) under names that
+// start with prefix.
+func reportLatencies(b *testing.B, prefix string, d []time.Duration) (p50, p99 time.Duration) {
 	b.Helper()
 	if len(d) == 0 {
-		return
+		return 0, 0
 	}
-	sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
-	b.ReportMetric(float64(d[len(d)/2].Nanoseconds()), "p50-ns")
-	b.ReportMetric(float64(d[(len(d)*99)/100].Nanoseconds()), "p99-ns")
+	slices.Sort(d)
+	p50, p99 = d[len(d)/2], d[len(d)*99/100]
+	b.ReportMetric(float64(p50.Nanoseconds()), prefix+"p50-ns")
+	b.ReportMetric(float64(p99.Nanoseconds()), prefix+"p99-ns")
+	return p50, p99
 }
 
-// drain reads and closes a response body so the connection is reused.
+// reportRatio reports r against floor: latency ratios (lower is better) and
+// the throughput ratio (higher is better).
+func reportRatio(b *testing.B, r, floor result) {
+	b.Helper()
+	if floor.p50 == 0 || floor.opsPerS == 0 {
+		return
+	}
+	b.ReportMetric(float64(r.p50)/float64(floor.p50), "x-floor-p50")
+	b.ReportMetric(float64(r.p99)/float64(floor.p99), "x-floor-p99")
+	b.ReportMetric(r.opsPerS/floor.opsPerS, "x-floor-ops")
+}
+
+// drain reads and closes a response body so that the connection is reused.
 func drain(resp *http.Response) {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
+}
+
+// getSnapshot is GET /v1/snapshot, body read and dropped.
+func getSnapshot(c *http.Client) error {
+	resp, err := c.Get("http://gpulet/v1/snapshot")
+	if err != nil {
+		return err
+	}
+	drain(resp)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("snapshot: HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// snapshot is GET /v1/snapshot, decoded.
+func snapshot(c *http.Client) (*api.Snapshot, error) {
+	resp, err := c.Get("http://gpulet/v1/snapshot")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("snapshot: HTTP %d: %s", resp.StatusCode, body)
+	}
+	var s api.Snapshot
+	if err := json.Unmarshal(body, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// offline is the node's units_offline.
+func offline(s *api.Snapshot) int {
+	n := 0
+	for _, g := range s.GPUs {
+		n += g.UnitsOffline
+	}
+	return n
+}
+
+// pollUntil GETs the snapshot in a tight loop until cond holds, and returns
+// the time at which the snapshot that satisfied it had been received. It
+// fails after timeout.
+func pollUntil(tb testing.TB, c *http.Client, timeout time.Duration, what string, cond func(*api.Snapshot) bool) time.Time {
+	tb.Helper()
+	deadline := time.Now().Add(timeout)
+	var last *api.Snapshot
+	for {
+		s, err := snapshot(c)
+		now := time.Now()
+		if err != nil {
+			tb.Fatalf("waiting for %s: %v", what, err)
+		}
+		if cond(s) {
+			return now
+		}
+		last = s
+		if now.After(deadline) {
+			tb.Fatalf("waiting for %s: not within %s; last snapshot: units_free %d, units_offline %d", what, timeout, last.UnitsFree, offline(last))
+		}
+	}
+}
+
+// TestFloorServers checks that both floors answer what the benchmarks ask of
+// them, and that the helpers measure; it starts no daemon.
+func TestFloorServers(t *testing.T) {
+	body := []byte(`{"schema":"gpulet.snapshot/v1","units_total":32,"units_free":32,"gpus":[{"index":0,"units_offline":0}]}` + "\n")
+	lease := []byte(`{"id":"l-0123456789abcdef","units":[0]}` + "\n")
+	for name, sock := range map[string]string{"in-process": floorServer(t, body, lease), "process": floorProcess(t, body, lease)} {
+		c := httpClient(sock)
+		s, err := snapshot(c)
+		if err != nil || s.UnitsFree != 32 {
+			t.Fatalf("%s floor: snapshot %+v, %v", name, s, err)
+		}
+		if err := leaseRelease(c); err != nil {
+			t.Fatalf("%s floor: lease and release: %v", name, err)
+		}
+		c.CloseIdleConnections()
+	}
 }
