@@ -9,11 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 // fakeDaemon serves a fixed snapshot and lease list, and answers DELETE of an
@@ -109,7 +109,7 @@ func TestLeasesOnlyOwnWithoutAll(t *testing.T) {
 func TestTopEndsCleanlyOnSignal(t *testing.T) {
 	sock := fakeDaemon(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
+	out := &e2e.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- Run(ctx, []string{"--socket", sock, "top", "--interval", "100ms"}, out, &bytes.Buffer{})
@@ -205,21 +205,4 @@ func FuzzRunArgs(f *testing.F) {
 			t.Fatalf("gpulet %q: exit %d", line, code)
 		}
 	})
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

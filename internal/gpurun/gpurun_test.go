@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 func TestParse(t *testing.T) {
@@ -259,7 +260,7 @@ func TestWaitIsCancelledBySignal(t *testing.T) {
 	f := startFakeDaemon(t)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan int, 1)
-	var errb syncBuffer
+	var errb e2e.SyncBuffer
 	go func() {
 		done <- Run(ctx, []string{"--socket", f.sock, "--wait", "1m", "--type", "t4", "--", "true"}, io.Discard, &errb)
 	}()
@@ -298,21 +299,4 @@ func TestCatchSignals(t *testing.T) {
 	if sig := interrupted(ctx); sig != 0 || ctx.Err() != nil {
 		t.Fatalf("no signal, yet interrupted = %v (%v)", sig, ctx.Err())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
