@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
@@ -105,7 +104,9 @@ const (
 type slot struct {
 	state slotState
 	lease *lease // when leased
-	uid   uint32 // owner of an offline claim's FIFO
+	// uid and fifo are the owner and identity of an offline claim's FIFO.
+	uid  uint32
+	fifo ledger.FileID
 }
 
 type gpuTable struct {
@@ -180,6 +181,8 @@ func New(cfg Config) (*Manager, error) {
 		m.gpus = append(m.gpus, &gpuTable{dev: d, slots: make([]slot, cfg.Model.UnitsPerGPU)})
 	}
 	m.restore()
+	// Claims nobody holds go before the daemon serves.
+	m.probeOffline()
 	return m, nil
 }
 
@@ -238,7 +241,6 @@ func (m *Manager) restore() {
 		m.log.Info("lease kept across daemon restart", "lease", l.ID, "gpu", l.GPU.Index, "units", l.Units)
 	}
 	m.rescanLocked()
-	m.probeLocked()
 	if err := m.journal.rewrite(m.entriesLocked()); err != nil {
 		m.log.Error("cannot write lease journal", "err", err)
 	}
@@ -355,7 +357,7 @@ func (m *Manager) applyLocked(g, i int, present bool) {
 	switch {
 	case s.state == slotFree && present:
 		s.state = slotOffline
-		s.uid = m.fifoOwner(g, i)
+		s.uid, s.fifo, _ = m.cfg.Ledger.Stat(g, i)
 		m.eventChanged = true
 	case s.state == slotOffline && !present:
 		*s = slot{}
@@ -370,50 +372,60 @@ func (m *Manager) applyLocked(g, i int, present bool) {
 	}
 }
 
-func (m *Manager) fifoOwner(g, i int) uint32 {
-	var st unix.Stat_t
-	if err := unix.Lstat(m.cfg.Ledger.Path(g, i), &st); err != nil {
-		return 0
-	}
-	return st.Uid
-}
-
 // ProbeOffline removes offline claims whose FIFO nobody holds locked; the agent
-// calls it every sample interval.
+// calls it every sample interval. The files are probed without the lock, so
+// that leasing does not wait on a node with thousands of claims; each probe
+// names the FIFO it expects, so a unit that changed hands meanwhile is left
+// alone.
 func (m *Manager) ProbeOffline() {
-	m.mu.Lock()
-	changed := !m.closed && m.probeLocked()
-	m.unlock()
-	if changed {
+	if m.probeOffline() {
 		m.cfg.OnChange()
 	}
 }
 
-func (m *Manager) probeLocked() bool {
-	changed := false
+// probeOffline does ProbeOffline's work and reports whether the table changed.
+func (m *Manager) probeOffline() bool {
+	type claim struct {
+		g, i int
+		fifo ledger.FileID
+	}
+	m.mu.Lock()
+	if m.closed {
+		m.unlock()
+		return false
+	}
+	var claims []claim
 	for gi, g := range m.gpus {
-		for i := range g.slots {
-			if g.slots[i].state != slotOffline {
-				continue
-			}
-			stale, err := m.cfg.Ledger.Probe(gi, i)
-			if err != nil {
-				m.log.Warn("cannot probe offline claim", "gpu", gi, "unit", i, "err", err)
-				continue
-			}
-			if stale {
-				m.infoLocked("removed stale offline claim: its pipe file was not locked by any process", "gpu", gi, "unit", i)
-			}
-			if stale || !m.cfg.Ledger.Present(gi, i) {
-				g.slots[i] = slot{}
-				changed = true
+		for i, s := range g.slots {
+			if s.state == slotOffline {
+				claims = append(claims, claim{gi, i, s.fifo})
 			}
 		}
 	}
-	if changed {
-		m.serveWaitersLocked()
+	m.unlock()
+	var gone []claim
+	for _, c := range claims {
+		stale, err := m.cfg.Ledger.Probe(c.g, c.i, c.fifo)
+		if err != nil {
+			m.log.Warn("cannot probe offline claim", "gpu", c.g, "unit", c.i, "err", err)
+			continue
+		}
+		if stale {
+			m.log.Info("removed stale offline claim: its pipe file was not locked by any process", "gpu", c.g, "unit", c.i)
+			gone = append(gone, c)
+		}
 	}
-	return changed
+	if len(gone) == 0 {
+		return false
+	}
+	m.mu.Lock()
+	for _, c := range gone {
+		m.applyLocked(c.g, c.i, m.cfg.Ledger.Present(c.g, c.i))
+	}
+	m.serveWaitersLocked()
+	m.eventChanged = false
+	m.unlock()
+	return true
 }
 
 // Acquire grants a lease for req to peer, waiting up to req.Wait for units.

@@ -278,11 +278,31 @@ func (l *Ledger) reportOnce(path string, typ os.FileMode) {
 	}
 }
 
-// Probe tells whether the offline claim on unit i of GPU g is live, that is its
-// FIFO is flock()ed by some process. A claim nobody holds is removed and
-// reported as stale. The lock taken for the test is held across the removal so
-// that no claimer can take that FIFO meanwhile.
-func (l *Ledger) Probe(g, i int) (stale bool, err error) {
+// FileID names one FIFO for good: a FIFO made later at the same name, even
+// one that reuses the inode number, has another change time.
+type FileID struct {
+	Ino   uint64
+	Ctime unix.Timespec
+}
+
+func fileID(st *unix.Stat_t) FileID { return FileID{Ino: st.Ino, Ctime: st.Ctim} }
+
+// Stat returns the owner and identity of unit i of GPU g's FIFO; ok is false
+// when there is no FIFO there.
+func (l *Ledger) Stat(g, i int) (uid uint32, id FileID, ok bool) {
+	var st unix.Stat_t
+	if err := unix.Lstat(l.Path(g, i), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+		return 0, FileID{}, false
+	}
+	return st.Uid, fileID(&st), true
+}
+
+// Probe tells whether the offline claim on unit i of GPU g, the FIFO want, is
+// live, that is locked by some process. A claim nobody holds is removed and
+// reported as stale; a FIFO other than want (the unit changed hands since want
+// was seen) is left alone. The lock taken for the test is held across the
+// removal so that no claimer can take that FIFO meanwhile.
+func (l *Ledger) Probe(g, i int, want FileID) (stale bool, err error) {
 	path := l.Path(g, i)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
@@ -293,7 +313,7 @@ func (l *Ledger) Probe(g, i int) (stale bool, err error) {
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO || fileID(&st) != want {
 		return false, nil
 	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
@@ -301,6 +321,12 @@ func (l *Ledger) Probe(g, i int) (stale bool, err error) {
 			return false, nil
 		}
 		return false, fmt.Errorf("ledger: probe %s: %w", path, err)
+	}
+	// Still the same FIFO at the name: only its owner could have replaced it,
+	// and a claimer never unlinks a unit name.
+	var cur unix.Stat_t
+	if err := unix.Lstat(path, &cur); err != nil || fileID(&cur) != want {
+		return false, nil
 	}
 	if err := unix.Unlink(path); err != nil && !errors.Is(err, unix.ENOENT) {
 		return false, fmt.Errorf("ledger: remove stale %s: %w", path, err)

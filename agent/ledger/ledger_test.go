@@ -129,10 +129,16 @@ func TestProbeRemovesOnlyUnlockedClaims(t *testing.T) {
 		t.Fatal(err)
 	}
 	unix.Mkfifo(l.Path(1, 1), 0o600)
-	if stale, err := l.Probe(1, 0); err != nil || stale || !l.Present(1, 0) {
+	_, heldID, _ := l.Stat(1, 0)
+	_, freeID, _ := l.Stat(1, 1)
+	if stale, err := l.Probe(1, 0, heldID); err != nil || stale || !l.Present(1, 0) {
 		t.Fatalf("locked claim: stale=%v err=%v present=%v", stale, err, l.Present(1, 0))
 	}
-	if stale, err := l.Probe(1, 1); err != nil || !stale || l.Present(1, 1) {
+	// A FIFO other than the one expected is never removed.
+	if stale, err := l.Probe(1, 1, heldID); err != nil || stale || !l.Present(1, 1) {
+		t.Fatalf("unexpected FIFO: stale=%v err=%v present=%v", stale, err, l.Present(1, 1))
+	}
+	if stale, err := l.Probe(1, 1, freeID); err != nil || !stale || l.Present(1, 1) {
 		t.Fatalf("unlocked claim: stale=%v err=%v present=%v", stale, err, l.Present(1, 1))
 	}
 }

@@ -212,14 +212,15 @@ func TestClaimIsLiveToTheLedger(t *testing.T) {
 	if err != nil || len(present) != 3 {
 		t.Fatalf("ledger sees %v, %v", present, err)
 	}
-	if stale, err := l.Probe(0, c.Units[0]); stale || err != nil {
+	_, id, _ := l.Stat(0, c.Units[0])
+	if stale, err := l.Probe(0, c.Units[0], id); stale || err != nil {
 		t.Fatalf("held claim probed stale=%v err=%v", stale, err)
 	}
 	// The holder dies without cleaning up: its names stay, unlocked.
 	for _, fd := range c.FDs {
 		unix.Close(fd)
 	}
-	if stale, err := l.Probe(0, c.Units[0]); !stale || err != nil {
+	if stale, err := l.Probe(0, c.Units[0], id); !stale || err != nil {
 		t.Fatalf("abandoned claim probed stale=%v err=%v", stale, err)
 	}
 }
