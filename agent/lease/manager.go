@@ -19,7 +19,6 @@ import (
 	"sync"
 	"time"
 
-
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/placement"

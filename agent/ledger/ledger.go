@@ -278,14 +278,17 @@ func (l *Ledger) reportOnce(path string, typ os.FileMode) {
 	}
 }
 
-// FileID names one FIFO for good: a FIFO made later at the same name, even
-// one that reuses the inode number, has another change time.
+// FileID names one FIFO: its device and inode. (Not its change time: the
+// claim protocol's link and unlink of the temporary name change it after the
+// claim is visible.) A FIFO made later at the same name gets another inode
+// unless the file system reuses the number at once; should that happen while a
+// probe runs, the worst case is a lease's FIFO removed, which the watcher sees
+// and recreates.
 type FileID struct {
-	Ino   uint64
-	Ctime unix.Timespec
+	Dev, Ino uint64
 }
 
-func fileID(st *unix.Stat_t) FileID { return FileID{Ino: st.Ino, Ctime: st.Ctim} }
+func fileID(st *unix.Stat_t) FileID { return FileID{Dev: st.Dev, Ino: st.Ino} }
 
 // Stat returns the owner and identity of unit i of GPU g's FIFO; ok is false
 // when there is no FIFO there.

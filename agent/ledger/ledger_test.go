@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -149,5 +150,37 @@ func TestNewRefusesSymlinkedFolder(t *testing.T) {
 	m := units.Default()
 	if _, err := New(dir, m, []GPU{{0, "GPU-a", "A"}}, slog.Default()); err == nil {
 		t.Fatal("New followed a symlinked units folder")
+	}
+}
+
+// TestProbeKnowsAClaimSeenMidProtocol: the daemon may count a claim between the
+// claimer's link and its unlink of the temporary name, which changes the FIFO's
+// change time; the identity recorded then must still match at the probe.
+func TestProbeKnowsAClaimSeenMidProtocol(t *testing.T) {
+	l := newTestLedger(t)
+	tmp := filepath.Join(l.InstanceDir(0, 0), ".claim-x")
+	if err := unix.Mkfifo(tmp, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(tmp, unix.O_RDWR|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	unix.Flock(fd, unix.LOCK_EX)
+	if err := unix.Link(tmp, l.Path(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	_, seen, ok := l.Stat(0, 1)
+	if !ok {
+		t.Fatal("claim not seen")
+	}
+	time.Sleep(10 * time.Millisecond) // a later change time on the next step
+	unix.Unlink(tmp)
+	if stale, err := l.Probe(0, 1, seen); err != nil || stale {
+		t.Fatalf("held claim: stale=%v err=%v", stale, err)
+	}
+	unix.Close(fd)
+	if stale, err := l.Probe(0, 1, seen); err != nil || !stale || l.Present(0, 1) {
+		t.Fatalf("abandoned claim: stale=%v err=%v present=%v", stale, err, l.Present(0, 1))
 	}
 }
