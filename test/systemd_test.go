@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
 )
@@ -72,10 +73,15 @@ func TestSocketActivationAndNotify(t *testing.T) {
 			t.Logf("log:\n%s", log.String())
 		}
 	}()
-	e2e.Eventually(t, "the activation socket", func() bool { _, err := os.Stat(sock); return err == nil })
+	// The socket file exists a moment before systemd-socket-activate listens
+	// on it: wait for an answer, not for the file.
 	c := &client.Client{Socket: sock}
-	s, err := c.Snapshot(e2e.Ctx(t))
-	if err != nil || s.Backend != "simulated" {
+	var s *api.Snapshot
+	e2e.Eventually(t, "gpuletd to answer on the activation socket", func() bool {
+		s, err = c.Snapshot(e2e.Ctx(t))
+		return err == nil
+	})
+	if s.Backend != "simulated" {
 		t.Fatalf("snapshot over the activated socket: %+v %v", s, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "unused.sock")); err == nil {
