@@ -226,14 +226,16 @@ func (m *Manager) restore() {
 			}
 			l.proc = p
 		}
+		if taken := m.recreateFIFOsLocked(l); taken >= 0 {
+			m.log.Warn("lease dropped: while the daemon was down its pipe file was removed and the unit claimed offline", "lease", l.ID, "unit", taken)
+			if l.proc != nil {
+				l.proc.Close()
+			}
+			continue
+		}
 		g := m.gpus[l.GPU.Index]
 		for _, u := range l.Units {
 			g.slots[u] = slot{state: slotLeased, lease: l}
-			if !m.cfg.Ledger.Present(l.GPU.Index, u) {
-				if err := m.cfg.Ledger.Create(l.GPU.Index, u); err != nil && !errors.Is(err, ledger.ErrTaken) {
-					m.log.Error("cannot recreate pipe file of a kept lease", "lease", l.ID, "err", err)
-				}
-			}
 		}
 		m.leases[l.ID] = l
 		m.armLocked(l)
@@ -243,6 +245,36 @@ func (m *Manager) restore() {
 	if err := m.journal.rewrite(m.entriesLocked()); err != nil {
 		m.log.Error("cannot write lease journal", "err", err)
 	}
+}
+
+// recreateFIFOsLocked makes the missing FIFOs of a lease kept from the
+// journal. When an offline claimer holds one of its units now, it removes the
+// lease's own FIFOs again, leaves the claimer's, and returns that unit; else -1.
+func (m *Manager) recreateFIFOsLocked(l *lease) int {
+	for _, u := range l.Units {
+		var err error
+		switch {
+		case m.cfg.Ledger.Present(l.GPU.Index, u) && m.cfg.Ledger.Held(l.GPU.Index, u):
+			// The daemon never locks its own FIFOs: this one is a claimer's.
+			err = ledger.ErrTaken
+		case m.cfg.Ledger.Present(l.GPU.Index, u):
+			continue
+		default:
+			err = m.cfg.Ledger.Create(l.GPU.Index, u)
+		}
+		if errors.Is(err, ledger.ErrTaken) {
+			for _, v := range l.Units {
+				if v != u {
+					m.cfg.Ledger.Remove(l.GPU.Index, v)
+				}
+			}
+			return u
+		}
+		if err != nil {
+			m.log.Error("cannot recreate pipe file of a kept lease", "lease", l.ID, "err", err)
+		}
+	}
+	return -1
 }
 
 func (m *Manager) shapes() []gpuShape {
@@ -358,6 +390,13 @@ func (m *Manager) applyLocked(g, i int, present bool) {
 		s.state = slotOffline
 		s.uid, s.fifo, _ = m.cfg.Ledger.Stat(g, i)
 		m.eventChanged = true
+	case s.state == slotOffline && present:
+		// The FIFO may have been replaced by another claimer's (a remove and a
+		// create coalesced): the probe must name the FIFO that is there now.
+		if uid, id, ok := m.cfg.Ledger.Stat(g, i); ok && id != s.fifo {
+			s.uid, s.fifo = uid, id
+			m.eventChanged = true
+		}
 	case s.state == slotOffline && !present:
 		*s = slot{}
 		m.eventChanged = true
@@ -470,12 +509,13 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (api.Leas
 	m.mu.Lock()
 	if i := slices.Index(m.waiters, w); i >= 0 {
 		m.waiters = slices.Delete(m.waiters, i, i+1)
+		shortage := m.shortageLocked(req)
 		m.unlock()
 		bind.close()
 		if ctx.Err() != nil {
 			return api.Lease{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
 		}
-		return api.Lease{}, api.Errorf(api.ErrInsufficientUnits, "%s after waiting %s", m.shortageLocked(req), req.Wait)
+		return api.Lease{}, api.Errorf(api.ErrInsufficientUnits, "%s after waiting %s", shortage, req.Wait)
 	}
 	m.unlock()
 	// Granted just as we gave up: keep it unless the caller is gone.
@@ -542,22 +582,34 @@ func (m *Manager) bindingFor(peer Peer, req Request) (binding, error) {
 	pid := peer.PID
 	if req.PID != 0 {
 		pid = req.PID
-		if !peer.Admin && peer.UID != 0 {
-			uid, err := procwatch.OwnerUID(pid)
-			if err != nil {
-				return binding{}, api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
-			}
-			if uid != peer.UID {
-				return binding{}, api.Errorf(api.ErrForbidden, "pid: process %d belongs to another user", pid)
-			}
-		}
 	}
+	// The pidfd first: the owner check below is then about the held process,
+	// not whatever the pid names by then.
 	p, st, err := procwatch.Open(pid, 0)
 	if err != nil {
 		if errors.Is(err, procwatch.ErrGone) {
 			return binding{}, api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
 		}
 		return binding{}, fmt.Errorf("cannot watch process %d: %w", pid, err)
+	}
+	if req.PID != 0 && !peer.Admin && peer.UID != 0 {
+		uid, err := procwatch.OwnerUID(pid)
+		if err == nil {
+			// Still the process the pidfd holds (same start time after the
+			// look), so uid is its owner.
+			var now uint64
+			if now, err = procwatch.StartTime(pid); err == nil && now != st {
+				err = procwatch.ErrGone
+			}
+		}
+		if err != nil {
+			p.Close()
+			return binding{}, api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
+		}
+		if uid != peer.UID {
+			p.Close()
+			return binding{}, api.Errorf(api.ErrForbidden, "pid: process %d belongs to another user", pid)
+		}
 	}
 	return binding{proc: p, pid: pid, startTime: st}, nil
 }
@@ -618,6 +670,9 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		m.leases[l.ID] = l
 		e := l.entry()
 		if err := m.recordLocked(record{Op: opLease, Entry: &e}); err != nil {
+			// The binding stays its caller's (Acquire, or a waiter that may be
+			// served later): dropping the lease must not close its pidfd.
+			l.proc = nil
 			m.dropLocked(l)
 			return nil, fmt.Errorf("cannot record the lease: %w", err)
 		}
@@ -822,8 +877,12 @@ func (m *Manager) scheduleExpiryLocked(l *lease) {
 func (m *Manager) expire(id string) {
 	m.mu.Lock()
 	l, ok := m.leases[id]
+	if ok && m.cfg.Now().Before(l.deadline) {
+		// Renewed meanwhile, or the wall clock stepped back since the timer
+		// was armed: arm it again for the deadline as it stands.
+		m.scheduleExpiryLocked(l)
+	}
 	if !ok || m.cfg.Now().Before(l.deadline) {
-		// Renewed meanwhile; its new timer is armed.
 		m.unlock()
 		return
 	}
@@ -1020,7 +1079,11 @@ func (m *Manager) View() View {
 // recordLocked appends r to the journal, rewriting it when it has grown.
 func (m *Manager) recordLocked(r record) error {
 	if err := m.journal.append(r); err != nil {
-		return err
+		// A failed or short write may have left part of a line, which would
+		// stop every later replay there: write the journal anew from the
+		// table, which already holds this change.
+		m.log.Error("lease journal append failed; rewriting it", "err", err)
+		return m.journal.rewrite(m.entriesLocked())
 	}
 	if m.journal.due(len(m.leases)) {
 		if err := m.journal.rewrite(m.entriesLocked()); err != nil {

@@ -37,7 +37,7 @@ func newFixture(t *testing.T, m, n, k int) *fixture {
 		t.Fatal(err)
 	}
 	sim := inventory.NewSim("test", []inventory.Model{inventory.Models[5], inventory.Models[0]})
-	f := &fixture{dir: t.TempDir(), model: model, devs: sim.Devices()}
+	f := &fixture{dir: runDir(t), model: model, devs: sim.Devices()}
 	var gpus []ledger.GPU
 	for _, d := range f.devs {
 		gpus = append(gpus, ledger.GPU{Index: d.Index, UUID: d.UUID, Name: d.Name})
@@ -46,6 +46,19 @@ func newFixture(t *testing.T, m, n, k int) *fixture {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// runDir is a run dir on tmpfs when there is one, as /run is in production:
+// tmpfs never reuses an inode number at once, which some tests rely on to
+// tell one FIFO from the next at the same name.
+func runDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("/dev/shm", "gpulet-lease-test-")
+	if err != nil {
+		return t.TempDir()
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
 }
 
 func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -578,5 +591,49 @@ func TestJournalStaysShortAndReplays(t *testing.T) {
 	m2 := f.manager(t)
 	if v := m2.View(); len(v.Leases) != 1 || v.Leases[0].ID != keep.ID {
 		t.Fatalf("after replay: %+v", v.Leases)
+	}
+}
+
+// TestReplacedOfflineClaimIsProbedByItsOwnFIFO: a claim whose FIFO is replaced
+// by another claimer's (their remove and create seen as one) must be probed,
+// and freed, by the FIFO that is there now.
+func TestReplacedOfflineClaimIsProbedByItsOwnFIFO(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	fdA := claimOffline(t, f, 0, 2)
+	eventually(t, "claim A counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	// A goes and B takes the same unit before the daemon looks.
+	unix.Unlink(f.ledger.Path(0, 2))
+	unix.Close(fdA)
+	fdB := claimOffline(t, f, 0, 2)
+	(*ledgerEvents)(m).Unit(0, 2, false)
+	m.ProbeOffline()
+	if v := m.View(); v.GPUs[0].Offline != 1 {
+		t.Fatalf("B's live claim lost: %+v", v.GPUs[0])
+	}
+	unix.Close(fdB)
+	m.ProbeOffline()
+	if v := m.View(); v.GPUs[0].Offline != 0 || f.ledger.Present(0, 2) {
+		t.Fatalf("B's stale claim never removed: %+v", v.GPUs[0])
+	}
+}
+
+// TestRestoreDropsALeaseWhoseUnitWasClaimedOffline: while the daemon was down,
+// a kept lease's FIFO was removed and an offline claimer took the unit.
+func TestRestoreDropsALeaseWhoseUnitWasClaimedOffline(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m1 := f.manager(t)
+	l, err := m1.Acquire(context.Background(), root, ttlReq(1, "1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m1.Close()
+	unix.Unlink(f.ledger.Path(l.GPU.Index, l.Units[0]))
+	fd := claimOffline(t, f, l.GPU.Index, l.Units[0])
+	defer unix.Close(fd)
+	m2 := f.manager(t)
+	v := m2.View()
+	if len(v.Leases) != 0 || v.GPUs[l.GPU.Index].Offline != 1 || v.GPUs[l.GPU.Index].Used != 1 {
+		t.Fatalf("after restore: leases %d, GPU %+v", len(v.Leases), v.GPUs[l.GPU.Index])
 	}
 }

@@ -278,6 +278,17 @@ func (l *Ledger) reportOnce(path string, typ os.FileMode) {
 	}
 }
 
+// Held reports whether unit i of GPU g's FIFO is flock()ed by some process,
+// as an offline claim's is and the daemon's own never are.
+func (l *Ledger) Held(g, i int) bool {
+	fd, err := unix.Open(l.Path(g, i), unix.O_RDWR|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return errors.Is(unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK)
+}
+
 // FileID names one FIFO: its device and inode. (Not its change time: the
 // claim protocol's link and unlink of the temporary name change it after the
 // claim is visible.) A FIFO made later at the same name gets another inode
