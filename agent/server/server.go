@@ -81,9 +81,10 @@ func New(core Core, adminGID int, log *slog.Logger) *Server {
 
 type peerKey struct{}
 
-// ConnContext reads the caller's credentials once per connection from
-// SO_PEERCRED; use it as http.Server.ConnContext.
-func ConnContext(ctx context.Context, c net.Conn) context.Context {
+// connContext reads the caller's credentials once per connection from
+// SO_PEERCRED, and whether it acts as an admin: at connect time the peer's pid
+// is the process that connected.
+func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return ctx
@@ -98,7 +99,9 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if cerr != nil || cred == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, peerKey{}, lease.Peer{UID: cred.Uid, GID: cred.Gid, PID: int(cred.Pid)})
+	peer := lease.Peer{UID: cred.Uid, GID: cred.Gid, PID: int(cred.Pid)}
+	peer.Admin = peer.UID == 0 || (s.adminGID >= 0 && inGroup(peer, uint32(s.adminGID)))
+	return context.WithValue(ctx, peerKey{}, peer)
 }
 
 // HTTPServer returns an http.Server for s with timeouts that keep slow or idle
@@ -106,7 +109,7 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s,
-		ConnContext:       ConnContext,
+		ConnContext:       s.connContext,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -120,7 +123,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, api.Errorf(api.ErrForbidden, "caller identity unknown: the API is served only on the Unix socket"))
 		return
 	}
-	peer.Admin = peer.UID == 0 || (s.adminGID >= 0 && inGroup(peer, uint32(s.adminGID)))
 	if r.ContentLength > lease.MaxRequestBody {
 		s.writeError(w, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", lease.MaxRequestBody))
 		return
