@@ -17,15 +17,7 @@ import (
 // gpulet runs the real gpulet against d, returning its output and exit code.
 func gpulet(t *testing.T, d *e2e.Daemon, args ...string) (string, int) {
 	t.Helper()
-	out, err := exec.Command(e2e.Bin("gpulet"), append([]string{"--socket", d.Socket}, args...)...).CombinedOutput()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return string(out), ee.ExitCode()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out), 0
+	return e2e.Output(t, exec.Command(e2e.Bin("gpulet"), append([]string{"--socket", d.Socket}, args...)...))
 }
 
 func TestGpuletCommands(t *testing.T) {

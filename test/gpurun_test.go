@@ -21,15 +21,7 @@ func gpurun(t *testing.T, d *e2e.Daemon, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(e2e.Bin("gpurun"), args...)
 	cmd.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket, "GPULET_RUN_DIR="+d.RunDir)
-	out, err := cmd.CombinedOutput()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return string(out), ee.ExitCode()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(out), 0
+	return e2e.Output(t, cmd)
 }
 
 func TestGpurunExecsWithTheLeaseEnv(t *testing.T) {

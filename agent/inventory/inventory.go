@@ -3,10 +3,7 @@
 // belong to other packages.
 package inventory
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Device is what a GPU is; it does not change while the daemon runs.
 type Device struct {
@@ -48,6 +45,3 @@ type Inventory interface {
 	Sample(index int, load Load) Sample
 	Close() error
 }
-
-// ErrNotSimulated is returned for simulation controls on a real backend.
-var ErrNotSimulated = errors.New("not the simulated backend")

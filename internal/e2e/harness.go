@@ -196,6 +196,21 @@ func UnixTransport(sock string) *http.Transport {
 	}}
 }
 
+// Output runs cmd and returns its combined output and exit status; only a
+// command that could not run at all fails the test.
+func Output(t testing.TB, cmd *exec.Cmd) (string, int) {
+	t.Helper()
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(out), ee.ExitCode()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), 0
+}
+
 // Ctx is a context that ends with the test, or after 30 seconds.
 func Ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
