@@ -71,8 +71,8 @@ type Agent struct {
 	leases *lease.Manager
 	mps    *mpsctl.Daemons
 	mpsOn  bool
-	// view is the FUSE view's state, fixed once mounting was tried.
-	view   *api.ViewStatus
+	// view is the FUSE view's state, set once mounting was tried.
+	view   atomic.Pointer[api.ViewStatus]
 	store  snapshot.Store
 	bootID string
 
@@ -83,13 +83,9 @@ type Agent struct {
 	sampleMu sync.Mutex // guards samples
 	samples  []inventory.Sample
 
-	// changes counts calls of publish; a publish that starts after a change
-	// covers it, so concurrent changes share one snapshot.
-	changes   atomic.Uint64
-	publishMu sync.Mutex // serializes publish, so that seq follows publication order
-	seq       uint64
-	// published is the count of changes the current snapshot covers.
-	published uint64
+	// seq numbers the snapshots; only the store's builder, which never runs
+	// concurrently, touches it.
+	seq uint64
 }
 
 // OpenInventory picks the backend: NVML when asked or when it initializes under
@@ -179,7 +175,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		JournalPath: filepath.Join(cfg.RunDir, "leases.journal"),
 		Policy:      cfg.Policy,
 		Conditions:  a.conditions.Load,
-		OnChange:    a.publish,
+		OnChange:    a.changed,
 		MPS:         a.mpsOn,
 		InstanceEnv: func(g, k int) map[string]string { return a.mps.Env(a.devs[g].UUID, k) },
 		Logger:      log,
@@ -188,13 +184,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	closers = append(closers, a.leases.Close)
+	a.store.SetBuilder(a.buildSnapshot)
 	watchCtx, stopWatch := context.WithCancel(context.Background())
 	closers = append(closers, func() error { stopWatch(); return nil })
 	if err := a.leases.Watch(watchCtx); err != nil {
 		return err
 	}
 	a.mountView(&closers)
-	a.publish()
+	a.changed()
 
 	srv := server.New(a, a.adminGID(), log).HTTPServer()
 	serveErr := make(chan error, 1)
@@ -223,7 +220,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			a.mps.Check(ctx)
 			a.sample()
 			a.leases.ProbeOffline()
-			a.publish()
+			a.changed()
 			daemon.SdNotify(false, daemon.SdNotifyWatchdog)
 		}
 	}
@@ -244,10 +241,8 @@ func (a *Agent) mountView(closers *[]func() error) {
 		st.Mounted = true
 		*closers = append(*closers, v.Close)
 	}
-	// Ledger events may be publishing already.
-	a.publishMu.Lock()
-	a.view = st
-	a.publishMu.Unlock()
+	a.view.Store(st)
+	a.changed()
 }
 
 // lockRunDir takes an exclusive lock on <run-dir>/gpuletd.lock for the life of
@@ -487,16 +482,13 @@ func (a *Agent) updateConditions() {
 	a.conditions.Store(c)
 }
 
-// publish builds and stores a new snapshot from the lease table and the last
-// samples.
-func (a *Agent) publish() {
-	mine := a.changes.Add(1)
-	a.publishMu.Lock()
-	defer a.publishMu.Unlock()
-	if a.published >= mine {
-		return
-	}
-	a.published = a.changes.Load()
+// changed says that the lease table, the samples or a condition changed: the
+// next read of the snapshot builds a new one.
+func (a *Agent) changed() { a.store.Invalidate() }
+
+// buildSnapshot makes a snapshot from the lease table and the last samples;
+// the store calls it, one at a time, on the first read after a change.
+func (a *Agent) buildSnapshot() *snapshot.Published {
 	view := a.leases.View()
 	samples := a.lastSamples()
 	a.seq++
@@ -508,7 +500,7 @@ func (a *Agent) publish() {
 	if a.draining.Load() {
 		s.State = api.NodeDraining
 	}
-	s.View = a.view
+	s.View = a.view.Load()
 	U := a.cfg.Model.UnitsPerGPU
 	for i, d := range a.devs {
 		gv := view.GPUs[i]
@@ -557,7 +549,7 @@ func (a *Agent) publish() {
 		s.UnitsReserved += g.UnitsReserved
 	}
 	nLeases := len(view.Leases)
-	a.store.Store(snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, nLeases) }))
+	return snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, nLeases) })
 }
 
 // Published is the current snapshot.
@@ -586,7 +578,7 @@ func (a *Agent) SetDraining(on bool) {
 		a.log.Info("node draining changed", "draining", on)
 	}
 	a.updateConditions()
-	a.publish()
+	a.changed()
 }
 
 // SimGPU is the simulated backend's control, nil on a real backend.
@@ -600,7 +592,7 @@ func (a *Agent) SimGPU() func(int, api.SimGPUUpdate) error {
 			return err
 		}
 		a.sample()
-		a.publish()
+		a.changed()
 		return nil
 	}
 }

@@ -70,13 +70,48 @@ func (p *Published) Lease(id string) (api.Lease, bool) {
 	return api.Lease{}, false
 }
 
-// Store holds the current Published value.
+// Store holds the current Published value. A Store with a builder is lazy:
+// writers only mark it stale, and the first Load after that builds a fresh
+// value. Every Load therefore sees every change that was complete when it
+// began, while a burst of changes that nobody reads costs no snapshot at all.
+// The zero Store holds whatever Store put there.
 type Store struct {
-	cur atomic.Pointer[Published]
+	cur   atomic.Pointer[Published]
+	build func() *Published
+	// stale counts Invalidate calls; built is the count the current value
+	// covers, stored only after the value itself.
+	stale, built atomic.Uint64
+	mu           sync.Mutex // serializes builds
 }
 
-// Load returns the current value; nil before the first Store.
-func (s *Store) Load() *Published { return s.cur.Load() }
+// SetBuilder makes the Store lazy: Load calls build (never concurrently) once
+// the Store has been invalidated since its last build. Call it before any
+// Load.
+func (s *Store) SetBuilder(build func() *Published) { s.build = build }
+
+// Invalidate says that the state behind the snapshot has changed.
+func (s *Store) Invalidate() { s.stale.Add(1) }
+
+// Load returns the current value, building it first when it is stale; nil
+// while nothing was stored or invalidated yet.
+func (s *Store) Load() *Published {
+	want := s.stale.Load()
+	if s.build == nil || s.built.Load() >= want {
+		return s.cur.Load()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.built.Load() >= want {
+		return s.cur.Load()
+	}
+	// Changes marked from here on may or may not be in p: the next Load
+	// builds again for them.
+	covers := s.stale.Load()
+	p := s.build()
+	s.cur.Store(p)
+	s.built.Store(covers)
+	return p
+}
 
 // Store makes p the current value.
 func (s *Store) Store(p *Published) { s.cur.Store(p) }

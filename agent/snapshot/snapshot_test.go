@@ -1,0 +1,60 @@
+package snapshot
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// Every Load that begins after a change and its Invalidate must see that
+// change, however many writers and readers race; and without a change in
+// between, Load builds nothing.
+func TestStoreLoadSeesEveryCompletedChange(t *testing.T) {
+	var state atomic.Uint64 // the "table": only ever grows
+	var builds atomic.Int64
+	var s Store
+	s.SetBuilder(func() *Published {
+		builds.Add(1)
+		return New(&api.Snapshot{Seq: state.Load()}, nil, nil)
+	})
+	if p := s.Load(); p != nil {
+		t.Fatalf("Load before any change built %+v", p.Snapshot)
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 2000; i++ {
+				mine := state.Add(1)
+				s.Invalidate()
+				if got := s.Load().Snapshot.Seq; got < mine {
+					t.Errorf("Load after change %d saw state %d", mine, got)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	last := s.Load()
+	if last.Snapshot.Seq != state.Load() {
+		t.Fatalf("final Load saw %d, state is %d", last.Snapshot.Seq, state.Load())
+	}
+	before := builds.Load()
+	if s.Load() != last || builds.Load() != before {
+		t.Fatal("Load without a change built a new value")
+	}
+}
+
+// The zero Store serves what Store put there.
+func TestStoreWithoutBuilder(t *testing.T) {
+	var s Store
+	p := New(&api.Snapshot{Seq: 3}, nil, nil)
+	s.Store(p)
+	s.Invalidate()
+	if s.Load() != p {
+		t.Fatal("Load did not return the stored value")
+	}
+}
