@@ -13,6 +13,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulet/gpulet/agent"
+	"github.com/gpulet/gpulet/internal/logwriter"
 )
 
 func main() {
@@ -28,9 +29,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gpuletd:", err)
 		os.Exit(2)
 	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	logs := logwriter.New(os.Stderr)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	cfg.NVML = nvml.New()
-	if err := agent.Run(ctx, cfg); err != nil {
+	err = agent.Run(ctx, cfg)
+	logs.Close()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpuletd:", err)
 		os.Exit(1)
 	}

@@ -1,0 +1,84 @@
+// Package logwriter writes a daemon's log lines from a goroutine of its own, a
+// batch per write(2). A request that logs does not wait for the log's reader
+// (journald or a pipe) to be woken, and under load many lines share one write
+// and one wakeup of that reader.
+package logwriter
+
+import (
+	"io"
+	"sync"
+)
+
+// maxPending is how much may wait to be written before Write blocks: a stalled
+// reader slows the daemon down rather than growing its memory or losing lines.
+const maxPending = 1 << 20
+
+// Writer is an io.Writer that queues and writes in the background. Lines are
+// written in order. Close writes what is queued and stops the goroutine.
+type Writer struct {
+	out io.Writer
+
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when the queue is taken, filled or closed
+	pending []byte
+	closed  bool
+	done    chan struct{}
+}
+
+// New starts a Writer in front of out.
+func New(out io.Writer) *Writer {
+	w := &Writer{out: out, done: make(chan struct{})}
+	w.cond = sync.NewCond(&w.mu)
+	go w.flush()
+	return w
+}
+
+// Write queues p. It blocks only while more than maxPending bytes wait; after
+// Close it writes p directly.
+func (w *Writer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	for len(w.pending) >= maxPending && !w.closed {
+		w.cond.Wait()
+	}
+	if w.closed {
+		w.mu.Unlock()
+		return w.out.Write(p)
+	}
+	w.pending = append(w.pending, p...)
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	return len(p), nil
+}
+
+func (w *Writer) flush() {
+	defer close(w.done)
+	var batch []byte
+	w.mu.Lock()
+	for {
+		for len(w.pending) == 0 && !w.closed {
+			w.cond.Wait()
+		}
+		if len(w.pending) == 0 {
+			w.mu.Unlock()
+			return
+		}
+		// Swap buffers, so that neither side allocates in the steady state.
+		batch, w.pending = w.pending, batch[:0]
+		w.cond.Broadcast()
+		w.mu.Unlock()
+		// A failed write has nowhere to be reported: the log is where errors go.
+		w.out.Write(batch)
+		w.mu.Lock()
+	}
+}
+
+// Close writes what is queued and stops the background goroutine. Later
+// writes go straight to the underlying writer.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	w.closed = true
+	w.cond.Broadcast()
+	w.mu.Unlock()
+	<-w.done
+	return nil
+}
