@@ -556,7 +556,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 func (a *Agent) Published() *snapshot.Published { return a.store.Load() }
 
 // Acquire grants a lease.
-func (a *Agent) Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (api.Lease, error) {
+func (a *Agent) Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (lease.Grant, error) {
 	return a.leases.Acquire(ctx, peer, req)
 }
 

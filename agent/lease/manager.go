@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -115,6 +116,9 @@ type gpuTable struct {
 
 type lease struct {
 	api.Lease
+	// json is the encoding of Lease, made once per change of it: the journal
+	// record and the API's answer share it.
+	json      []byte
 	startTime uint64
 	ttl       time.Duration
 	deadline  time.Time
@@ -210,6 +214,7 @@ func (m *Manager) restore() {
 	now := m.cfg.Now()
 	for _, e := range entries {
 		l := &lease{Lease: e.Lease, startTime: e.StartTime, ttl: time.Duration(e.TTLNanos)}
+		l.encode()
 		if e.Deadline != nil {
 			if !now.Before(*e.Deadline) {
 				m.log.Info("lease expired while the daemon was down", "lease", l.ID)
@@ -466,30 +471,39 @@ func (m *Manager) probeOffline() bool {
 	return true
 }
 
+// Grant is a granted lease and its JSON encoding.
+type Grant struct {
+	api.Lease
+	// JSON is Lease encoded, as the API answers it.
+	JSON []byte
+}
+
+func (l *lease) grant() Grant { return Grant{Lease: l.Lease, JSON: l.json} }
+
 // Acquire grants a lease for req to peer, waiting up to req.Wait for units.
-func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (api.Lease, error) {
+func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, error) {
 	if err := m.checkRequest(req); err != nil {
-		return api.Lease{}, err
+		return Grant{}, err
 	}
 	bind, err := m.bindingFor(peer, req)
 	if err != nil {
-		return api.Lease{}, err
+		return Grant{}, err
 	}
 	m.mu.Lock()
 	if m.closed {
 		m.unlock()
 		bind.close()
-		return api.Lease{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+		return Grant{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 	}
 	l, err := m.tryGrantLocked(peer, req, bind)
 	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) {
 		m.unlock()
 		if err != nil {
 			bind.close()
-			return api.Lease{}, err
+			return Grant{}, err
 		}
 		m.cfg.OnChange()
-		return l.Lease, nil
+		return l.grant(), nil
 	}
 	w := &waiter{peer: peer, req: req, bind: bind, done: make(chan *lease, 1)}
 	m.waiters = append(m.waiters, w)
@@ -500,9 +514,9 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (api.Leas
 	select {
 	case l := <-w.done:
 		if l == nil {
-			return api.Lease{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+			return Grant{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 		}
-		return l.Lease, nil
+		return l.grant(), nil
 	case <-timer.C:
 	case <-ctx.Done():
 	}
@@ -513,21 +527,21 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (api.Leas
 		m.unlock()
 		bind.close()
 		if ctx.Err() != nil {
-			return api.Lease{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+			return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
 		}
-		return api.Lease{}, api.Errorf(api.ErrInsufficientUnits, "%s after waiting %s", shortage, req.Wait)
+		return Grant{}, api.Errorf(api.ErrInsufficientUnits, "%s after waiting %s", shortage, req.Wait)
 	}
 	m.unlock()
 	// Granted just as we gave up: keep it unless the caller is gone.
 	l = <-w.done
 	if l == nil {
-		return api.Lease{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+		return Grant{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 	}
 	if ctx.Err() != nil {
 		m.end(l.ID, "requester went away while waiting")
-		return api.Lease{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+		return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
 	}
-	return l.Lease, nil
+	return l.grant(), nil
 }
 
 // checkRequest refuses what no state of the node could satisfy.
@@ -830,7 +844,18 @@ func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Can
 		l.TTL = bind.ttl.String()
 	}
 	l.Env = m.envFor(c.GPU, c.Instance, len(units), req.MemoryMiB)
+	l.encode()
 	return l
+}
+
+// encode makes l.json from l.Lease; call it after every change of l.Lease.
+func (l *lease) encode() {
+	b, err := json.Marshal(l.Lease)
+	if err != nil {
+		// A lease holds only strings, numbers, times and maps of strings.
+		panic("gpulet: cannot encode lease: " + err.Error())
+	}
+	l.json = b
 }
 
 // envFor is the environment of a lease of n units on instance k of GPU g.
@@ -1011,6 +1036,7 @@ func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 	l.deadline = m.cfg.Now().UTC().Add(l.ttl)
 	exp := l.deadline
 	l.Expires = &exp
+	l.encode()
 	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
 		m.log.Error("cannot write lease journal", "err", err)
 	}
@@ -1095,7 +1121,7 @@ func (m *Manager) recordLocked(r record) error {
 
 // entry is what the journal keeps of a lease.
 func (l *lease) entry() journalEntry {
-	e := journalEntry{Lease: l.Lease, StartTime: l.startTime}
+	e := journalEntry{Lease: l.Lease, StartTime: l.startTime, leaseJSON: l.json}
 	if l.ttl > 0 {
 		d := l.deadline
 		e.Deadline = &d

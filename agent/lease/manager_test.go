@@ -328,7 +328,7 @@ func TestWaitIsServedWhenUnitsFree(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, l)
+		held = append(held, l.Lease)
 	}
 	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("full node: %v", err)

@@ -26,7 +26,7 @@ import (
 // Core is what the API calls into.
 type Core interface {
 	Published() *snapshot.Published
-	Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (api.Lease, error)
+	Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (lease.Grant, error)
 	List(peer lease.Peer) []api.Lease
 	Get(peer lease.Peer, id string) (api.Lease, error)
 	Renew(peer lease.Peer, id string) (api.Lease, error)
@@ -202,6 +202,8 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
 }
 
+var newline = []byte{'\n'}
+
 func writeJSON(w http.ResponseWriter, status int, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
@@ -264,7 +266,11 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.
 		return err
 	}
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
-	return writeJSON(w, http.StatusCreated, l)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusCreated)
+	w.Write(l.JSON)
+	w.Write(newline)
+	return nil
 }
 
 func (s *Server) getLease(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {

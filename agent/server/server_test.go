@@ -35,16 +35,17 @@ func newFakeCore(t *testing.T) *fakeCore {
 }
 
 func (f *fakeCore) Published() *snapshot.Published { return f.pub }
-func (f *fakeCore) Acquire(_ context.Context, p lease.Peer, r lease.Request) (api.Lease, error) {
+func (f *fakeCore) Acquire(_ context.Context, p lease.Peer, r lease.Request) (lease.Grant, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.peers = append(f.peers, p)
 	if r.Units > 4 {
-		return api.Lease{}, api.Errorf(api.ErrInsufficientUnits, "no GPU can take %d", r.Units)
+		return lease.Grant{}, api.Errorf(api.ErrInsufficientUnits, "no GPU can take %d", r.Units)
 	}
 	l := api.Lease{ID: "l-1", Units: make([]int, r.Units), Owner: api.Owner{UID: p.UID, PID: p.PID}}
 	f.leases[l.ID] = l
-	return l, nil
+	b, err := json.Marshal(l)
+	return lease.Grant{Lease: l, JSON: b}, err
 }
 func (f *fakeCore) List(lease.Peer) []api.Lease { return []api.Lease{} }
 func (f *fakeCore) Get(_ lease.Peer, id string) (api.Lease, error) {
