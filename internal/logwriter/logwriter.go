@@ -1,13 +1,21 @@
 // Package logwriter writes a daemon's log lines from a goroutine of its own, a
 // batch per write(2). A request that logs does not wait for the log's reader
 // (journald or a pipe) to be woken, and under load many lines share one write
-// and one wakeup of that reader.
+// and one wakeup of that reader. Lines queued when the process dies abruptly
+// (kill -9) are lost: at most a millisecond's worth.
 package logwriter
 
 import (
 	"io"
 	"sync"
+	"time"
 )
+
+// rest is how long the writer waits after a write before taking the next
+// batch: under load the lines of many requests then share one write, and the
+// log's reader is woken at most once per rest. A line of an idle daemon is
+// written at once.
+const rest = time.Millisecond
 
 // maxPending is how much may wait to be written before Write blocks: a stalled
 // reader slows the daemon down rather than growing its memory or losing lines.
@@ -68,6 +76,7 @@ func (w *Writer) flush() {
 		w.mu.Unlock()
 		// A failed write has nowhere to be reported: the log is where errors go.
 		w.out.Write(batch)
+		time.Sleep(rest)
 		w.mu.Lock()
 	}
 }
