@@ -324,33 +324,35 @@ func (m *Manager) Watch(ctx context.Context) error {
 // methods on Manager itself.
 type ledgerEvents Manager
 
-func (e *ledgerEvents) Unit(g, i int, gone bool) {
+func (e *ledgerEvents) Units(events []ledger.UnitEvent) bool {
 	m := (*Manager)(e)
 	m.mu.Lock()
-	defer m.unlock()
 	if m.closed {
-		return
+		m.unlock()
+		return false
 	}
-	// The daemon's own FIFOs appearing, and FIFOs of units already free
-	// going, change nothing: skip the look at the file.
-	switch st := m.gpus[g].slots[i].state; {
-	case st == slotLeased && !gone, st == slotFree && gone:
-		return
+	for _, ev := range events {
+		// The daemon's own FIFOs appearing, and FIFOs of units already free
+		// going, change nothing: skip the look at the file.
+		switch st := m.gpus[ev.GPU].slots[ev.Unit].state; {
+		case st == slotLeased && !ev.Gone, st == slotFree && ev.Gone:
+			continue
+		}
+		m.applyLocked(ev.GPU, ev.Unit, m.cfg.Ledger.Present(ev.GPU, ev.Unit))
 	}
-	m.syncSlotLocked(g, i)
-}
-func (e *ledgerEvents) Rescan() { (*Manager)(e).Rescan() }
-
-func (e *ledgerEvents) Batch() {
-	m := (*Manager)(e)
-	m.mu.Lock()
+	if m.eventChanged {
+		m.serveWaitersLocked()
+	}
 	changed := m.eventChanged
 	m.eventChanged = false
 	m.unlock()
 	if changed {
 		m.cfg.OnChange()
 	}
+	return changed
 }
+
+func (e *ledgerEvents) Rescan() { (*Manager)(e).Rescan() }
 
 // Rescan lists the whole ledger again and publishes.
 func (m *Manager) Rescan() {
@@ -379,12 +381,6 @@ func (m *Manager) rescanLocked() {
 			m.applyLocked(gi, i, seen[i])
 		}
 	}
-	m.serveWaitersLocked()
-}
-
-// syncSlotLocked brings one slot in line with the ledger.
-func (m *Manager) syncSlotLocked(g, i int) {
-	m.applyLocked(g, i, m.cfg.Ledger.Present(g, i))
 	m.serveWaitersLocked()
 }
 

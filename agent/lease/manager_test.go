@@ -606,7 +606,7 @@ func TestReplacedOfflineClaimIsProbedByItsOwnFIFO(t *testing.T) {
 	unix.Unlink(f.ledger.Path(0, 2))
 	unix.Close(fdA)
 	fdB := claimOffline(t, f, 0, 2)
-	(*ledgerEvents)(m).Unit(0, 2, false)
+	(*ledgerEvents)(m).Units([]ledger.UnitEvent{{GPU: 0, Unit: 2}})
 	m.ProbeOffline()
 	if v := m.View(); v.GPUs[0].Offline != 1 {
 		t.Fatalf("B's live claim lost: %+v", v.GPUs[0])

@@ -6,25 +6,41 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/fsnotify/fsnotify"
 )
 
-// Handler receives what the watch sees. Unit is called with the GPU index and
-// unit of every FIFO name that was created (gone false) or removed or renamed
-// away (gone true); the handler checks Present where it needs the truth, as
-// events may coalesce. Rescan is called when events were
-// lost and everything must be listed again. Batch is called after a burst of
-// events has been delivered, so that the handler can publish once per burst.
-type Handler interface {
-	Unit(g, i int, gone bool)
-	Rescan()
-	Batch()
+// UnitEvent is a unit's FIFO name created (Gone false), or removed or renamed
+// away (Gone true). Events may coalesce: the handler checks Present where it
+// needs the truth.
+type UnitEvent struct {
+	GPU, Unit int
+	Gone      bool
 }
+
+// Handler receives what the watch sees. Units is called with the unit events
+// of one batch, in order, and says whether they changed anything, or were only
+// the daemon's own FIFOs coming and going. Rescan is called when events were
+// lost and everything must be listed again.
+type Handler interface {
+	Units(events []UnitEvent) (changed bool)
+	Rescan()
+}
+
+// settle is how long the watch rests after a batch that changed nothing: the
+// daemon's own FIFOs, made and removed by lease churn at two events per
+// lease. Resting lets them pile up and arrive as one batch, handled under one
+// lock, instead of waking the handler per event. Offline claims change the
+// table, so the watch does not rest after them and a claim is seen at once,
+// unless it comes within this long of the daemon's own events.
+const settle = time.Millisecond
 
 // Watch watches every instance folder until ctx ends. It returns once the
 // watches are in place; events are delivered from its own goroutine.
 func (l *Ledger) Watch(ctx context.Context, h Handler) error {
+	// The buffer takes what arrives while the handler rests, so that the
+	// kernel's queue does not overflow in a burst.
 	w, err := fsnotify.NewBufferedWatcher(4096)
 	if err != nil {
 		return fmt.Errorf("ledger: watch: %w", err)
@@ -43,6 +59,9 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 	}
 	go func() {
 		defer w.Close()
+		rest := time.NewTimer(0)
+		<-rest.C
+		var batch []UnitEvent
 		handle := func(ev fsnotify.Event) {
 			f, ok := dirs[filepath.Dir(ev.Name)]
 			if !ok {
@@ -50,7 +69,7 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 			}
 			name := filepath.Base(ev.Name)
 			if i, ok := ParseUnitName(name, l.model.UnitsPerGPU); ok && l.model.InstanceOf(i) == f.k {
-				h.Unit(f.g, i, ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename))
+				batch = append(batch, UnitEvent{GPU: f.g, Unit: i, Gone: ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)})
 				return
 			}
 			if ev.Has(fsnotify.Create) {
@@ -68,7 +87,7 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 					return
 				}
 				handle(ev)
-				// Deliver whatever else is queued before asking for one publish.
+				// Take whatever else is queued, to deliver it as one batch.
 			drain:
 				for {
 					select {
@@ -81,7 +100,20 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 						break drain
 					}
 				}
-				h.Batch()
+				if len(batch) == 0 {
+					continue
+				}
+				changed := h.Units(batch)
+				batch = batch[:0]
+				if changed {
+					continue
+				}
+				rest.Reset(settle)
+				select {
+				case <-ctx.Done():
+					return
+				case <-rest.C:
+				}
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
@@ -92,7 +124,6 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 					l.log.Error("pipe-file ledger: watch error, listing everything again", "err", err)
 				}
 				h.Rescan()
-				h.Batch()
 			}
 		}
 	}()
