@@ -897,6 +897,11 @@ func (m *Manager) scheduleExpiryLocked(l *lease) {
 
 func (m *Manager) expire(id string) {
 	m.mu.Lock()
+	if m.closed {
+		// Stopping: the lease stays recorded, for the next start to judge.
+		m.unlock()
+		return
+	}
 	l, ok := m.leases[id]
 	if ok && m.cfg.Now().Before(l.deadline) {
 		// Renewed meanwhile, or the wall clock stepped back since the timer
@@ -915,6 +920,10 @@ func (m *Manager) expire(id string) {
 // end ends lease id for reason; unknown ids are ignored.
 func (m *Manager) end(id, reason string) {
 	m.mu.Lock()
+	if m.closed {
+		m.unlock()
+		return
+	}
 	l, ok := m.leases[id]
 	if ok {
 		m.dropAndRecordLocked(l, reason)
@@ -1006,6 +1015,10 @@ func (m *Manager) List(peer Peer) []api.Lease {
 // Release ends lease id for peer.
 func (m *Manager) Release(peer Peer, id string) error {
 	m.mu.Lock()
+	if m.closed {
+		m.unlock()
+		return api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+	}
 	l, ok := m.leases[id]
 	if !ok || !m.visible(peer, l) {
 		m.unlock()
@@ -1020,6 +1033,10 @@ func (m *Manager) Release(peer Peer, id string) error {
 // Renew extends a time-bound lease by its ttl from now.
 func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 	m.mu.Lock()
+	if m.closed {
+		m.unlock()
+		return api.Lease{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+	}
 	l, ok := m.leases[id]
 	if !ok || !m.visible(peer, l) {
 		m.unlock()

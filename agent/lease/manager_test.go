@@ -637,3 +637,49 @@ func TestRestoreDropsALeaseWhoseUnitWasClaimedOffline(t *testing.T) {
 		t.Fatalf("after restore: leases %d, GPU %+v", len(v.Leases), v.GPUs[l.GPU.Index])
 	}
 }
+
+// TestClosedManagerLeavesLeasesToTheNextStart: once the daemon stops, nothing
+// it still hears (a holder's exit, a release) may end a lease: the lease stays
+// in the journal and the ledger for the next start to judge.
+func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	holder := Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
+	l, err := m.Acquire(context.Background(), holder, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	cmd.Process.Kill()
+	cmd.Wait()
+	// The exit reaches no one, and a release is refused.
+	time.Sleep(50 * time.Millisecond)
+	if err := m.Release(root, kept.ID); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("release after Close: %v", err)
+	}
+	if f.fifoCount(t, 0) != 2 {
+		t.Fatalf("%d FIFOs after Close, want both leases' 2", f.fifoCount(t, 0))
+	}
+	b, err := os.ReadFile(filepath.Join(f.dir, "leases.journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, _, err := decodeJournal(b, m.shapes())
+	if err != nil || len(entries) != 2 {
+		t.Fatalf("journal after Close holds %d leases (%v), want 2", len(entries), err)
+	}
+	// The next start judges them: the holder is dead, the ttl lease lives.
+	m2 := f.manager(t)
+	if v := m2.View(); len(v.Leases) != 1 || v.Leases[0].ID != kept.ID {
+		t.Fatalf("after restart: %+v, want only %s (and not %s)", v.Leases, kept.ID, l.ID)
+	}
+}
