@@ -166,6 +166,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if a.ledger, err = ledger.New(cfg.RunDir, cfg.Model, gpus, log); err != nil {
 		return err
 	}
+	// Closed after the lease engine and the watch, which are stopped first.
+	closers = append(closers, a.ledger.Close)
 	if err := a.ledger.WriteLayout(a.layoutEnv); err != nil {
 		return fmt.Errorf("writing layout.json: %w", err)
 	}

@@ -91,6 +91,10 @@ type Ledger struct {
 	model units.Model
 	gpus  []GPU
 	log   *slog.Logger
+	// dirs holds, by GPU index and instance, a descriptor of the instance
+	// folder, opened once: FIFOs are made, removed and looked at relative to
+	// it, without building and walking their path on every lease.
+	dirs [][]int
 
 	mu sync.Mutex // guards reported
 	// reported holds the paths of foreign entries already logged, so that each
@@ -107,22 +111,46 @@ func New(runDir string, model units.Model, gpus []GPU, log *slog.Logger) (*Ledge
 	if err := mkdirNoSymlink(l.root, 0o755); err != nil {
 		return nil, err
 	}
+	l.dirs = make([][]int, len(gpus))
 	for _, g := range gpus {
 		if err := mkdirNoSymlink(filepath.Join(l.root, g.UUID), 0o755); err != nil {
+			l.Close()
 			return nil, err
 		}
 		for k := 0; k < model.InstancesPerGPU; k++ {
 			dir := l.InstanceDir(g.Index, k)
 			if err := mkdirNoSymlink(dir, 0o755); err != nil {
+				l.Close()
 				return nil, err
 			}
 			if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+				l.Close()
 				return nil, fmt.Errorf("ledger: %w", err)
 			}
+			fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				l.Close()
+				return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
+			}
+			l.dirs[g.Index] = append(l.dirs[g.Index], fd)
 		}
 	}
 	return l, nil
 }
+
+// Close releases the instance folders' descriptors.
+func (l *Ledger) Close() error {
+	for _, fds := range l.dirs {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}
+	l.dirs = nil
+	return nil
+}
+
+// dirOf is the descriptor of the folder that holds unit i of GPU g.
+func (l *Ledger) dirOf(g, i int) int { return l.dirs[g][l.model.InstanceOf(i)] }
 
 // mkdirNoSymlink makes dir if missing and refuses one that is a symlink or not a
 // directory, so that the daemon never writes through a link planted in its tree.
@@ -198,7 +226,7 @@ var ErrTaken = errors.New("unit taken")
 // Create makes the FIFO of unit i of GPU g for a lease. ErrTaken means someone
 // (an offline claimer) made it first.
 func (l *Ledger) Create(g, i int) error {
-	err := unix.Mkfifo(l.Path(g, i), 0o600)
+	err := unix.Mknodat(l.dirOf(g, i), UnitName(i), unix.S_IFIFO|0o600, 0)
 	if errors.Is(err, unix.EEXIST) {
 		return ErrTaken
 	}
@@ -210,7 +238,7 @@ func (l *Ledger) Create(g, i int) error {
 
 // Remove deletes the FIFO of unit i of GPU g; a missing one is fine.
 func (l *Ledger) Remove(g, i int) error {
-	err := unix.Unlink(l.Path(g, i))
+	err := unix.Unlinkat(l.dirOf(g, i), UnitName(i), 0)
 	if err != nil && !errors.Is(err, unix.ENOENT) {
 		return fmt.Errorf("ledger: remove %s: %w", l.Path(g, i), err)
 	}
@@ -221,7 +249,7 @@ func (l *Ledger) Remove(g, i int) error {
 // name (a file, a symlink) does not count.
 func (l *Ledger) Present(g, i int) bool {
 	var st unix.Stat_t
-	if err := unix.Lstat(l.Path(g, i), &st); err != nil {
+	if err := unix.Fstatat(l.dirOf(g, i), UnitName(i), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return false
 	}
 	return st.Mode&unix.S_IFMT == unix.S_IFIFO
