@@ -68,19 +68,21 @@ type gpuShape struct {
 const maxRecord = 1 << 20
 
 func encodeRecord(r record) ([]byte, error) {
-	var b []byte
+	// The line is built in one buffer: the checksum's place first, then the
+	// record, then the checksum written into its place.
+	const prefix = 9 // "%08x "
+	var out []byte
 	if r.Op == opLease && r.Schema == "" && r.ID == "" && r.Deadline == nil && r.Entry != nil && r.Entry.leaseJSON != nil {
-		b = appendLeaseRecord(make([]byte, 0, len(r.Entry.leaseJSON)+160), r.Entry)
+		out = appendLeaseRecord(make([]byte, prefix, prefix+len(r.Entry.leaseJSON)+160), r.Entry)
 	} else {
-		var err error
-		if b, err = json.Marshal(r); err != nil {
+		b, err := json.Marshal(r)
+		if err != nil {
 			return nil, err
 		}
+		out = append(make([]byte, prefix, prefix+len(b)+1), b...)
 	}
-	out := make([]byte, 0, len(b)+10)
-	out = appendHex32(out, crc32.ChecksumIEEE(b))
-	out = append(out, ' ')
-	out = append(out, b...)
+	appendHex32(out[:0], crc32.ChecksumIEEE(out[prefix:]))
+	out[prefix-1] = ' '
 	return append(out, '\n'), nil
 }
 

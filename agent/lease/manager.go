@@ -291,13 +291,13 @@ func (m *Manager) shapes() []gpuShape {
 }
 
 type pendingLog struct {
-	msg  string
-	args []any
+	msg   string
+	attrs []slog.Attr
 }
 
 // infoLocked queues an info line for unlock to write.
-func (m *Manager) infoLocked(msg string, args ...any) {
-	m.pendingLogs = append(m.pendingLogs, pendingLog{msg, args})
+func (m *Manager) infoLocked(msg string, attrs ...slog.Attr) {
+	m.pendingLogs = append(m.pendingLogs, pendingLog{msg, attrs})
 }
 
 // unlock releases mu, then writes the lines queued under it.
@@ -306,7 +306,7 @@ func (m *Manager) unlock() {
 	m.pendingLogs = nil
 	m.mu.Unlock()
 	for _, l := range logs {
-		m.log.Info(l.msg, l.args...)
+		m.log.LogAttrs(context.Background(), slog.LevelInfo, l.msg, l.attrs...)
 	}
 }
 
@@ -687,7 +687,8 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 			return nil, fmt.Errorf("cannot record the lease: %w", err)
 		}
 		m.armLocked(l)
-		m.infoLocked("lease granted", "lease", l.ID, "gpu", c.GPU, "instance", c.Instance, "units", units, "uid", peer.UID, "pid", l.Owner.PID, "ttl", l.TTL)
+		m.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
+			slog.Any("units", units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL))
 		return l, nil
 	}
 }
@@ -939,7 +940,7 @@ func (m *Manager) dropAndRecordLocked(l *lease, reason string) {
 	if err := m.recordLocked(record{Op: opEnd, ID: l.ID}); err != nil {
 		m.log.Error("cannot write lease journal", "err", err)
 	}
-	m.infoLocked("lease ended", "lease", l.ID, "reason", reason)
+	m.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
 	m.serveWaitersLocked()
 }
 
