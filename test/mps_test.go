@@ -34,7 +34,7 @@ func startMPSDaemon(t *testing.T, extra ...string) (d *e2e.Daemon, runDir string
 	return e2e.Start(t, args...), runDir
 }
 
-// controlDaemons lists the pids of nvidia-cuda-mps-control processes whose pipe
+// controlDaemons lists the pids of the MPS control daemons whose pipe
 // folder is under runDir.
 func controlDaemons(runDir string) map[string]int {
 	out := map[string]int{}
@@ -44,8 +44,10 @@ func controlDaemons(runDir string) map[string]int {
 		if err != nil {
 			continue
 		}
-		cmd, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if !bytes.Contains(cmd, []byte("nvidia-cuda-mps-control")) {
+		// The daemon runs as "nvidia-cuda-mps-control -d"; the same binary
+		// without -d is a passing client (gpuletd's probes, answers below).
+		args := bytes.Split(bytes.TrimSuffix(cmdline(e.Name()), []byte{0}), []byte{0})
+		if len(args) != 2 || !bytes.HasSuffix(args[0], []byte("nvidia-cuda-mps-control")) || string(args[1]) != "-d" {
 			continue
 		}
 		env, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
@@ -62,6 +64,11 @@ func killControlDaemons(runDir string) {
 	for _, pid := range controlDaemons(runDir) {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
+}
+
+func cmdline(pid string) []byte {
+	b, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+	return b
 }
 
 // answers reports whether a control daemon answers on pipeDir.
