@@ -104,6 +104,13 @@ const (
 type slot struct {
 	state slotState
 	lease *lease // when leased
+	// own counts the daemon's own makes and removals of this unit's FIFO
+	// whose watch events have not arrived yet. Events of one name arrive in
+	// order, so the next that many are the daemon's own and change nothing;
+	// should one stand in for a claimer's event instead, the daemon's own
+	// event comes after it and is looked at, so the slot still ends up true.
+	// A rescan, which makes every slot true, resets it.
+	own uint32
 	// uid and fifo are the owner and identity of an offline claim's FIFO.
 	uid  uint32
 	fifo ledger.FileID
@@ -240,7 +247,7 @@ func (m *Manager) restore() {
 		}
 		g := m.gpus[l.GPU.Index]
 		for _, u := range l.Units {
-			g.slots[u] = slot{state: slotLeased, lease: l}
+			g.slots[u].state, g.slots[u].lease = slotLeased, l
 		}
 		m.leases[l.ID] = l
 		m.armLocked(l)
@@ -265,12 +272,12 @@ func (m *Manager) recreateFIFOsLocked(l *lease) int {
 		case m.cfg.Ledger.Present(l.GPU.Index, u):
 			continue
 		default:
-			err = m.cfg.Ledger.Create(l.GPU.Index, u)
+			err = m.createFIFOLocked(l.GPU.Index, u)
 		}
 		if errors.Is(err, ledger.ErrTaken) {
 			for _, v := range l.Units {
 				if v != u {
-					m.cfg.Ledger.Remove(l.GPU.Index, v)
+					m.removeFIFOLocked(l.GPU.Index, v)
 				}
 			}
 			return u
@@ -332,10 +339,15 @@ func (e *ledgerEvents) Units(events []ledger.UnitEvent) bool {
 		return false
 	}
 	for _, ev := range events {
-		// The daemon's own FIFOs appearing, and FIFOs of units already free
-		// going, change nothing: skip the look at the file.
-		switch st := m.gpus[ev.GPU].slots[ev.Unit].state; {
-		case st == slotLeased && !ev.Gone, st == slotFree && ev.Gone:
+		s := &m.gpus[ev.GPU].slots[ev.Unit]
+		if s.own > 0 {
+			s.own--
+			continue
+		}
+		// A leased unit's FIFO appearing, and a free unit's going, change
+		// nothing either: skip the look at the file.
+		switch {
+		case s.state == slotLeased && !ev.Gone, s.state == slotFree && ev.Gone:
 			continue
 		}
 		m.applyLocked(ev.GPU, ev.Unit, m.cfg.Ledger.Present(ev.GPU, ev.Unit))
@@ -378,6 +390,7 @@ func (m *Manager) rescanLocked() {
 			seen[i] = true
 		}
 		for i := range g.slots {
+			g.slots[i].own = 0
 			m.applyLocked(gi, i, seen[i])
 		}
 	}
@@ -399,13 +412,13 @@ func (m *Manager) applyLocked(g, i int, present bool) {
 			m.eventChanged = true
 		}
 	case s.state == slotOffline && !present:
-		*s = slot{}
+		*s = slot{own: s.own}
 		m.eventChanged = true
 	case s.state == slotLeased && !present:
 		// Someone removed a lease's pipe file; the lease still holds the unit,
 		// so the file comes back and the count stays right.
 		m.log.Warn("pipe file of a live lease was removed; recreating it", "lease", s.lease.ID, "gpu", g, "unit", i)
-		if err := m.cfg.Ledger.Create(g, i); err != nil && !errors.Is(err, ledger.ErrTaken) {
+		if err := m.createFIFOLocked(g, i); err != nil && !errors.Is(err, ledger.ErrTaken) {
 			m.log.Error("cannot recreate pipe file", "err", err)
 		}
 	}
@@ -657,10 +670,10 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		units := m.freeUnitsLocked(c.GPU, c.Instance, req.Units)
 		taken := false
 		for n, u := range units {
-			if err := m.cfg.Ledger.Create(c.GPU, u); err != nil {
+			if err := m.createFIFOLocked(c.GPU, u); err != nil {
 				// An offline claimer was first: undo, count its claim, and place again.
 				for _, v := range units[:n] {
-					m.cfg.Ledger.Remove(c.GPU, v)
+					m.removeFIFOLocked(c.GPU, v)
 				}
 				if !errors.Is(err, ledger.ErrTaken) {
 					return nil, err
@@ -675,7 +688,8 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		}
 		l := m.newLease(peer, req, bind, c, units)
 		for _, u := range units {
-			m.gpus[c.GPU].slots[u] = slot{state: slotLeased, lease: l}
+			s := &m.gpus[c.GPU].slots[u]
+			s.state, s.lease = slotLeased, l
 		}
 		m.leases[l.ID] = l
 		e := l.entry()
@@ -949,7 +963,7 @@ func (m *Manager) dropLocked(l *lease) {
 	delete(m.leases, l.ID)
 	for _, u := range l.Units {
 		if s := &m.gpus[l.GPU.Index].slots[u]; s.lease == l {
-			*s = slot{}
+			*s = slot{own: s.own}
 		}
 	}
 	m.removeFIFOs(l)
@@ -963,10 +977,30 @@ func (m *Manager) dropLocked(l *lease) {
 
 func (m *Manager) removeFIFOs(l *lease) {
 	for _, u := range l.Units {
-		if err := m.cfg.Ledger.Remove(l.GPU.Index, u); err != nil {
+		if err := m.removeFIFOLocked(l.GPU.Index, u); err != nil {
 			m.log.Error("cannot remove pipe file", "lease", l.ID, "err", err)
 		}
 	}
+}
+
+// createFIFOLocked makes the FIFO of unit u of GPU g and counts the watch
+// event that this causes as the daemon's own.
+func (m *Manager) createFIFOLocked(g, u int) error {
+	err := m.cfg.Ledger.Create(g, u)
+	if err == nil {
+		m.gpus[g].slots[u].own++
+	}
+	return err
+}
+
+// removeFIFOLocked removes the FIFO of unit u of GPU g, counting the watch
+// event of a removal as the daemon's own.
+func (m *Manager) removeFIFOLocked(g, u int) error {
+	removed, err := m.cfg.Ledger.Remove(g, u)
+	if removed {
+		m.gpus[g].slots[u].own++
+	}
+	return err
 }
 
 // serveWaitersLocked grants waiting requests, oldest first, while they fit.

@@ -683,3 +683,46 @@ func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
 		t.Fatalf("after restart: %+v, want only %s (and not %s)", v.Leases, kept.ID, l.ID)
 	}
 }
+
+// TestClaimRightBehindLeaseChurnIsCounted: the watch skips the events of the
+// daemon's own FIFOs by count; a claim whose events arrive among them, on the
+// very unit the churn keeps using, must still be counted, never leased, and
+// freed when dropped, and once every event is in, no skip may remain pending.
+func TestClaimRightBehindLeaseChurnIsCounted(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	pending := func() (n uint32) {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, g := range m.gpus {
+			for _, s := range g.slots {
+				n += s.own
+			}
+		}
+		return n
+	}
+	for round := 0; round < 20; round++ {
+		for i := 0; i < 50; i++ {
+			l, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Release(root, l.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Best fit keeps taking unit 0 of GPU 0: claim it while the churn's
+		// events may still be on their way.
+		fd := claimOffline(t, f, 0, 0)
+		eventually(t, "claim behind churn counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+		l, err := m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "0"}, TTL: time.Minute})
+		if err != nil || l.Units[0] == 0 {
+			t.Fatalf("round %d: lease %+v, %v: the claimed unit was leased", round, l, err)
+		}
+		m.Release(root, l.ID)
+		unix.Close(fd)
+		m.ProbeOffline()
+		eventually(t, "dropped claim freed", func() bool { return m.View().GPUs[0].Used == 0 })
+		eventually(t, "every own event arrived", func() bool { return pending() == 0 })
+	}
+}

@@ -236,13 +236,17 @@ func (l *Ledger) Create(g, i int) error {
 	return nil
 }
 
-// Remove deletes the FIFO of unit i of GPU g; a missing one is fine.
-func (l *Ledger) Remove(g, i int) error {
-	err := unix.Unlinkat(l.dirOf(g, i), UnitName(i), 0)
-	if err != nil && !errors.Is(err, unix.ENOENT) {
-		return fmt.Errorf("ledger: remove %s: %w", l.Path(g, i), err)
+// Remove deletes the FIFO of unit i of GPU g and says whether there was one to
+// delete; a missing one is fine.
+func (l *Ledger) Remove(g, i int) (removed bool, err error) {
+	err = unix.Unlinkat(l.dirOf(g, i), UnitName(i), 0)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.ENOENT):
+		return false, nil
 	}
-	return nil
+	return false, fmt.Errorf("ledger: remove %s: %w", l.Path(g, i), err)
 }
 
 // Present reports whether unit i of GPU g has a FIFO now. Anything else at that

@@ -108,10 +108,10 @@ func TestCreateScanRemove(t *testing.T) {
 	if !l.Present(0, 5) || l.Present(0, 1) || l.Present(0, 2) {
 		t.Fatal("Present disagrees with what is there")
 	}
-	if err := l.Remove(0, 5); err != nil || l.Present(0, 5) {
+	if removed, err := l.Remove(0, 5); err != nil || !removed || l.Present(0, 5) {
 		t.Fatalf("Remove: %v", err)
 	}
-	if err := l.Remove(0, 5); err != nil {
+	if removed, err := l.Remove(0, 5); err != nil || removed {
 		t.Fatalf("Remove of a missing FIFO: %v", err)
 	}
 }
