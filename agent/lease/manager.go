@@ -307,13 +307,24 @@ func (m *Manager) infoLocked(msg string, attrs ...slog.Attr) {
 	m.pendingLogs = append(m.pendingLogs, pendingLog{msg, attrs})
 }
 
-// unlock releases mu, then writes the lines queued under it.
+// unlock releases mu, then writes the lines queued under it. They go to the
+// handler directly, as records without a caller's pc: slog.Logger would walk
+// the stack for one on every line, and these lines name their lease instead.
 func (m *Manager) unlock() {
 	logs := m.pendingLogs
 	m.pendingLogs = nil
 	m.mu.Unlock()
+	if len(logs) == 0 {
+		return
+	}
+	ctx, h := context.Background(), m.log.Handler()
+	if !h.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
 	for _, l := range logs {
-		m.log.LogAttrs(context.Background(), slog.LevelInfo, l.msg, l.attrs...)
+		r := slog.NewRecord(time.Now(), slog.LevelInfo, l.msg, 0)
+		r.AddAttrs(l.attrs...)
+		h.Handle(ctx, r)
 	}
 }
 
