@@ -69,7 +69,14 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 			}
 			name := filepath.Base(ev.Name)
 			if i, ok := ParseUnitName(name, l.model.UnitsPerGPU); ok && l.model.InstanceOf(i) == f.k {
-				batch = append(batch, UnitEvent{GPU: f.g, Unit: i, Gone: ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)})
+				// Only a name coming or going changes what is claimed: a
+				// claimer's link(2) and unlink(2) of its temporary name also
+				// touch the unit's inode (IN_ATTRIB), and opening it writes
+				// nothing that counts.
+				gone := ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)
+				if gone || ev.Has(fsnotify.Create) {
+					batch = append(batch, UnitEvent{GPU: f.g, Unit: i, Gone: gone})
+				}
 				return
 			}
 			if ev.Has(fsnotify.Create) {
