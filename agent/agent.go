@@ -221,7 +221,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		case <-ticker.C:
 			a.mps.Check(ctx)
 			a.sample()
-			a.leases.ProbeOffline()
+			a.leases.Tick()
 			a.changed()
 			daemon.SdNotify(false, daemon.SdNotifyWatchdog)
 		}
@@ -550,8 +550,8 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		s.UnitsFree += g.UnitsFree
 		s.UnitsReserved += g.UnitsReserved
 	}
-	nLeases := len(view.Leases)
-	return snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, nLeases) })
+	counts := metrics.Leases{Live: uint64(len(view.Leases)), Granted: view.Granted, Ended: view.Ended}
+	return snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, counts) })
 }
 
 // Published is the current snapshot.

@@ -169,6 +169,24 @@ type Manager struct {
 	// Batch, so that the daemon's own FIFOs coming and going publish nothing.
 	eventChanged bool
 	closed       bool
+	// granted and ended count leases since New.
+	granted, ended uint64
+	// lines is the budget of per-lease log lines.
+	lines lineBudget
+}
+
+// leaseLinesPerSecond bounds the "lease granted" and "lease ended" lines.
+// Past it, lines are counted instead, and one line says how many were left
+// out: under heavy churn the lines cost more than the leases, and journald's
+// default rate limit (10,000 lines per 30 s per service) would drop them
+// anyway. gpulet_leases_granted_total and gpulet_leases_ended_total count
+// every lease.
+const leaseLinesPerSecond = 100
+
+type lineBudget struct {
+	window  time.Time // start of the current second
+	used    int
+	skipped int
 }
 
 // New builds the Manager, takes back what the journal and the ledger hold, and
@@ -326,6 +344,41 @@ func (m *Manager) unlock() {
 		r.AddAttrs(l.attrs...)
 		h.Handle(ctx, r)
 	}
+}
+
+// leaseLineLocked queues a per-lease info line within the budget of
+// leaseLinesPerSecond, and counts it when the budget is spent.
+func (m *Manager) leaseLineLocked(msg string, attrs ...slog.Attr) {
+	m.rollLinesLocked()
+	if m.lines.used >= leaseLinesPerSecond {
+		m.lines.skipped++
+		return
+	}
+	m.lines.used++
+	m.infoLocked(msg, attrs...)
+}
+
+// rollLinesLocked starts a new second of the line budget once the current
+// one is over, saying first how many lines it left out.
+func (m *Manager) rollLinesLocked() {
+	now := m.cfg.Now()
+	if d := now.Sub(m.lines.window); d >= 0 && d < time.Second {
+		return
+	}
+	if m.lines.skipped > 0 {
+		m.infoLocked("lease lines left out: more than the budget a second", slog.Int("left_out", m.lines.skipped),
+			slog.Int("budget", leaseLinesPerSecond), slog.Time("since", m.lines.window))
+	}
+	m.lines = lineBudget{window: now}
+}
+
+// Tick does what the agent does every sample interval: it probes offline
+// claims and says how many lease lines the last second left out.
+func (m *Manager) Tick() {
+	m.mu.Lock()
+	m.rollLinesLocked()
+	m.unlock()
+	m.ProbeOffline()
 }
 
 // Watch starts watching the ledger for offline claims until ctx ends.
@@ -712,7 +765,8 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 			return nil, fmt.Errorf("cannot record the lease: %w", err)
 		}
 		m.armLocked(l)
-		m.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
+		m.granted++
+		m.leaseLineLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
 			slog.Any("units", units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL))
 		return l, nil
 	}
@@ -965,7 +1019,8 @@ func (m *Manager) dropAndRecordLocked(l *lease, reason string) {
 	if err := m.recordLocked(record{Op: opEnd, ID: l.ID}); err != nil {
 		m.log.Error("cannot write lease journal", "err", err)
 	}
-	m.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
+	m.ended++
+	m.leaseLineLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
 	m.serveWaitersLocked()
 }
 
@@ -1122,13 +1177,15 @@ type InstanceView struct {
 type View struct {
 	GPUs   []GPUView
 	Leases []api.Lease
+	// Granted and Ended count leases since the Manager was made.
+	Granted, Ended uint64
 }
 
 // View copies the table for a snapshot.
 func (m *Manager) View() View {
 	m.mu.Lock()
 	defer m.unlock()
-	v := View{GPUs: make([]GPUView, len(m.gpus)), Leases: make([]api.Lease, 0, len(m.leases))}
+	v := View{GPUs: make([]GPUView, len(m.gpus)), Leases: make([]api.Lease, 0, len(m.leases)), Granted: m.granted, Ended: m.ended}
 	for gi, g := range m.gpus {
 		gv := &v.GPUs[gi]
 		for _, s := range g.slots {

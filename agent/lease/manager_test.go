@@ -1,8 +1,10 @@
 package lease
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -725,4 +728,66 @@ func TestClaimRightBehindLeaseChurnIsCounted(t *testing.T) {
 		eventually(t, "dropped claim freed", func() bool { return m.View().GPUs[0].Used == 0 })
 		eventually(t, "every own event arrived", func() bool { return pending() == 0 })
 	}
+}
+
+// TestLeaseLinesStayWithinTheirBudget: past leaseLinesPerSecond, grant and
+// end lines are counted, one line says how many were left out, and the
+// counters still count every lease.
+func TestLeaseLinesStayWithinTheirBudget(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	var logs syncBuffer
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano())
+	m := f.manager(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	})
+	const n = 250
+	for i := 0; i < n; i++ {
+		l, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Release(root, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := func(msg string) int { return strings.Count(logs.String(), `msg="`+msg+`"`) }
+	if got := lines("lease granted") + lines("lease ended"); got != leaseLinesPerSecond {
+		t.Fatalf("%d lease lines within one second, want the budget of %d", got, leaseLinesPerSecond)
+	}
+	clock.Add(int64(time.Second))
+	m.Tick()
+	want := fmt.Sprintf("left_out=%d", 2*n-leaseLinesPerSecond)
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("no line saying %s:\n%s", want, logs.String())
+	}
+	if v := m.View(); v.Granted != n || v.Ended != n {
+		t.Fatalf("counted %d granted, %d ended; want %d each", v.Granted, v.Ended, n)
+	}
+	// A new second has a new budget.
+	l, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), l.ID) {
+		t.Fatal("the first grant of a new second was not logged")
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -22,6 +22,8 @@ var (
 	descNodeState  = prometheus.NewDesc("gpulet_node_state", "1 for the node's current state.", []string{"state"}, nil)
 	descSeq        = prometheus.NewDesc("gpulet_snapshot_seq", "Sequence number of the snapshot within this daemon run.", nil, nil)
 	descLeases     = prometheus.NewDesc("gpulet_leases", "Live leases.", nil, nil)
+	descGranted    = prometheus.NewDesc("gpulet_leases_granted_total", "Leases granted since gpuletd started.", nil, nil)
+	descEnded      = prometheus.NewDesc("gpulet_leases_ended_total", "Leases ended (released, expired, holder exited) since gpuletd started.", nil, nil)
 	descTotal      = prometheus.NewDesc("gpulet_units_total", "Units of the GPU.", gpuLabels, nil)
 	descUsed       = prometheus.NewDesc("gpulet_units_used", "Units with a pipe file (leased or claimed offline).", gpuLabels, nil)
 	descFree       = prometheus.NewDesc("gpulet_units_free", "Units neither used nor reserved.", gpuLabels, nil)
@@ -37,9 +39,15 @@ var (
 	descInstClient = prometheus.NewDesc("gpulet_mps_instance_clients", "Clients of the MPS instance.", []string{"gpu", "uuid", "instance"}, nil)
 )
 
+// Leases counts leases for the exposition.
+type Leases struct {
+	// Live is the number of live leases; Granted and Ended count since start.
+	Live, Granted, Ended uint64
+}
+
 type collector struct {
 	s      *api.Snapshot
-	leases int
+	leases Leases
 }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
@@ -54,7 +62,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descNodeState, b2f(s.State == st), st)
 	}
 	gauge(descSeq, float64(s.Seq))
-	gauge(descLeases, float64(c.leases))
+	gauge(descLeases, float64(c.leases.Live))
+	ch <- prometheus.MustNewConstMetric(descGranted, prometheus.CounterValue, float64(c.leases.Granted))
+	ch <- prometheus.MustNewConstMetric(descEnded, prometheus.CounterValue, float64(c.leases.Ended))
 	for _, g := range s.GPUs {
 		l := []string{strconv.Itoa(g.Index), g.UUID, g.Name}
 		gauge(descTotal, float64(g.UnitsTotal), l...)
@@ -85,8 +95,8 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// Render returns the text exposition of s with leases live leases.
-func Render(s *api.Snapshot, leases int) []byte {
+// Render returns the text exposition of s and the lease counts.
+func Render(s *api.Snapshot, leases Leases) []byte {
 	reg := prometheus.NewPedanticRegistry()
 	if err := reg.Register(collector{s: s, leases: leases}); err != nil {
 		return []byte("# gpulet: cannot register metrics: " + err.Error() + "\n")

@@ -16,7 +16,7 @@ func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
 		UnitsOffline: 2, UtilizationPct: 40, MemoryTotalMiB: 15360, MemoryUsedMiB: 1024,
 		Instances: []api.Instance{{Instance: 0, State: api.InstanceDown, Clients: 3}},
 	}}}
-	b := Render(s, 3)
+	b := Render(s, Leases{Live: 3, Granted: 40, Ended: 37})
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
@@ -34,6 +34,9 @@ func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
 				if want, ok := labels[l.GetName()]; ok && want != l.GetValue() {
 					continue next
 				}
+			}
+			if c := m.GetCounter(); c != nil {
+				return c.GetValue()
 			}
 			return m.GetGauge().GetValue()
 		}
@@ -58,6 +61,8 @@ func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
 		{"gpulet_mps_instance_up", map[string]string{"instance": "0"}, 0},
 		{"gpulet_mps_instance_clients", map[string]string{"instance": "0"}, 3},
 		{"gpulet_leases", nil, 3},
+		{"gpulet_leases_granted_total", nil, 40},
+		{"gpulet_leases_ended_total", nil, 37},
 		{"gpulet_snapshot_seq", nil, 7},
 	}
 	for _, c := range checks {
