@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 type fixture struct {
@@ -255,19 +255,27 @@ func TestConcurrentAcquireNeverGrantsAUnitTwice(t *testing.T) {
 	}
 }
 
-func TestProcessBoundLeaseEndsWithItsProcess(t *testing.T) {
-	f := newFixture(t, 1, 4, 1)
-	m := f.manager(t)
+// processLease starts a sleep and leases a unit bound to it; the sleep is
+// killed when the test ends.
+func processLease(t *testing.T, m *Manager) (*exec.Cmd, Grant) {
+	t.Helper()
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer cmd.Process.Kill()
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	holder := Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
 	l, err := m.Acquire(context.Background(), holder, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return cmd, l
+}
+
+func TestProcessBoundLeaseEndsWithItsProcess(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	cmd, l := processLease(t, m)
 	if l.Owner.PID != cmd.Process.Pid || l.Expires != nil {
 		t.Fatalf("lease %+v not bound to pid %d", l, cmd.Process.Pid)
 	}
@@ -647,16 +655,7 @@ func TestRestoreDropsALeaseWhoseUnitWasClaimedOffline(t *testing.T) {
 func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t)
-	cmd := exec.Command("sleep", "60")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	holder := Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
-	l, err := m.Acquire(context.Background(), holder, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, l := processLease(t, m)
 	kept, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
 	if err != nil {
 		t.Fatal(err)
@@ -735,7 +734,7 @@ func TestClaimRightBehindLeaseChurnIsCounted(t *testing.T) {
 // counters still count every lease.
 func TestLeaseLinesStayWithinTheirBudget(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
-	var logs syncBuffer
+	var logs e2e.SyncBuffer
 	var clock atomic.Int64
 	clock.Store(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano())
 	m := f.manager(t, func(c *Config) {
@@ -773,21 +772,4 @@ func TestLeaseLinesStayWithinTheirBudget(t *testing.T) {
 	if !strings.Contains(logs.String(), l.ID) {
 		t.Fatal("the first grant of a new second was not logged")
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
