@@ -56,3 +56,36 @@ func TestLeaseRecordIsWhatJSONMakes(t *testing.T) {
 		})
 	}
 }
+
+// FuzzLeaseRecordIsWhatJSONMakes holds the assembled lease record to
+// encoding/json's bytes for whatever text a request may carry and any
+// deadline a lease may have.
+func FuzzLeaseRecordIsWhatJSONMakes(f *testing.F) {
+	f.Add("train", "job", "a \"b\" <c>", uint64(12345), int64(90e9), int64(1))
+	f.Add("", "", "", uint64(0), int64(0), int64(0))
+	f.Add("\u2028x", "ü\xff", "\x00", uint64(1)<<63, int64(30*24*time.Hour), int64(-1))
+	f.Fuzz(func(t *testing.T, task, key, value string, start uint64, ttl int64, nanos int64) {
+		created := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).Add(time.Duration(nanos))
+		l := api.Lease{
+			ID: "l-0123456789abcdef", GPU: api.LeaseGPU{UUID: "GPU-x"}, Units: []int{0},
+			Owner: api.Owner{PID: 1}, Created: created, Task: task,
+			Labels: map[string]string{key: value}, Env: map[string]string{"K": value},
+		}
+		e := journalEntry{Lease: l, StartTime: start}
+		if ttl > 0 && ttl <= int64(maxTTL) {
+			d := created.Add(time.Duration(ttl))
+			e.Deadline, e.TTLNanos = &d, ttl
+		}
+		want, err := encodeRecord(record{Op: opLease, Entry: &e})
+		if err != nil {
+			t.Skip(err)
+		}
+		if e.leaseJSON, err = json.Marshal(e.Lease); err != nil {
+			t.Fatal(err)
+		}
+		got, err := encodeRecord(record{Op: opLease, Entry: &e})
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("assembled record\n%s\ndiffers from encoding/json's\n%s (%v)", got, want, err)
+		}
+	})
+}
