@@ -145,7 +145,9 @@ type waiter struct {
 	peer Peer
 	req  Request
 	bind binding
-	done chan *lease
+	// done gets the grant, made under the lock, or nil when the Manager
+	// closes.
+	done chan *Grant
 }
 
 // Manager owns the unit table.
@@ -438,6 +440,8 @@ func (m *Manager) Rescan() {
 		return
 	}
 	m.rescanLocked()
+	// Published just below: the next batch of events owes nothing.
+	m.eventChanged = false
 	m.unlock()
 	m.cfg.OnChange()
 }
@@ -535,6 +539,10 @@ func (m *Manager) probeOffline() bool {
 		return false
 	}
 	m.mu.Lock()
+	if m.closed {
+		m.unlock()
+		return false
+	}
 	for _, c := range gone {
 		m.applyLocked(c.g, c.i, m.cfg.Ledger.Present(c.g, c.i))
 	}
@@ -570,26 +578,34 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 	}
 	l, err := m.tryGrantLocked(peer, req, bind)
 	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) {
+		var g Grant
+		if err == nil {
+			// Under the lock: a renewal may change the lease once it is out.
+			g = l.grant()
+		}
 		m.unlock()
 		if err != nil {
 			bind.close()
 			return Grant{}, err
 		}
 		m.cfg.OnChange()
-		return l.grant(), nil
+		return g, nil
 	}
-	w := &waiter{peer: peer, req: req, bind: bind, done: make(chan *lease, 1)}
+	w := &waiter{peer: peer, req: req, bind: bind, done: make(chan *Grant, 1)}
 	m.waiters = append(m.waiters, w)
 	m.unlock()
 
 	timer := time.NewTimer(req.Wait)
 	defer timer.Stop()
 	select {
-	case l := <-w.done:
-		if l == nil {
+	case g := <-w.done:
+		if g == nil {
 			return Grant{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 		}
-		return l.grant(), nil
+		// Whoever served the wait publishes after its unlock; this answer
+		// must not go out before the snapshot can show the lease.
+		m.cfg.OnChange()
+		return *g, nil
 	case <-timer.C:
 	case <-ctx.Done():
 	}
@@ -606,15 +622,16 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 	}
 	m.unlock()
 	// Granted just as we gave up: keep it unless the caller is gone.
-	l = <-w.done
-	if l == nil {
+	g := <-w.done
+	if g == nil {
 		return Grant{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 	}
 	if ctx.Err() != nil {
-		m.end(l.ID, "requester went away while waiting")
+		m.end(g.ID, "requester went away while waiting")
 		return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
 	}
-	return l.grant(), nil
+	m.cfg.OnChange()
+	return *g, nil
 }
 
 // checkRequest refuses what no state of the node could satisfy.
@@ -1080,7 +1097,8 @@ func (m *Manager) serveWaitersLocked() {
 		}
 		m.waiters = slices.Delete(m.waiters, i, i+1)
 		m.eventChanged = true
-		w.done <- l
+		g := l.grant()
+		w.done <- &g
 	}
 }
 
