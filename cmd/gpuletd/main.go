@@ -30,7 +30,7 @@ func main() {
 		os.Exit(2)
 	}
 	logs := logwriter.New(os.Stderr)
-	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	cfg.Logger = slog.New(logwriter.FlushingHandler(slog.NewTextHandler(logs, nil), logs, slog.LevelWarn))
 	cfg.NVML = nvml.New()
 	err = agent.Run(ctx, cfg)
 	logs.Close()

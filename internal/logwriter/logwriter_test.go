@@ -3,8 +3,10 @@ package logwriter
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -69,6 +71,103 @@ func TestWriteAfterClose(t *testing.T) {
 	if out.String() != "a\nb\n" {
 		t.Fatalf("got %q", out.String())
 	}
+}
+
+// A line written while Close is still writing out the queue comes after it.
+func TestWriteDuringCloseKeepsOrder(t *testing.T) {
+	release := make(chan struct{})
+	out := &gatedBuffer{release: release}
+	w := New(out)
+	w.Write([]byte("a\n"))
+	out.waitStarted(t)
+	w.Write([]byte("b\n"))
+	closed := make(chan struct{})
+	go func() { w.Close(); close(closed) }()
+	for !isClosed(w) {
+		time.Sleep(time.Millisecond)
+	}
+	wrote := make(chan struct{})
+	go func() { w.Write([]byte("c\n")); close(wrote) }()
+	close(release)
+	<-closed
+	<-wrote
+	if got := out.String(); got != "a\nb\nc\n" {
+		t.Fatalf("got %q, want a, b, c in order", got)
+	}
+}
+
+// Flush returns only once what was written before it is out.
+func TestFlushWaitsForEarlierLines(t *testing.T) {
+	release := make(chan struct{})
+	out := &gatedBuffer{release: release}
+	w := New(out)
+	defer w.Close()
+	w.Write([]byte("x\n"))
+	flushed := make(chan struct{})
+	go func() { w.Flush(); close(flushed) }()
+	select {
+	case <-flushed:
+		t.Fatal("Flush returned while the line was still held up")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-flushed
+	if out.String() != "x\n" {
+		t.Fatalf("after Flush: %q", out.String())
+	}
+}
+
+// Through FlushingHandler a warning is out when the logging call returns.
+func TestFlushingHandlerWritesWarningsAtOnce(t *testing.T) {
+	out := &slowBuffer{}
+	w := New(out)
+	defer w.Close()
+	log := slog.New(FlushingHandler(slog.NewTextHandler(w, nil), w, slog.LevelWarn)).With("daemon", "gpuletd")
+	for i := 0; i < 20; i++ {
+		log.Info("routine", "i", i)
+	}
+	log.Warn("something is wrong")
+	out.mu.Lock()
+	got := out.buf.String()
+	out.mu.Unlock()
+	if !strings.Contains(got, "something is wrong") || !strings.Contains(got, "i=19") {
+		t.Fatalf("the warning and the lines before it were not out when Warn returned:\n%s", got)
+	}
+}
+
+func isClosed(w *Writer) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closed
+}
+
+// gatedBuffer holds its first write until release is closed.
+type gatedBuffer struct {
+	release chan struct{}
+	started atomic.Bool
+	mu      sync.Mutex
+	buf     bytes.Buffer
+}
+
+func (g *gatedBuffer) Write(p []byte) (int, error) {
+	g.started.Store(true)
+	<-g.release
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.buf.Write(p)
+}
+
+func (g *gatedBuffer) waitStarted(t *testing.T) {
+	t.Helper()
+	for !g.started.Load() {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func (g *gatedBuffer) String() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.buf.String()
 }
 
 // A stalled reader makes writers wait once maxPending bytes are queued,
