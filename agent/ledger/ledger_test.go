@@ -1,18 +1,22 @@
 package ledger
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 func TestParseUnitName(t *testing.T) {
@@ -182,5 +186,76 @@ func TestProbeKnowsAClaimSeenMidProtocol(t *testing.T) {
 	unix.Close(fd)
 	if stale, err := l.Probe(0, 1, seen); err != nil || !stale || l.Present(0, 1) {
 		t.Fatalf("abandoned claim: stale=%v err=%v present=%v", stale, err, l.Present(0, 1))
+	}
+}
+
+type recordingHandler struct {
+	mu     sync.Mutex
+	events []UnitEvent
+}
+
+func (h *recordingHandler) Units(evs []UnitEvent) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, evs...)
+	return true
+}
+
+func (h *recordingHandler) Rescan() {}
+
+func (h *recordingHandler) seen() []UnitEvent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.events)
+}
+
+// The watch passes on a unit name's coming and going, not a claimer's other
+// touches of it, and says loudly when an instance folder itself goes.
+func TestWatchEvents(t *testing.T) {
+	m, err := units.New(1, 4, 2, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs e2e.SyncBuffer
+	l, err := New(t.TempDir(), m, []GPU{{0, "GPU-a", "A"}}, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	h := &recordingHandler{}
+	if err := l.Watch(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	// A claim by the protocol: temporary name, link, unlink; then a chmod.
+	tmp := filepath.Join(l.InstanceDir(0, 0), ".claim")
+	if err := unix.Mkfifo(tmp, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Link(tmp, l.Path(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	unix.Unlink(tmp)
+	os.Chmod(l.Path(0, 1), 0o644)
+	os.Remove(l.Path(0, 1))
+	want := []UnitEvent{{GPU: 0, Unit: 1}, {GPU: 0, Unit: 1, Gone: true}}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(h.seen()) < len(want) && time.Now().Before(deadline) {
+		time.Sleep(2 * time.Millisecond)
+	}
+	// Anything else would have come in order before the removal.
+	if got := h.seen(); !slices.Equal(got, want) {
+		t.Fatalf("unit events %+v, want %+v", got, want)
+	}
+	// Instance 1's folder is empty: remove it.
+	if err := os.Remove(l.InstanceDir(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	for !strings.Contains(logs.String(), "instance folder was removed") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no error logged for a removed instance folder:\n%s", logs.String())
+		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }

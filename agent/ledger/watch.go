@@ -48,13 +48,19 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 	type folder struct{ g, k int }
 	dirs := map[string]folder{}
 	for _, g := range l.gpus {
+		// The GPU's folder too: an instance folder removed or moved away is
+		// seen there (the daemon's descriptor keeps the folder itself alive).
+		watched := []string{filepath.Join(l.root, g.UUID)}
 		for k := 0; k < l.model.InstancesPerGPU; k++ {
 			dir := l.InstanceDir(g.Index, k)
+			watched = append(watched, dir)
+			dirs[dir] = folder{g.Index, k}
+		}
+		for _, dir := range watched {
 			if err := w.Add(dir); err != nil {
 				w.Close()
 				return fmt.Errorf("ledger: watch %s: %w", dir, err)
 			}
-			dirs[dir] = folder{g.Index, k}
 		}
 	}
 	go func() {
@@ -63,6 +69,12 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 		<-rest.C
 		var batch []UnitEvent
 		handle := func(ev fsnotify.Event) {
+			if _, instance := dirs[ev.Name]; instance && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
+				// The watch and the daemon's descriptor stay with the old
+				// folder: claims in a new one at that path go unseen.
+				l.log.Error("pipe-file ledger: an instance folder was removed or moved; offline claims there are no longer seen until gpuletd restarts", "dir", ev.Name)
+				return
+			}
 			f, ok := dirs[filepath.Dir(ev.Name)]
 			if !ok {
 				return
