@@ -167,8 +167,9 @@ type Manager struct {
 	// pendingLogs are log lines made under mu, written by unlock once mu is
 	// free: a slow log sink must not hold up leasing.
 	pendingLogs []pendingLog
-	// eventChanged records that ledger events changed the table since the last
-	// Batch, so that the daemon's own FIFOs coming and going publish nothing.
+	// eventChanged records that ledger events changed the table since their
+	// last batch was published, so that the daemon's own FIFOs coming and
+	// going publish nothing.
 	eventChanged bool
 	closed       bool
 	// granted and ended count leases since New.
@@ -322,6 +323,18 @@ type pendingLog struct {
 	attrs []slog.Attr
 }
 
+// lockOpen takes mu and reports true, or, once the Manager is closed, takes
+// nothing and reports false: a closed Manager changes nothing, so that the
+// next start finds the leases as they were.
+func (m *Manager) lockOpen() bool {
+	m.mu.Lock()
+	if m.closed {
+		m.unlock()
+		return false
+	}
+	return true
+}
+
 // infoLocked queues an info line for unlock to write.
 func (m *Manager) infoLocked(msg string, attrs ...slog.Attr) {
 	m.pendingLogs = append(m.pendingLogs, pendingLog{msg, attrs})
@@ -399,9 +412,7 @@ type ledgerEvents Manager
 
 func (e *ledgerEvents) Units(events []ledger.UnitEvent) bool {
 	m := (*Manager)(e)
-	m.mu.Lock()
-	if m.closed {
-		m.unlock()
+	if !m.lockOpen() {
 		return false
 	}
 	for _, ev := range events {
@@ -434,9 +445,7 @@ func (e *ledgerEvents) Rescan() { (*Manager)(e).Rescan() }
 
 // Rescan lists the whole ledger again and publishes.
 func (m *Manager) Rescan() {
-	m.mu.Lock()
-	if m.closed {
-		m.unlock()
+	if !m.lockOpen() {
 		return
 	}
 	m.rescanLocked()
@@ -509,9 +518,7 @@ func (m *Manager) probeOffline() bool {
 		g, i int
 		fifo ledger.FileID
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.unlock()
+	if !m.lockOpen() {
 		return false
 	}
 	var claims []claim
@@ -538,9 +545,7 @@ func (m *Manager) probeOffline() bool {
 	if len(gone) == 0 {
 		return false
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.unlock()
+	if !m.lockOpen() {
 		return false
 	}
 	for _, c := range gone {
@@ -570,9 +575,7 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 	if err != nil {
 		return Grant{}, err
 	}
-	m.mu.Lock()
-	if m.closed {
-		m.unlock()
+	if !m.lockOpen() {
 		bind.close()
 		return Grant{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 	}
@@ -993,10 +996,7 @@ func (m *Manager) scheduleExpiryLocked(l *lease) {
 }
 
 func (m *Manager) expire(id string) {
-	m.mu.Lock()
-	if m.closed {
-		// Stopping: the lease stays recorded, for the next start to judge.
-		m.unlock()
+	if !m.lockOpen() {
 		return
 	}
 	l, ok := m.leases[id]
@@ -1016,9 +1016,7 @@ func (m *Manager) expire(id string) {
 
 // end ends lease id for reason; unknown ids are ignored.
 func (m *Manager) end(id, reason string) {
-	m.mu.Lock()
-	if m.closed {
-		m.unlock()
+	if !m.lockOpen() {
 		return
 	}
 	l, ok := m.leases[id]
@@ -1133,9 +1131,7 @@ func (m *Manager) List(peer Peer) []api.Lease {
 
 // Release ends lease id for peer.
 func (m *Manager) Release(peer Peer, id string) error {
-	m.mu.Lock()
-	if m.closed {
-		m.unlock()
+	if !m.lockOpen() {
 		return api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 	}
 	l, ok := m.leases[id]
@@ -1151,9 +1147,7 @@ func (m *Manager) Release(peer Peer, id string) error {
 
 // Renew extends a time-bound lease by its ttl from now.
 func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
-	m.mu.Lock()
-	if m.closed {
-		m.unlock()
+	if !m.lockOpen() {
 		return api.Lease{}, api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 	}
 	l, ok := m.leases[id]

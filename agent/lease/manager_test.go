@@ -106,17 +106,6 @@ func ttlReq(units int, ttl string) Request {
 
 var root = Peer{UID: 0, GID: 0, PID: os.Getpid(), Admin: true}
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 func TestGrantAndRelease(t *testing.T) {
 	f := newFixture(t, 2, 4, 2)
 	m := f.manager(t)
@@ -282,7 +271,7 @@ func TestProcessBoundLeaseEndsWithItsProcess(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	eventually(t, "lease to end after its process was killed", func() bool { return len(m.View().Leases) == 0 })
+	e2e.Eventually(t, "lease to end after its process was killed", func() bool { return len(m.View().Leases) == 0 })
 	if f.fifoCount(t, l.GPU.Index) != 0 {
 		t.Fatal("FIFO left after the holder died")
 	}
@@ -325,7 +314,7 @@ func TestTTLExpiresAndRenewExtends(t *testing.T) {
 	clock.Lock()
 	now = now.Add(2 * time.Second)
 	clock.Unlock()
-	eventually(t, "ttl lease to expire", func() bool { return len(m.View().Leases) == 0 })
+	e2e.Eventually(t, "ttl lease to expire", func() bool { return len(m.View().Leases) == 0 })
 	if f.fifoCount(t, 0) != 0 {
 		t.Fatal("expired lease left its FIFO")
 	}
@@ -408,9 +397,9 @@ func TestOfflineClaimsAreCountedAndNeverLeased(t *testing.T) {
 	f := newFixture(t, 1, 2, 1) // 2 units per GPU
 	m := f.manager(t)
 	fd := claimOffline(t, f, 0, 0)
-	eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	e2e.Eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 	unix.Mkfifo(f.ledger.Path(0, 1), 0o600) // a claim nobody holds: stale
-	eventually(t, "second claim counted", func() bool { return m.View().GPUs[0].Offline == 2 })
+	e2e.Eventually(t, "second claim counted", func() bool { return m.View().GPUs[0].Offline == 2 })
 	l, err := m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "0"}, TTL: time.Minute})
 	if !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("leased a claimed unit: %+v %v", l, err)
@@ -481,7 +470,7 @@ func TestRestartKeepsLiveLeasesAndFreesDeadOnes(t *testing.T) {
 	}
 	live.Process.Kill()
 	live.Wait()
-	eventually(t, "kept lease to end with its process", func() bool { return len(m2.View().Leases) == 1 })
+	e2e.Eventually(t, "kept lease to end with its process", func() bool { return len(m2.View().Leases) == 1 })
 }
 
 func TestCorruptJournalIsRebuiltFromLedger(t *testing.T) {
@@ -613,7 +602,7 @@ func TestReplacedOfflineClaimIsProbedByItsOwnFIFO(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t)
 	fdA := claimOffline(t, f, 0, 2)
-	eventually(t, "claim A counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	e2e.Eventually(t, "claim A counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 	// A goes and B takes the same unit before the daemon looks.
 	unix.Unlink(f.ledger.Path(0, 2))
 	unix.Close(fdA)
@@ -719,7 +708,7 @@ func TestClaimRightBehindLeaseChurnIsCounted(t *testing.T) {
 		// Best fit keeps taking unit 0 of GPU 0: claim it while the churn's
 		// events may still be on their way.
 		fd := claimOffline(t, f, 0, 0)
-		eventually(t, "claim behind churn counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+		e2e.Eventually(t, "claim behind churn counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 		l, err := m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "0"}, TTL: time.Minute})
 		if err != nil || l.Units[0] == 0 {
 			t.Fatalf("round %d: lease %+v, %v: the claimed unit was leased", round, l, err)
@@ -727,8 +716,8 @@ func TestClaimRightBehindLeaseChurnIsCounted(t *testing.T) {
 		m.Release(root, l.ID)
 		unix.Close(fd)
 		m.ProbeOffline()
-		eventually(t, "dropped claim freed", func() bool { return m.View().GPUs[0].Used == 0 })
-		eventually(t, "every own event arrived", func() bool { return pending() == 0 })
+		e2e.Eventually(t, "dropped claim freed", func() bool { return m.View().GPUs[0].Used == 0 })
+		e2e.Eventually(t, "every own event arrived", func() bool { return pending() == 0 })
 	}
 }
 

@@ -202,17 +202,24 @@ func (s *Server) writeError(w http.ResponseWriter, err error) {
 	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
 }
 
-var newline = []byte{'\n'}
-
 func writeJSON(w http.ResponseWriter, status int, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
+	writeEncoded(w, status, b)
+	return nil
+}
+
+var newline = []byte{'\n'}
+
+// writeEncoded answers with b, JSON already encoded, and the newline that
+// ends every answer.
+func writeEncoded(w http.ResponseWriter, status int, b []byte) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-	return nil
+	w.Write(b)
+	w.Write(newline)
 }
 
 func (s *Server) published() (*snapshot.Published, error) {
@@ -266,10 +273,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.
 		return err
 	}
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusCreated)
-	w.Write(l.JSON)
-	w.Write(newline)
+	writeEncoded(w, http.StatusCreated, l.JSON)
 	return nil
 }
 
