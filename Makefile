@@ -28,8 +28,11 @@ run: build
 test-deps:
 	@./scripts/install-test-deps.sh
 
+STATICCHECK ?= $(shell command -v staticcheck || echo $$($(GO) env GOPATH)/bin/staticcheck)
+
 test: test-deps
 	$(GO) vet ./...
+	$(STATICCHECK) ./...
 	$(GO) test -race -timeout 12m ./...
 
 bench: build

@@ -1,40 +1,57 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is missing: the real MPS control daemon
-# (Debian's nvidia-cuda-mps, component non-free) and fuse3. Only root can install;
-# anyone else gets a note and the tests that need a missing piece skip, saying why.
+# (Debian's nvidia-cuda-mps, component non-free), fuse3 and staticcheck. Only root can
+# install system packages; anyone else gets a note and the tests that need a missing
+# piece skip, saying why.
 set -euo pipefail
 
 need=()
 command -v nvidia-cuda-mps-control >/dev/null 2>&1 || need+=(nvidia-cuda-mps)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
-[ ${#need[@]} -eq 0 ] && exit 0
 
-if [ "$(id -u)" -ne 0 ]; then
-	echo "install-test-deps: not root, cannot install: ${need[*]} (tests needing them will skip)" >&2
-	exit 0
-fi
-if ! command -v apt-get >/dev/null 2>&1; then
-	echo "install-test-deps: no apt-get, cannot install: ${need[*]} (tests needing them will skip)" >&2
-	exit 0
-fi
-
-# nvidia-cuda-mps lives in Debian's non-free component; add it to the sources that
-# already name the Debian archive, leaving other entries alone.
-enable_non_free() {
-	local f
-	for f in /etc/apt/sources.list.d/debian.sources; do
-		[ -f "$f" ] || continue
-		if grep -q '^Components:' "$f" && ! grep -q '^Components:.*non-free\b' "$f"; then
-			sed -i -E '/^Components:/{/non-free([^-]|$)/!s/$/ non-free/}' "$f"
-		fi
-	done
-	if [ -f /etc/apt/sources.list ]; then
-		sed -i -E '/^deb .*debian/{/ non-free( |$)/!s/$/ non-free/}' /etc/apt/sources.list
+if [ ${#need[@]} -gt 0 ]; then
+	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+		echo "install-test-deps: cannot install (not root or no apt-get): ${need[*]} (tests needing them will skip)" >&2
+	else
+		# nvidia-cuda-mps lives in Debian's non-free component. Rather than edit the
+		# system's sources, add a sources file of our own that names non-free for the
+		# Debian suites already configured, install, and remove it again.
+		extra=/etc/apt/sources.list.d/gpulet-test-non-free.sources
+		cleanup() { rm -f "$extra"; }
+		trap cleanup EXIT
+		case " ${need[*]} " in *" nvidia-cuda-mps "*)
+			awk '
+				/^URIs:/ { uris = $0 } /^Suites:/ { suites = $0 } /^Signed-By:/ { signed = $0 }
+				/^$/ { flush() } END { flush() }
+				function flush() {
+					if (uris ~ /debian/ && uris !~ /security/) {
+						print "Types: deb"; print uris; print suites; print "Components: non-free"
+						if (signed != "") print signed
+						print ""
+					}
+					uris = ""; suites = ""; signed = ""
+				}' /etc/apt/sources.list.d/*.sources > "$extra" 2>/dev/null || true
+			if [ -f /etc/apt/sources.list ]; then
+				awk '/^deb .*debian/ && !/security/ { print $1, $2, $3, "non-free" }' /etc/apt/sources.list > /tmp/gpulet-test-non-free.list
+				if [ -s /tmp/gpulet-test-non-free.list ]; then
+					mv /tmp/gpulet-test-non-free.list /etc/apt/sources.list.d/gpulet-test-non-free.list
+					cleanup() { rm -f "$extra" /etc/apt/sources.list.d/gpulet-test-non-free.list; }
+				fi
+				rm -f /tmp/gpulet-test-non-free.list
+			fi
+			;;
+		esac
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq
+		apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+		cleanup
+		trap - EXIT
+		echo "install-test-deps: installed ${need[*]}"
 	fi
-}
+fi
 
-case " ${need[*]} " in *" nvidia-cuda-mps "*) enable_non_free ;; esac
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-echo "install-test-deps: installed ${need[*]}"
+# staticcheck is a Go tool: installed into GOBIN from the module proxy, pinned.
+if ! command -v staticcheck >/dev/null 2>&1 && [ ! -x "$(go env GOPATH)/bin/staticcheck" ]; then
+	go install honnef.co/go/tools/cmd/staticcheck@v0.8.2
+	echo "install-test-deps: installed staticcheck"
+fi

@@ -6,6 +6,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -13,11 +14,11 @@ import (
 // newMockServer is go-nvml's DGX A100 mock with the calls gpulet makes that the
 // mock leaves unset. An unset call panics, so this list is every NVML call the
 // backend makes beyond the mock's defaults.
-func newMockServer(t *testing.T) *dgxa100.Server {
+func newMockServer(t *testing.T) *server.Server {
 	t.Helper()
 	s := dgxa100.New()
 	for i, d := range s.Devices {
-		dev := d.(*dgxa100.Device)
+		dev := d.(*server.Device)
 		util := uint32(10 * i)
 		dev.GetNumGpuCoresFunc = func() (int, nvml.Return) { return 6912, nvml.SUCCESS }
 		dev.GetMaxClockInfoFunc = func(c nvml.ClockType) (uint32, nvml.Return) {
@@ -50,7 +51,7 @@ func TestNVMLReadsDevices(t *testing.T) {
 		t.Fatalf("%d devices, want 8", len(devs))
 	}
 	d := devs[3]
-	want := s.Devices[3].(*dgxa100.Device)
+	want := s.Devices[3].(*server.Device)
 	if d.Index != 3 || d.UUID != want.UUID || !strings.Contains(d.Name, "A100") {
 		t.Fatalf("device 3 = %+v", d)
 	}
@@ -67,10 +68,10 @@ func TestNVMLReadsDevices(t *testing.T) {
 
 func TestNVMLErrorMarksOneGPUFailed(t *testing.T) {
 	s := newMockServer(t)
-	s.Devices[1].(*dgxa100.Device).GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
+	s.Devices[1].(*server.Device).GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 		return nvml.Utilization{}, nvml.ERROR_GPU_IS_LOST
 	}
-	s.Devices[2].(*dgxa100.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
+	s.Devices[2].(*server.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
 	b, err := NewNVML(s)
 	if err != nil {
 		t.Fatal(err)

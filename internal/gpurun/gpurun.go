@@ -329,7 +329,7 @@ func lease(ctx context.Context, o Options, stderr io.Writer) (map[string]string,
 // describe turns a lease error into a message that says what to do.
 func describe(err error, o Options) error {
 	if errors.Is(err, client.ErrNoDaemon) {
-		return fmt.Errorf("%w\n  start gpuletd (systemctl start gpuletd), point --socket or GPULET_SOCKET at its socket,\n  or claim units without it: gpurun --offline ...", err)
+		return fmt.Errorf("%w\n  start gpuletd (systemctl start gpuletd), point --socket or GPULET_SOCKET at its socket,\n  or claim units without it with gpurun --offline", err)
 	}
 	_, code := api.StatusOf(err)
 	if code == api.CodeInternal {
