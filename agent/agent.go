@@ -30,11 +30,11 @@ import (
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/server"
-	"github.com/gpulet/gpulet/agent/snapshot"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/fsview"
 	"github.com/gpulet/gpulet/mpsctl"
+	"github.com/gpulet/gpulet/snapshot"
 )
 
 // Config is what gpuletd's flags set.

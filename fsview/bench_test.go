@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/snapshot"
+	"github.com/gpulet/gpulet/snapshot"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )

@@ -26,7 +26,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/snapshot"
+	"github.com/gpulet/gpulet/snapshot"
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 )

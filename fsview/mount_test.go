@@ -20,8 +20,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/snapshot"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/snapshot"
 )
 
 // childEnv makes the test binary a process that mounts a view at the named

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gpulet/gpulet/agent/snapshot"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/snapshot"
 )
 
 // This file is the whole layout of the view (DESIGN section 9) as pure

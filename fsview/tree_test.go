@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/snapshot"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/snapshot"
 )
 
 var testTime = time.Date(2026, 11, 22, 17, 0, 0, 0, time.UTC)

@@ -19,8 +19,8 @@ import (
 
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/metrics"
-	"github.com/gpulet/gpulet/agent/snapshot"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/snapshot"
 )
 
 // Core is what the API calls into.

@@ -14,8 +14,8 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/agent/lease"
-	"github.com/gpulet/gpulet/agent/snapshot"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/snapshot"
 )
 
 // fakeCore is a map-backed Core that records who called.

@@ -1,6 +1,8 @@
 // Package snapshot publishes the node's state as immutable values. The agent is
 // the only writer; the API, the FUSE view and the reporter read the current value
-// through Store.Load without taking any lock of the agent.
+// through Store.Load, which builds it from values the lease engine publishes and
+// so takes no lock of the lease table, and wait for the next change through
+// Store.Changed instead of polling.
 package snapshot
 
 import (
@@ -82,6 +84,33 @@ type Store struct {
 	// covers, stored only after the value itself.
 	stale, built atomic.Uint64
 	mu           sync.Mutex // serializes builds
+	changed      signal
+}
+
+// signal is a broadcast to whoever waits for the next change. It makes a
+// channel only when someone waits, so that changes nobody waits for (lease
+// churn) cost no allocation.
+type signal struct {
+	mu sync.Mutex // guards ch
+	ch chan struct{}
+}
+
+func (s *signal) wait() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil {
+		s.ch = make(chan struct{})
+	}
+	return s.ch
+}
+
+func (s *signal) fire() {
+	s.mu.Lock()
+	if s.ch != nil {
+		close(s.ch)
+		s.ch = nil
+	}
+	s.mu.Unlock()
 }
 
 // SetBuilder makes the Store lazy: Load calls build (never concurrently) once
@@ -89,8 +118,18 @@ type Store struct {
 // Load.
 func (s *Store) SetBuilder(build func() *Published) { s.build = build }
 
-// Invalidate says that the state behind the snapshot has changed.
-func (s *Store) Invalidate() { s.stale.Add(1) }
+// Invalidate says that the state behind the snapshot has changed, and wakes
+// whoever waits on Changed.
+func (s *Store) Invalidate() {
+	s.stale.Add(1)
+	s.changed.fire()
+}
+
+// Changed returns a channel that is closed at the next Invalidate. To wait for a
+// snapshot newer than one already seen, take the channel first, then Load: a
+// change between the two is then either in the loaded value or closes the
+// channel.
+func (s *Store) Changed() <-chan struct{} { return s.changed.wait() }
 
 // Load returns the current value, building it first when it is stale; nil
 // while nothing was stored or invalidated yet.

@@ -58,3 +58,37 @@ func TestStoreWithoutBuilder(t *testing.T) {
 		t.Fatal("Load did not return the stored value")
 	}
 }
+
+// A waiter on Changed wakes at the next Invalidate and not before; channels
+// taken after it wait for the change after that.
+func TestChangedWakesWaitersOnce(t *testing.T) {
+	var s Store
+	var n atomic.Uint64
+	s.SetBuilder(func() *Published { return New(&api.Snapshot{Seq: n.Load()}, nil, nil) })
+	ch := s.Changed()
+	select {
+	case <-ch:
+		t.Fatal("Changed closed before any change")
+	default:
+	}
+	n.Add(1)
+	s.Invalidate()
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Changed not closed by Invalidate")
+	}
+	if got := s.Load().Snapshot.Seq; got != 1 {
+		t.Fatalf("Load after the change saw %d", got)
+	}
+	next := s.Changed()
+	select {
+	case <-next:
+		t.Fatal("a channel taken after the change is already closed")
+	default:
+	}
+	done := make(chan struct{})
+	go func() { <-next; close(done) }()
+	s.Invalidate()
+	<-done
+}
