@@ -1,94 +1,267 @@
-// Package placement picks where a lease goes among the places that can take
-// it. The lease manager filters candidates (eligibility, type, memory, instance
-// health and capacity); a policy here orders what is left. New methods (score,
-// affinity) are further policies over the same candidates.
+// Package placement is gpulet's placement engine: given an immutable view of the
+// node and a request, it says where the request would go (a GPU, an MPS
+// instance, unit indices) or why it cannot go anywhere, and whether it could fit
+// later or never can on this node. It is pure: no locks, no I/O, no clock. The
+// lease manager asks it and then commits; a dry run or a kubelet's preferred
+// allocation asks it and commits nothing.
+//
+// A decision is a pipeline: node filters (draining), GPU filters (the GPU asked
+// for, type, memory, the GPU's state and utilization), instance filters (up,
+// capacity, one user per MPS server), then the policy orders what is left. Each
+// method of DESIGN section 1 is one filter or one policy.
 package placement
 
 import (
+	"errors"
 	"fmt"
-	"sort"
 	"strings"
+
+	"github.com/gpulet/gpulet/api"
 )
 
-// Policy names a placement policy.
-type Policy string
-
-// The policies.
-const (
-	BestFit  Policy = "best-fit"
-	FirstFit Policy = "first-fit"
-	Spread   Policy = "spread"
-)
-
-// Policies lists the accepted policies.
-var Policies = []Policy{BestFit, FirstFit, Spread}
-
-// ParsePolicy checks a --policy value.
-func ParsePolicy(s string) (Policy, error) {
-	for _, p := range Policies {
-		if string(p) == s {
-			return p, nil
-		}
-	}
-	names := make([]string, len(Policies))
-	for i, p := range Policies {
-		names[i] = string(p)
-	}
-	if s == "score" {
-		return "", fmt.Errorf("--policy score is not available in this version; use one of %s", strings.Join(names, ", "))
-	}
-	return "", fmt.Errorf("--policy %q: must be one of %s", s, strings.Join(names, ", "))
+// Node is what a decision looks at. Nothing in it is modified by the engine;
+// the caller must not modify it while a decision runs.
+type Node struct {
+	// Draining is set while an admin has stopped new leases.
+	Draining bool
+	// OneUserPerInstance keeps users apart on MPS: an MPS server runs as one
+	// user, and another user's clients would queue behind it.
+	OneUserPerInstance bool
+	// ClientsPerInstance is N: the most clients one instance admits.
+	ClientsPerInstance int
+	GPUs               []GPU
 }
 
-// Candidate is one MPS instance of one GPU that can take the request.
-type Candidate struct {
-	GPU      int
-	Instance int
-	// Free is the instance's free units; GPUFree the whole GPU's.
-	Free    int
-	GPUFree int
+// GPU is one GPU as placement sees it.
+type GPU struct {
+	Index          int
+	UUID, Name     string
+	MemoryTotalMiB uint64
+	MemoryFreeMiB  uint64
+	// Unusable says why the GPU takes no new leases now (failed, too busy);
+	// empty when it may.
+	Unusable string
+	// Free is the GPU's free units, over all its instances.
+	Free      int
+	Instances []Instance
 }
 
-// Choose returns the best candidate under p; ok is false when there is none.
-func (p Policy) Choose(cands []Candidate) (best Candidate, ok bool) {
-	if len(cands) == 0 {
-		return Candidate{}, false
+// Instance is one MPS instance of a GPU.
+type Instance struct {
+	Index int
+	// Down says why the instance takes no new leases (its MPS control daemon
+	// is down); empty when it may.
+	Down string
+	// FreeUnits are the instance's free unit indices, ascending.
+	FreeUnits []int
+	// Size is how many units the instance owns, free or not.
+	Size    int
+	Clients int
+	// Users are the uids the instance serves now (leases, offline claims, its
+	// MPS server), each once.
+	Users []uint32
+}
+
+// Request is what is asked, with the caller's identity.
+type Request struct {
+	Units int
+	// GPU is a GPU index or UUID; empty: any.
+	GPU string
+	// Type is a case-insensitive part of the GPU's name; empty: any.
+	Type      string
+	MemoryMiB uint64
+	UID       uint32
+}
+
+// Choice is where a request goes.
+type Choice struct {
+	GPU, Instance int
+	Units         []int
+}
+
+// Verdict says why one GPU was kept or left out of a decision.
+type Verdict struct {
+	GPU  int
+	Kept bool
+	// Why says what left it out, or, when kept, is empty.
+	Why string
+}
+
+// Decision is the engine's answer: the choice, and per GPU why it was kept or
+// left out (for a dry run and for error messages).
+type Decision struct {
+	Choice   Choice
+	Policy   Policy
+	Verdicts []Verdict
+}
+
+// ErrNeverFits marks a refusal that no change of the node's load could lift:
+// no GPU of that type, more memory than any GPU has. It comes wrapped together
+// with api.ErrInsufficientUnits, so that the API answers 409 while a waiting
+// request knows not to wait.
+var ErrNeverFits = errors.New("nothing on this node can ever fit the request")
+
+// Engine decides with one policy. It holds no state of the node and may be
+// swapped whole (a config reload) while decisions run.
+type Engine struct {
+	policy Policy
+}
+
+// New makes an engine with policy p.
+func New(p Policy) *Engine { return &Engine{policy: p} }
+
+// Policy is the engine's policy.
+func (e *Engine) Policy() Policy { return e.policy }
+
+// Place decides where r goes on n. The error wraps api.ErrUnavailable (the node
+// is draining), api.ErrBadRequest (no such GPU), or api.ErrInsufficientUnits,
+// and then also ErrNeverFits when nothing on this node could ever take r. The
+// decision's Verdicts are filled only when it fails; Explain fills them always.
+func (e *Engine) Place(n *Node, r Request) (Decision, error) {
+	return e.decide(n, r, false)
+}
+
+// Explain is Place with a verdict for every GPU considered, for a dry run.
+func (e *Engine) Explain(n *Node, r Request) (Decision, error) {
+	return e.decide(n, r, true)
+}
+
+func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
+	d := Decision{Policy: e.policy}
+	if n.Draining {
+		return d, api.Errorf(api.ErrUnavailable, "the node is draining: no new leases")
 	}
-	c := append([]Candidate(nil), cands...)
-	byIndex := func(a, b Candidate) bool {
-		if a.GPU != b.GPU {
-			return a.GPU < b.GPU
-		}
-		return a.Instance < b.Instance
+	want, err := resolveGPU(n, r.GPU)
+	if err != nil {
+		return d, err
 	}
-	var less func(a, b Candidate) bool
-	switch p {
-	case FirstFit:
-		less = byIndex
-	case Spread:
-		// The emptiest GPU, then its emptiest instance.
-		less = func(a, b Candidate) bool {
-			if a.GPUFree != b.GPUFree {
-				return a.GPUFree > b.GPUFree
-			}
-			if a.Free != b.Free {
-				return a.Free > b.Free
-			}
-			return byIndex(a, b)
+	best, found := Candidate{}, false
+	less := e.policy.less()
+	possible := false // some GPU could take r once its load allows
+	var verdicts []gpuVerdict
+	if explain {
+		verdicts = make([]gpuVerdict, 0, len(n.GPUs))
+	}
+	for gi := range n.GPUs {
+		g := &n.GPUs[gi]
+		if want >= 0 && gi != want {
+			continue
 		}
-	default:
-		// Best fit: the GPU whose free units exceed the request by the least,
-		// then the tightest instance on it, which keeps large holes whole.
-		less = func(a, b Candidate) bool {
-			if a.GPUFree != b.GPUFree {
-				return a.GPUFree < b.GPUFree
+		v := gpuVerdict{gpu: g.Index}
+		if v.why = never(g, r); v.why.kind != fits {
+			if explain {
+				verdicts = append(verdicts, v)
 			}
-			if a.Free != b.Free {
-				return a.Free < b.Free
+			continue
+		}
+		possible = true
+		if v.why = gpuNow(g, r); v.why.kind != fits {
+			if explain {
+				verdicts = append(verdicts, v)
 			}
-			return byIndex(a, b)
+			continue
+		}
+		for ki := range g.Instances {
+			in := &g.Instances[ki]
+			if why := instanceNow(n, in, r); why.kind != fits {
+				if explain {
+					v.instances = append(v.instances, why)
+				}
+				continue
+			}
+			v.kept = true
+			c := Candidate{GPU: gi, Instance: ki, Free: len(in.FreeUnits), GPUFree: g.Free}
+			if !found || less(c, best) {
+				best, found = c, true
+			}
+		}
+		if explain {
+			verdicts = append(verdicts, v)
 		}
 	}
-	sort.Slice(c, func(i, j int) bool { return less(c[i], c[j]) })
-	return c[0], true
+	if !found && !explain {
+		// The slow path: go again, keeping every reason for the message.
+		return e.decide(n, r, true)
+	}
+	if explain {
+		d.Verdicts = make([]Verdict, len(verdicts))
+		for i, v := range verdicts {
+			d.Verdicts[i] = v.verdict()
+		}
+	}
+	if !found {
+		return d, refusal(n, r, d.Verdicts, possible)
+	}
+	in := &n.GPUs[best.GPU].Instances[best.Instance]
+	d.Choice = Choice{GPU: n.GPUs[best.GPU].Index, Instance: in.Index, Units: append([]int(nil), in.FreeUnits[:r.Units]...)}
+	return d, nil
+}
+
+// gpuVerdict is a Verdict before it is put in words.
+type gpuVerdict struct {
+	gpu       int
+	kept      bool
+	why       reason
+	instances []reason
+}
+
+func (v gpuVerdict) verdict() Verdict {
+	out := Verdict{GPU: v.gpu, Kept: v.kept}
+	if v.kept {
+		return out
+	}
+	if v.why.kind != fits {
+		out.Why = v.why.String()
+		return out
+	}
+	whys := make([]string, len(v.instances))
+	for i, r := range v.instances {
+		whys[i] = r.String()
+	}
+	out.Why = strings.Join(whys, "; ")
+	return out
+}
+
+// refusal explains why no instance could take r.
+func refusal(n *Node, r Request, verdicts []Verdict, possible bool) error {
+	free := 0
+	for _, g := range n.GPUs {
+		free += g.Free
+	}
+	var whys []string
+	for _, v := range verdicts {
+		whys = append(whys, fmt.Sprintf("GPU %d: %s", v.GPU, v.Why))
+	}
+	detail := ""
+	if len(whys) > 0 {
+		detail = " (" + strings.Join(whys, "; ") + ")"
+	}
+	if !possible {
+		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: %d unit(s)%s%s", ErrNeverFits, r.Units, describe(r), detail)}
+	}
+	return api.Errorf(api.ErrInsufficientUnits, "no GPU can take %d unit(s)%s now, %d free on the node%s", r.Units, describe(r), free, detail)
+}
+
+// neverFits is an insufficient_units error that also matches ErrNeverFits.
+type neverFits struct{ error }
+
+func (e *neverFits) Is(target error) bool { return target == ErrNeverFits }
+func (e *neverFits) Unwrap() error        { return e.error }
+
+// describe names the request's filters for a message.
+func describe(r Request) string {
+	var parts []string
+	if r.GPU != "" {
+		parts = append(parts, "on GPU "+r.GPU)
+	}
+	if r.Type != "" {
+		parts = append(parts, fmt.Sprintf("of type %q", r.Type))
+	}
+	if r.MemoryMiB > 0 {
+		parts = append(parts, fmt.Sprintf("with %d MiB", r.MemoryMiB))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " " + strings.Join(parts, " ")
 }

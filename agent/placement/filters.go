@@ -1,0 +1,141 @@
+package placement
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// resolveGPU finds the GPU a request names by index or UUID: its position in
+// n.GPUs, or -1 when the request names none.
+func resolveGPU(n *Node, s string) (int, error) {
+	if s == "" {
+		return -1, nil
+	}
+	if i, err := strconv.Atoi(s); err == nil {
+		for gi, g := range n.GPUs {
+			if g.Index == i {
+				return gi, nil
+			}
+		}
+		return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with index %d (this node has %d)", i, len(n.GPUs))
+	}
+	for gi, g := range n.GPUs {
+		if strings.EqualFold(g.UUID, s) {
+			return gi, nil
+		}
+	}
+	return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with UUID %q on this node", s)
+}
+
+// MatchesType reports whether a GPU named name is of type t: a
+// case-insensitive part of the name ("a100", "T4", "H100 80GB").
+func MatchesType(name, t string) bool {
+	return t == "" || strings.Contains(strings.ToLower(name), strings.ToLower(t))
+}
+
+// reason is why a GPU or an instance was left out, kept as values and made
+// into words only when someone reads them: a decision on a large node passes
+// over many full instances, and must not format a message for each.
+type reason struct {
+	kind       reasonKind
+	instance   int
+	have, want uint64
+	// text is the GPU's own word on why it is unusable, or the type asked.
+	text string
+	name string
+}
+
+type reasonKind uint8
+
+const (
+	fits reasonKind = iota
+	wrongType
+	memoryTotal
+	noInstanceSize
+	unusable
+	memoryFree
+	gpuUnitsFree
+	instanceDown
+	instanceUnitsFree
+	instanceClients
+	instanceOtherUser
+)
+
+func (r reason) String() string {
+	switch r.kind {
+	case wrongType:
+		return fmt.Sprintf("%s is not of type %q", r.name, r.text)
+	case memoryTotal:
+		return fmt.Sprintf("has %d MiB in all, less than the %d MiB asked", r.have, r.want)
+	case noInstanceSize:
+		return fmt.Sprintf("no MPS instance owns %d units", r.want)
+	case unusable:
+		return r.text
+	case memoryFree:
+		return fmt.Sprintf("has %d MiB free, less than the %d MiB asked", r.have, r.want)
+	case gpuUnitsFree:
+		return fmt.Sprintf("%d unit(s) free", r.have)
+	case instanceDown:
+		return fmt.Sprintf("instance %d %s", r.instance, r.text)
+	case instanceUnitsFree:
+		return fmt.Sprintf("instance %d has %d unit(s) free", r.instance, r.have)
+	case instanceClients:
+		return fmt.Sprintf("instance %d has its %d clients", r.instance, r.have)
+	case instanceOtherUser:
+		return fmt.Sprintf("instance %d serves another user's MPS clients", r.instance)
+	}
+	return ""
+}
+
+// never says why g can never take r, whatever its load.
+func never(g *GPU, r Request) reason {
+	switch {
+	case !MatchesType(g.Name, r.Type):
+		return reason{kind: wrongType, name: g.Name, text: r.Type}
+	case r.MemoryMiB > g.MemoryTotalMiB:
+		return reason{kind: memoryTotal, have: g.MemoryTotalMiB, want: r.MemoryMiB}
+	}
+	for _, in := range g.Instances {
+		if in.Size >= r.Units {
+			return reason{}
+		}
+	}
+	return reason{kind: noInstanceSize, want: uint64(r.Units)}
+}
+
+// gpuNow says why g cannot take r now.
+func gpuNow(g *GPU, r Request) reason {
+	switch {
+	case g.Unusable != "":
+		return reason{kind: unusable, text: g.Unusable}
+	case r.MemoryMiB > g.MemoryFreeMiB:
+		return reason{kind: memoryFree, have: g.MemoryFreeMiB, want: r.MemoryMiB}
+	case g.Free < r.Units:
+		return reason{kind: gpuUnitsFree, have: uint64(g.Free)}
+	}
+	return reason{}
+}
+
+// instanceNow says why instance in cannot take r now.
+func instanceNow(n *Node, in *Instance, r Request) reason {
+	switch {
+	case in.Down != "":
+		return reason{kind: instanceDown, instance: in.Index, text: in.Down}
+	case len(in.FreeUnits) < r.Units:
+		return reason{kind: instanceUnitsFree, instance: in.Index, have: uint64(len(in.FreeUnits))}
+	case in.Clients >= n.ClientsPerInstance:
+		return reason{kind: instanceClients, instance: in.Index, have: uint64(n.ClientsPerInstance)}
+	case n.OneUserPerInstance && servesOthers(in, r.UID):
+		return reason{kind: instanceOtherUser, instance: in.Index}
+	}
+	return reason{}
+}
+
+// servesOthers reports whether in serves a user other than uid. Users holds
+// each uid once, so two or more always include another.
+func servesOthers(in *Instance, uid uint32) bool {
+	return len(in.Users) > 1 || len(in.Users) == 1 && in.Users[0] != uid
+}

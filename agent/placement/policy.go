@@ -1,0 +1,96 @@
+package placement
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Policy names a placement policy.
+type Policy string
+
+// The policies.
+const (
+	BestFit  Policy = "best-fit"
+	FirstFit Policy = "first-fit"
+	Spread   Policy = "spread"
+)
+
+// Policies lists the accepted policies.
+var Policies = []Policy{BestFit, FirstFit, Spread}
+
+// ParsePolicy checks a --policy value.
+func ParsePolicy(s string) (Policy, error) {
+	for _, p := range Policies {
+		if string(p) == s {
+			return p, nil
+		}
+	}
+	names := make([]string, len(Policies))
+	for i, p := range Policies {
+		names[i] = string(p)
+	}
+	if s == "score" {
+		return "", fmt.Errorf("--policy score is not available in this version; use one of %s", strings.Join(names, ", "))
+	}
+	return "", fmt.Errorf("--policy %q: must be one of %s", s, strings.Join(names, ", "))
+}
+
+// Candidate is one MPS instance of one GPU that passed every filter.
+type Candidate struct {
+	// GPU and Instance are positions in Node.GPUs and GPU.Instances.
+	GPU      int
+	Instance int
+	// Free is the instance's free units; GPUFree the whole GPU's.
+	Free    int
+	GPUFree int
+}
+
+// Choose returns the best candidate under p; ok is false when there is none.
+// It is one pass over the candidates: a decision must not cost more with more
+// leases held, and candidates are at most GPUs × instances.
+func (p Policy) Choose(cands []Candidate) (best Candidate, ok bool) {
+	less := p.less()
+	for i, c := range cands {
+		if i == 0 || less(c, best) {
+			best = c
+		}
+	}
+	return best, len(cands) > 0
+}
+
+func byIndex(a, b Candidate) bool {
+	if a.GPU != b.GPU {
+		return a.GPU < b.GPU
+	}
+	return a.Instance < b.Instance
+}
+
+// less orders candidates, best first, under p.
+func (p Policy) less() func(a, b Candidate) bool {
+	switch p {
+	case FirstFit:
+		return byIndex
+	case Spread:
+		// The emptiest GPU, then its emptiest instance.
+		return func(a, b Candidate) bool {
+			if a.GPUFree != b.GPUFree {
+				return a.GPUFree > b.GPUFree
+			}
+			if a.Free != b.Free {
+				return a.Free > b.Free
+			}
+			return byIndex(a, b)
+		}
+	}
+	// Best fit: the GPU whose free units exceed the request by the least,
+	// then the tightest instance on it, which keeps large holes whole.
+	return func(a, b Candidate) bool {
+		if a.GPUFree != b.GPUFree {
+			return a.GPUFree < b.GPUFree
+		}
+		if a.Free != b.Free {
+			return a.Free < b.Free
+		}
+		return byIndex(a, b)
+	}
+}
