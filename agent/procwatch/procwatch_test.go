@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -82,5 +83,40 @@ func TestMissingProcessIsGone(t *testing.T) {
 	}
 	if _, _, err := Open(cmd.Process.Pid, 0); !errors.Is(err, ErrGone) {
 		t.Fatalf("Open of a reaped pid: %v, want ErrGone", err)
+	}
+}
+
+// Terminate ends a process that ignores SIGTERM with SIGKILL after the grace,
+// and one that heeds SIGTERM at once.
+func TestTerminate(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		script string
+	}{
+		{"heeds SIGTERM", "sleep 60"},
+		{"ignores SIGTERM", "trap '' TERM; while :; do sleep 0.05; done"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("sh", "-c", tc.script)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			waited := make(chan struct{})
+			go func() { cmd.Wait(); close(waited) }()
+			p, _, err := Open(cmd.Process.Pid, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer p.Close()
+			// Let the shell install its trap.
+			time.Sleep(50 * time.Millisecond)
+			if err := p.Terminate(100 * time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+			<-waited
+			if err := p.Signal(syscall.SIGTERM); err != nil {
+				t.Fatalf("signal to an exited process: %v", err)
+			}
+		})
 	}
 }
