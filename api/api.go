@@ -125,14 +125,17 @@ type Owner struct {
 
 // Lease is a grant of units on one MPS instance of one GPU.
 type Lease struct {
-	ID          string            `json:"id"`
-	GPU         LeaseGPU          `json:"gpu"`
-	Instance    int               `json:"instance"`
-	Units       []int             `json:"units"`
-	Owner       Owner             `json:"owner"`
-	Created     time.Time         `json:"created"`
-	Expires     *time.Time        `json:"expires,omitempty"`
-	TTL         string            `json:"ttl,omitempty"`
+	ID       string     `json:"id"`
+	GPU      LeaseGPU   `json:"gpu"`
+	Instance int        `json:"instance"`
+	Units    []int      `json:"units"`
+	Owner    Owner      `json:"owner"`
+	Created  time.Time  `json:"created"`
+	Expires  *time.Time `json:"expires,omitempty"`
+	TTL      string     `json:"ttl,omitempty"`
+	// Binding is what ends the lease: "pid" (its process exits) or "ttl"
+	// (it is not renewed in time).
+	Binding     string            `json:"binding,omitempty"`
 	Preemptible bool              `json:"preemptible"`
 	Reservation string            `json:"reservation,omitempty"`
 	Task        string            `json:"task,omitempty"`

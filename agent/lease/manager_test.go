@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/e2e"
 )
 
@@ -121,7 +121,7 @@ func TestGrantAndRelease(t *testing.T) {
 			t.Fatalf("unit %d: FIFO missing or outside instance %d", u, l.Instance)
 		}
 	}
-	if v := m.View(); v.GPUs[l.GPU.Index].Used != 2 || len(v.Leases) != 1 {
+	if v := m.View(); v.GPUs[l.GPU.Index].Used != 2 || len(v.Leases()) != 1 {
 		t.Fatalf("view %+v", v)
 	}
 	if err := m.Release(Peer{UID: 1000}, l.ID); !errors.Is(err, api.ErrNotFound) {
@@ -170,14 +170,18 @@ func TestRequestChecks(t *testing.T) {
 		{"more than M", api.LeaseRequest{Units: 3, TTL: "1m"}, api.ErrBadRequest, "--units-per-client 2"},
 		{"no such gpu index", api.LeaseRequest{Units: 1, GPU: "7", TTL: "1m"}, api.ErrBadRequest, "no GPU with index 7"},
 		{"no such uuid", api.LeaseRequest{Units: 1, GPU: "GPU-nope", TTL: "1m"}, api.ErrBadRequest, "no GPU with UUID"},
-		{"no such type", api.LeaseRequest{Units: 1, Type: "H100", TTL: "1m"}, api.ErrNotFound, "matches"},
+		{"no such type", api.LeaseRequest{Units: 1, Type: "H100", TTL: "1m"}, placement.ErrNeverFits, `not of type "H100"`},
+		{"no such type, waiting", api.LeaseRequest{Units: 1, Type: "H100", TTL: "1m", Wait: "1h"}, placement.ErrNeverFits, "can ever fit"},
 		{"unknown pool", api.LeaseRequest{Units: 1, Pool: "p", TTL: "1m"}, api.ErrNotFound, "pool"},
 		{"dead pid", api.LeaseRequest{Units: 1, PID: 1 << 30}, api.ErrBadRequest, "not running"},
-		{"too much memory", api.LeaseRequest{Units: 1, MemoryMiB: 1 << 30, TTL: "1m"}, api.ErrInsufficientUnits, "MiB free"},
+		{"too much memory", api.LeaseRequest{Units: 1, MemoryMiB: 1 << 30, TTL: "1m"}, placement.ErrNeverFits, "81920 MiB in all"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := Request{LeaseRequest: tc.req}
 			req.TTL, _ = time.ParseDuration(tc.req.TTL)
+			req.Wait, _ = time.ParseDuration(tc.req.Wait)
+			// A request that can never fit does not wait, so a long wait
+			// ends the test only by a failure.
 			_, err := m.Acquire(context.Background(), root, req)
 			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("err = %v, want %v containing %q", err, tc.want, tc.msg)
@@ -271,7 +275,7 @@ func TestProcessBoundLeaseEndsWithItsProcess(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	e2e.Eventually(t, "lease to end after its process was killed", func() bool { return len(m.View().Leases) == 0 })
+	e2e.Eventually(t, "lease to end after its process was killed", func() bool { return len(m.View().Leases()) == 0 })
 	if f.fifoCount(t, l.GPU.Index) != 0 {
 		t.Fatal("FIFO left after the holder died")
 	}
@@ -289,32 +293,29 @@ func TestPidOfAnotherUserIsForbidden(t *testing.T) {
 
 func TestTTLExpiresAndRenewExtends(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
-	now := time.Now()
-	var clock sync.Mutex
-	m := f.manager(t, func(c *Config) {
-		c.Now = func() time.Time { clock.Lock(); defer clock.Unlock(); return now }
-	})
+	c := clock.NewFake(time.Now())
+	m := f.manager(t, func(cfg *Config) { cfg.Clock = c })
 	l, err := m.Acquire(context.Background(), root, ttlReq(1, "1s"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	if l.Binding != "ttl" {
+		t.Fatalf("binding %q, want ttl", l.Binding)
+	}
 	// Renewing moves the deadline; the timer that fires at the old deadline
 	// must not end the lease.
-	clock.Lock()
-	now = now.Add(900 * time.Millisecond)
-	clock.Unlock()
+	c.Advance(900 * time.Millisecond)
 	r, err := m.Renew(root, l.ID)
 	if err != nil || !r.Expires.After(*l.Expires) {
 		t.Fatalf("renew: %+v, %v", r, err)
 	}
-	time.Sleep(300 * time.Millisecond)
-	if len(m.View().Leases) != 1 {
+	c.Advance(300 * time.Millisecond)
+	e2e.Eventually(t, "the old deadline's timer to be replaced", func() bool { return c.Pending() == 1 })
+	if len(m.View().Leases()) != 1 {
 		t.Fatal("lease ended at its old deadline after a renewal")
 	}
-	clock.Lock()
-	now = now.Add(2 * time.Second)
-	clock.Unlock()
-	e2e.Eventually(t, "ttl lease to expire", func() bool { return len(m.View().Leases) == 0 })
+	c.Advance(2 * time.Second)
+	e2e.Eventually(t, "ttl lease to expire", func() bool { return len(m.View().Leases()) == 0 })
 	if f.fifoCount(t, 0) != 0 {
 		t.Fatal("expired lease left its FIFO")
 	}
@@ -365,7 +366,7 @@ func TestWaitIsServedWhenUnitsFree(t *testing.T) {
 	if _, err := m.Acquire(ctx, root, req); err == nil {
 		t.Fatal("cancelled waiter got a lease")
 	}
-	if n := len(m.View().Leases); n != 4 {
+	if n := len(m.View().Leases()); n != 4 {
 		t.Fatalf("%d leases, want 4", n)
 	}
 }
@@ -404,12 +405,12 @@ func TestOfflineClaimsAreCountedAndNeverLeased(t *testing.T) {
 	if !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("leased a claimed unit: %+v %v", l, err)
 	}
-	m.ProbeOffline()
+	m.probeOffline()
 	if v := m.View(); v.GPUs[0].Offline != 1 || f.ledger.Present(0, 1) {
 		t.Fatalf("stale claim not removed: %+v", v.GPUs[0])
 	}
 	unix.Close(fd)
-	m.ProbeOffline()
+	m.probeOffline()
 	if v := m.View(); v.GPUs[0].Used != 0 {
 		t.Fatalf("released claim still counted: %+v", v.GPUs[0])
 	}
@@ -448,7 +449,7 @@ func TestRestartKeepsLiveLeasesAndFreesDeadOnes(t *testing.T) {
 	m2 := f.manager(t)
 	v := m2.View()
 	ids := []string{}
-	for _, l := range v.Leases {
+	for _, l := range v.Leases() {
 		ids = append(ids, l.ID)
 	}
 	if !slices.Contains(ids, l1.ID) || !slices.Contains(ids, l3.ID) || slices.Contains(ids, l2.ID) {
@@ -470,7 +471,7 @@ func TestRestartKeepsLiveLeasesAndFreesDeadOnes(t *testing.T) {
 	}
 	live.Process.Kill()
 	live.Wait()
-	e2e.Eventually(t, "kept lease to end with its process", func() bool { return len(m2.View().Leases) == 1 })
+	e2e.Eventually(t, "kept lease to end with its process", func() bool { return len(m2.View().Leases()) == 1 })
 }
 
 func TestCorruptJournalIsRebuiltFromLedger(t *testing.T) {
@@ -478,7 +479,7 @@ func TestCorruptJournalIsRebuiltFromLedger(t *testing.T) {
 	os.WriteFile(filepath.Join(f.dir, "leases.journal"), []byte("{not json"), 0o600)
 	unix.Mkfifo(f.ledger.Path(0, 2), 0o600)
 	m := f.manager(t)
-	if v := m.View(); len(v.Leases) != 0 || v.GPUs[0].Used != 0 || f.ledger.Present(0, 2) {
+	if v := m.View(); len(v.Leases()) != 0 || v.GPUs[0].Used != 0 || f.ledger.Present(0, 2) {
 		t.Fatalf("after corrupt journal: %+v", v)
 	}
 	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); err != nil {
@@ -504,7 +505,7 @@ func TestIneligibleGPUIsSkippedWithReason(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t, func(c *Config) {
 		c.Conditions = func() *Conditions {
-			return &Conditions{GPUs: []GPUCondition{{Eligible: false, Why: "is 95% busy"}, {Eligible: false, Why: "failed: lost"}}}
+			return &Conditions{GPUs: []GPUCondition{{Unusable: "is 95% busy"}, {Unusable: "failed: lost"}}}
 		}
 	})
 	_, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
@@ -590,8 +591,8 @@ func TestJournalStaysShortAndReplays(t *testing.T) {
 	}
 	m1.Close()
 	m2 := f.manager(t)
-	if v := m2.View(); len(v.Leases) != 1 || v.Leases[0].ID != keep.ID {
-		t.Fatalf("after replay: %+v", v.Leases)
+	if v := m2.View(); len(v.Leases()) != 1 || v.Leases()[0].ID != keep.ID {
+		t.Fatalf("after replay: %+v", v.Leases())
 	}
 }
 
@@ -608,12 +609,12 @@ func TestReplacedOfflineClaimIsProbedByItsOwnFIFO(t *testing.T) {
 	unix.Close(fdA)
 	fdB := claimOffline(t, f, 0, 2)
 	(*ledgerEvents)(m).Units([]ledger.UnitEvent{{GPU: 0, Unit: 2}})
-	m.ProbeOffline()
+	m.probeOffline()
 	if v := m.View(); v.GPUs[0].Offline != 1 {
 		t.Fatalf("B's live claim lost: %+v", v.GPUs[0])
 	}
 	unix.Close(fdB)
-	m.ProbeOffline()
+	m.probeOffline()
 	if v := m.View(); v.GPUs[0].Offline != 0 || f.ledger.Present(0, 2) {
 		t.Fatalf("B's stale claim never removed: %+v", v.GPUs[0])
 	}
@@ -634,8 +635,8 @@ func TestRestoreDropsALeaseWhoseUnitWasClaimedOffline(t *testing.T) {
 	defer unix.Close(fd)
 	m2 := f.manager(t)
 	v := m2.View()
-	if len(v.Leases) != 0 || v.GPUs[l.GPU.Index].Offline != 1 || v.GPUs[l.GPU.Index].Used != 1 {
-		t.Fatalf("after restore: leases %d, GPU %+v", len(v.Leases), v.GPUs[l.GPU.Index])
+	if len(v.Leases()) != 0 || v.GPUs[l.GPU.Index].Offline != 1 || v.GPUs[l.GPU.Index].Used != 1 {
+		t.Fatalf("after restore: leases %d, GPU %+v", len(v.Leases()), v.GPUs[l.GPU.Index])
 	}
 }
 
@@ -673,8 +674,8 @@ func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
 	}
 	// The next start judges them: the holder is dead, the ttl lease lives.
 	m2 := f.manager(t)
-	if v := m2.View(); len(v.Leases) != 1 || v.Leases[0].ID != kept.ID {
-		t.Fatalf("after restart: %+v, want only %s (and not %s)", v.Leases, kept.ID, l.ID)
+	if v := m2.View(); len(v.Leases()) != 1 || v.Leases()[0].ID != kept.ID {
+		t.Fatalf("after restart: %+v, want only %s (and not %s)", v.Leases(), kept.ID, l.ID)
 	}
 }
 
@@ -715,7 +716,7 @@ func TestClaimRightBehindLeaseChurnIsCounted(t *testing.T) {
 		}
 		m.Release(root, l.ID)
 		unix.Close(fd)
-		m.ProbeOffline()
+		m.probeOffline()
 		e2e.Eventually(t, "dropped claim freed", func() bool { return m.View().GPUs[0].Used == 0 })
 		e2e.Eventually(t, "every own event arrived", func() bool { return pending() == 0 })
 	}
@@ -727,11 +728,10 @@ func TestClaimRightBehindLeaseChurnIsCounted(t *testing.T) {
 func TestLeaseLinesStayWithinTheirBudget(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	var logs e2e.SyncBuffer
-	var clock atomic.Int64
-	clock.Store(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano())
-	m := f.manager(t, func(c *Config) {
-		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-		c.Now = func() time.Time { return time.Unix(0, clock.Load()) }
+	c := clock.NewFake(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	m := f.manager(t, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		cfg.Clock = c
 	})
 	const n = 250
 	for i := 0; i < n; i++ {
@@ -747,7 +747,7 @@ func TestLeaseLinesStayWithinTheirBudget(t *testing.T) {
 	if got := lines("lease granted") + lines("lease ended"); got != leaseLinesPerSecond {
 		t.Fatalf("%d lease lines within one second, want the budget of %d", got, leaseLinesPerSecond)
 	}
-	clock.Add(int64(time.Second))
+	c.Advance(time.Second)
 	m.Tick()
 	want := fmt.Sprintf("left_out=%d", 2*n-leaseLinesPerSecond)
 	if !strings.Contains(logs.String(), want) {
@@ -800,4 +800,76 @@ func TestRenewWhileGrantsGoOut(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
+}
+
+// One process holds at most M units across all its process-bound leases;
+// ttl leases are bound to no process and do not count.
+func TestOneProcessHoldsAtMostMUnits(t *testing.T) {
+	f := newFixture(t, 2, 4, 1)
+	m := f.manager(t)
+	bound := Request{LeaseRequest: api.LeaseRequest{Units: 1}}
+	first, err := m.Acquire(context.Background(), root, bound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Acquire(context.Background(), root, bound); err != nil {
+		t.Fatal(err)
+	}
+	_, err = m.Acquire(context.Background(), root, bound)
+	if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "holds 2 unit(s) already") {
+		t.Fatalf("third unit for one process: %v, want bad_request naming what it holds", err)
+	}
+	if _, err := m.Acquire(context.Background(), root, ttlReq(2, "1m")); err != nil {
+		t.Fatalf("a ttl lease counted against the process: %v", err)
+	}
+	if err := m.Release(root, first.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Acquire(context.Background(), root, bound); err != nil {
+		t.Fatalf("after a release the process may hold a unit again: %v", err)
+	}
+}
+
+// A refusal that changed the table (the grant found an offline claim the
+// watch had not counted yet) is in the published view before the caller
+// hears of it: what readers see never contradicts a placement failure.
+func TestRefusalIsPublishedBeforeItIsAnswered(t *testing.T) {
+	f := newFixture(t, 1, 1, 1)
+	m := f.manager(t)
+	// Both GPUs' only unit claimed offline, as fast as the watch can see.
+	claimOffline(t, f, 0, 0)
+	claimOffline(t, f, 1, 0)
+	_, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+	if !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("err = %v, want insufficient_units", err)
+	}
+	v := m.View()
+	if v.GPUs[0].Offline != 1 || v.GPUs[1].Offline != 1 {
+		t.Fatalf("after the refusal the view shows %d and %d offline units, want 1 and 1", v.GPUs[0].Offline, v.GPUs[1].Offline)
+	}
+	if !strings.Contains(err.Error(), "0 free on the node") {
+		t.Fatalf("refusal %q does not say the node has nothing free", err)
+	}
+}
+
+// Readers never take the lease table's lock: the view is there while the
+// lock is held.
+func TestViewIsReadWithoutTheLock(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	done := make(chan *View)
+	go func() { done <- m.View() }()
+	select {
+	case v := <-done:
+		if len(v.Leases()) != 1 {
+			t.Fatalf("view has %d leases, want 1", len(v.Leases()))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("View waited for the lease table's lock")
+	}
 }

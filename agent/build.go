@@ -1,0 +1,77 @@
+package agent
+
+import (
+	"time"
+
+	"github.com/gpulet/gpulet/agent/metrics"
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/snapshot"
+)
+
+// buildSnapshot makes a snapshot from the lease engine's published view and
+// the last samples; the store calls it, one at a time, on the first read after
+// a change. It takes no lock of the lease table.
+func (a *Agent) buildSnapshot() *snapshot.Published {
+	view := a.leases.View()
+	samples := a.lastSamples()
+	a.seq++
+	s := &api.Snapshot{
+		Schema: api.SnapshotSchema, Node: a.cfg.NodeName, BootID: a.bootID, Seq: a.seq,
+		Time: time.Now().UTC(), State: api.NodeWorking, Backend: a.inv.Backend(), MPS: mpsMode(a.mpsOn),
+		GPUs: make([]api.GPU, len(a.devs)),
+	}
+	if a.draining.Load() {
+		s.State = api.NodeDraining
+	}
+	s.View = a.view.Load()
+	U := a.cfg.Model.UnitsPerGPU
+	for i, d := range a.devs {
+		gv := view.GPUs[i]
+		state, unusable := a.gpuState(samples[i])
+		g := api.GPU{
+			Index: d.Index, UUID: d.UUID, Name: d.Name, State: state, Eligible: unusable == "",
+			UnitsTotal: U, UnitsUsed: gv.Used, UnitsFree: U - gv.Used, UnitsOffline: gv.Offline,
+			UtilizationPct: samples[i].UtilizationPct, MaxUtilizationPct: a.cfg.MaxUtilization,
+			MemoryTotalMiB: d.MemoryTotalMiB, MemoryUsedMiB: samples[i].MemoryUsedMiB,
+			Capability: api.Capability{
+				ComputeCapability: d.ComputeCapability(), Cores: d.Cores, MaxSMClockMHz: d.MaxSMClockMHz,
+				MemoryBusWidthBit: d.MemoryBusWidthBit, MemoryClockMHz: d.MemoryClockMHz,
+			},
+		}
+		if samples[i].Err != nil {
+			g.Error = samples[i].Err.Error()
+		}
+		mpsStates := a.mps.Status(d.UUID)
+		anyUp := false
+		for k, iv := range gv.Instances {
+			in := api.Instance{
+				Instance: k, State: api.InstanceOff, Clients: iv.Clients,
+				ClientsMax: a.cfg.Model.ClientsPerInstance, Units: a.cfg.Model.InstanceUnits(k), UID: iv.UID,
+			}
+			if k < len(mpsStates) {
+				st := mpsStates[k]
+				in.State = st.State
+				if st.ServerUID != nil {
+					in.UID = st.ServerUID
+				}
+				if st.Err != nil {
+					in.Error = st.Err.Error()
+				}
+			}
+			anyUp = anyUp || instanceUp(in.State)
+			if g.State == api.GPUWorking && !instanceUp(in.State) {
+				g.State = api.GPUDegraded
+			}
+			g.Instances = append(g.Instances, in)
+		}
+		// A degraded GPU still takes leases on its running instances.
+		g.Eligible = g.Eligible && anyUp
+		s.GPUs[i] = g
+		s.UnitsTotal += g.UnitsTotal
+		s.UnitsFree += g.UnitsFree
+		s.UnitsReserved += g.UnitsReserved
+	}
+	leases := view.Leases()
+	counts := metrics.Leases{Live: uint64(len(leases)), Granted: view.Granted, Ended: view.Ended}
+	return snapshot.New(s, leases, func(s *api.Snapshot) []byte { return metrics.Render(s, counts) })
+}

@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"fmt"
+
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/api"
+)
+
+// sample reads every GPU and updates what placement sees.
+func (a *Agent) sample() {
+	var view *lease.View
+	if a.leases != nil {
+		view = a.leases.View()
+	}
+	out := make([]inventory.Sample, len(a.devs))
+	for i := range a.devs {
+		load := inventory.Load{UnitsTotal: a.cfg.Model.UnitsPerGPU}
+		if view != nil {
+			load.UnitsUsed = view.GPUs[i].Used
+		}
+		out[i] = a.inv.Sample(i, load)
+	}
+	a.sampleMu.Lock()
+	a.samples = out
+	a.sampleMu.Unlock()
+	a.updateConditions()
+}
+
+func (a *Agent) lastSamples() []inventory.Sample {
+	a.sampleMu.Lock()
+	defer a.sampleMu.Unlock()
+	return a.samples
+}
+
+// gpuState is a GPU's state from its sample, and why it takes no new leases
+// (empty when it may). This is the one eligibility rule: placement and the
+// snapshot both read it.
+func (a *Agent) gpuState(s inventory.Sample) (state, unusable string) {
+	switch {
+	case s.Err != nil:
+		return api.GPUFailed, "failed: " + s.Err.Error()
+	case s.UtilizationPct > a.cfg.MaxUtilization:
+		return api.GPUWorking, fmt.Sprintf("is %d%% busy, above --max-utilization %d%%", s.UtilizationPct, a.cfg.MaxUtilization)
+	}
+	return api.GPUWorking, ""
+}
+
+// instanceUp says whether an MPS instance in state st may take new leases.
+func instanceUp(st string) bool { return st == api.InstanceRunning || st == api.InstanceOff }
+
+// updateConditions publishes what placement must know beyond units: draining,
+// each GPU's eligibility and free memory, each instance's health and server.
+func (a *Agent) updateConditions() {
+	samples := a.lastSamples()
+	c := &lease.Conditions{Draining: a.draining.Load(), GPUs: make([]lease.GPUCondition, len(a.devs))}
+	for i, d := range a.devs {
+		_, unusable := a.gpuState(samples[i])
+		free := uint64(0)
+		if samples[i].MemoryUsedMiB < d.MemoryTotalMiB {
+			free = d.MemoryTotalMiB - samples[i].MemoryUsedMiB
+		}
+		gc := lease.GPUCondition{Unusable: unusable, MemoryFreeMiB: free}
+		for _, st := range a.mps.Status(d.UUID) {
+			down := ""
+			if !instanceUp(st.State) {
+				down = "is " + st.State
+				if st.Err != nil {
+					down += ": " + st.Err.Error()
+				}
+			}
+			gc.InstanceDown = append(gc.InstanceDown, down)
+			gc.ServerUID = append(gc.ServerUID, st.ServerUID)
+		}
+		c.GPUs[i] = gc
+	}
+	a.conditions.Store(c)
+}

@@ -1,0 +1,58 @@
+package agent
+
+import (
+	"context"
+
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/snapshot"
+)
+
+// The Agent is the API's core (server.Core): each method is one call into the
+// part that owns it.
+
+// Published is the current snapshot.
+func (a *Agent) Published() *snapshot.Published { return a.store.Load() }
+
+// Acquire grants a lease.
+func (a *Agent) Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (lease.Grant, error) {
+	return a.leases.Acquire(ctx, peer, req)
+}
+
+// List lists peer's leases (all, for admins).
+func (a *Agent) List(peer lease.Peer) []api.Lease { return a.leases.List(peer) }
+
+// Get returns one lease.
+func (a *Agent) Get(peer lease.Peer, id string) (api.Lease, error) { return a.leases.Get(peer, id) }
+
+// Renew extends a time-bound lease.
+func (a *Agent) Renew(peer lease.Peer, id string) (api.Lease, error) { return a.leases.Renew(peer, id) }
+
+// Release ends a lease.
+func (a *Agent) Release(peer lease.Peer, id string) error { return a.leases.Release(peer, id) }
+
+// SetDraining stops or resumes new leases.
+func (a *Agent) SetDraining(on bool) {
+	if a.draining.Swap(on) != on {
+		a.log.Info("node draining changed", "draining", on)
+	}
+	a.updateConditions()
+	a.changed()
+}
+
+// SimGPU is the simulated backend's control, nil on a real backend.
+func (a *Agent) SimGPU() func(int, api.SimGPUUpdate) error {
+	sim, ok := a.inv.(*inventory.Sim)
+	if !ok {
+		return nil
+	}
+	return func(i int, u api.SimGPUUpdate) error {
+		if err := sim.Set(i, u); err != nil {
+			return err
+		}
+		a.sample()
+		a.changed()
+		return nil
+	}
+}

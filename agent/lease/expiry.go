@@ -1,0 +1,139 @@
+package lease
+
+import (
+	"log/slog"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// expire ends lease id if its deadline has passed; a renewal or a wall clock
+// stepped back since the timer was armed arms it again instead.
+func (m *Manager) expire(id string) {
+	if !m.lockOpen() {
+		return
+	}
+	defer m.unlock()
+	l, ok := m.leases[id]
+	if !ok {
+		return
+	}
+	b, ok := l.bind.(*ttlBinding)
+	if !ok {
+		return
+	}
+	if m.clock.Now().Before(b.deadline) {
+		b.armLocked(m, l)
+		return
+	}
+	m.dropAndRecordLocked(l, "ttl expired")
+}
+
+// end ends lease id for reason; unknown ids are ignored.
+func (m *Manager) end(id, reason string) {
+	if !m.lockOpen() {
+		return
+	}
+	if l, ok := m.leases[id]; ok {
+		m.dropAndRecordLocked(l, reason)
+	}
+	m.unlock()
+}
+
+// Release ends lease id for peer.
+func (m *Manager) Release(peer Peer, id string) error {
+	if !m.lockOpen() {
+		return errStopping
+	}
+	defer m.unlock()
+	l, ok := m.leases[id]
+	if !ok || !m.visible(peer, l) {
+		return api.Errorf(api.ErrNotFound, "no lease %q", id)
+	}
+	m.dropAndRecordLocked(l, "released")
+	return nil
+}
+
+// Renew extends a time-bound lease by its ttl from now.
+func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
+	if !m.lockOpen() {
+		return api.Lease{}, errStopping
+	}
+	defer m.unlock()
+	l, ok := m.leases[id]
+	if !ok || !m.visible(peer, l) {
+		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
+	}
+	b, ok := l.bind.(*ttlBinding)
+	if !ok {
+		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
+	}
+	b.deadline = m.clock.Now().UTC().Add(b.ttl)
+	exp := b.deadline
+	l.Expires = &exp
+	l.encode()
+	m.touchLocked(l.GPU.Index)
+	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
+		m.log.Error("cannot write lease journal", "err", err)
+	}
+	b.armLocked(m, l)
+	return *l.pub, nil
+}
+
+func (m *Manager) dropAndRecordLocked(l *lease, reason string) {
+	m.dropLocked(l)
+	if err := m.recordLocked(record{Op: opEnd, ID: l.ID}); err != nil {
+		m.log.Error("cannot write lease journal", "err", err)
+	}
+	m.ended++
+	m.leaseLineLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
+	m.serveWaitersLocked()
+}
+
+// dropLocked removes a lease from the table and the ledger and lets go of its
+// binding.
+func (m *Manager) dropLocked(l *lease) {
+	delete(m.leases, l.ID)
+	for _, u := range l.Units {
+		if s := &m.gpus[l.GPU.Index].slots[u]; s.lease == l {
+			*s = slot{own: s.own}
+		}
+	}
+	m.touchLocked(l.GPU.Index)
+	if pb, ok := l.bind.(*pidBinding); ok {
+		if m.held[pb.key()] -= len(l.Units); m.held[pb.key()] <= 0 {
+			delete(m.held, pb.key())
+		}
+	}
+	m.removeFIFOsLocked(l)
+	if l.bind != nil {
+		l.bind.release()
+	}
+}
+
+func (m *Manager) removeFIFOsLocked(l *lease) {
+	for _, u := range l.Units {
+		if _, err := m.removeFIFOLocked(l.GPU.Index, u); err != nil {
+			m.log.Error("cannot remove pipe file", "lease", l.ID, "err", err)
+		}
+	}
+}
+
+// createFIFOLocked makes the FIFO of unit u of GPU g and counts the watch
+// event that this causes as the daemon's own.
+func (m *Manager) createFIFOLocked(g, u int) error {
+	err := m.cfg.Ledger.Create(g, u)
+	if err == nil {
+		m.gpus[g].slots[u].own++
+	}
+	return err
+}
+
+// removeFIFOLocked removes the FIFO of unit u of GPU g, counting the watch
+// event of a removal as the daemon's own.
+func (m *Manager) removeFIFOLocked(g, u int) (bool, error) {
+	removed, err := m.cfg.Ledger.Remove(g, u)
+	if removed {
+		m.gpus[g].slots[u].own++
+	}
+	return removed, err
+}

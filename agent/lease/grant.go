@@ -1,0 +1,321 @@
+package lease
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/ledger"
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/api"
+)
+
+const (
+	idPrefix = "l-"
+	idHexLen = 16
+)
+
+func newID() string {
+	var b [idHexLen / 2]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	return idPrefix + hex.EncodeToString(b[:])
+}
+
+type lease struct {
+	// Lease is changed only under the Manager's lock, and every change is
+	// followed by encode.
+	api.Lease
+	// pub is a copy of Lease that is never changed once made: the published
+	// view and the API's answers share it.
+	pub *api.Lease
+	// json is pub encoded: the journal record and the API's answer share it.
+	json []byte
+	bind binding
+}
+
+// encode makes pub and json from Lease; call it after every change of Lease.
+func (l *lease) encode() {
+	pub := l.Lease
+	b, err := json.Marshal(&pub)
+	if err != nil {
+		// A lease holds only strings, numbers, times and maps of strings.
+		panic("gpulet: cannot encode lease: " + err.Error())
+	}
+	l.pub, l.json = &pub, b
+}
+
+// Grant is a granted lease and its JSON encoding.
+type Grant struct {
+	api.Lease
+	// JSON is Lease encoded, as the API answers it.
+	JSON []byte
+}
+
+func (l *lease) grant() Grant { return Grant{Lease: *l.pub, JSON: l.json} }
+
+type waiter struct {
+	peer Peer
+	req  Request
+	bind binding
+	// done gets the grant, made under the lock, or nil when the Manager
+	// closes.
+	done chan *Grant
+}
+
+var errStopping = api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+
+// Acquire grants a lease for req to peer, waiting up to req.Wait for units.
+func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, error) {
+	if req.Units > m.cfg.Model.UnitsPerClient {
+		return Grant{}, api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
+	}
+	if err := unbuilt(req); err != nil {
+		return Grant{}, err
+	}
+	bind, err := m.bindingFor(peer, req)
+	if err != nil {
+		return Grant{}, err
+	}
+	if !m.lockOpen() {
+		bind.release()
+		return Grant{}, errStopping
+	}
+	l, err := m.tryGrantLocked(peer, req, bind)
+	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) || errors.Is(err, placement.ErrNeverFits) {
+		var g Grant
+		if err == nil {
+			g = l.grant()
+		}
+		m.unlock()
+		if err != nil {
+			bind.release()
+			return Grant{}, err
+		}
+		return g, nil
+	}
+	w := &waiter{peer: peer, req: req, bind: bind, done: make(chan *Grant, 1)}
+	m.waiters = append(m.waiters, w)
+	m.unlock()
+
+	timer := time.NewTimer(req.Wait)
+	defer timer.Stop()
+	select {
+	case g := <-w.done:
+		if g == nil {
+			return Grant{}, errStopping
+		}
+		m.settle()
+		return *g, nil
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	m.mu.Lock()
+	if i := slices.Index(m.waiters, w); i >= 0 {
+		m.waiters = slices.Delete(m.waiters, i, i+1)
+		_, err := m.engine.Load().Place(m.nodeLocked(), m.placementRequest(peer, req))
+		m.unlock()
+		bind.release()
+		if ctx.Err() != nil {
+			return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+		}
+		if err == nil {
+			err = api.Errorf(api.ErrInsufficientUnits, "no GPU could take %d unit(s) within %s", req.Units, req.Wait)
+		}
+		return Grant{}, fmt.Errorf("after waiting %s: %w", req.Wait, err)
+	}
+	m.unlock()
+	// Granted just as we gave up: keep it unless the caller is gone.
+	g := <-w.done
+	if g == nil {
+		return Grant{}, errStopping
+	}
+	if ctx.Err() != nil {
+		m.end(g.ID, "requester went away while waiting")
+		return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+	}
+	m.settle()
+	return *g, nil
+}
+
+// settle waits for the change that served a waiter to be published and tells
+// OnChange: the waiter's answer must not go out before the snapshot can show
+// its lease. The grant was made under the lock by another goroutine, which
+// publishes before it lets go of it.
+func (m *Manager) settle() {
+	m.mu.Lock()
+	m.publishLocked()
+	m.mu.Unlock()
+	m.cfg.OnChange()
+}
+
+// unbuilt refuses the request fields whose features this version lacks.
+func unbuilt(req Request) error {
+	if req.Pool != "" {
+		return api.Errorf(api.ErrNotFound, "pool: no pool named %q (no pools are configured)", req.Pool)
+	}
+	if req.Reservation != "" {
+		return api.Errorf(api.ErrNotFound, "reservation: no reservation named %q", req.Reservation)
+	}
+	return nil
+}
+
+func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
+	return placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, UID: peer.UID}
+}
+
+// tryGrantLocked places and grants req, or says why it cannot now.
+func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, error) {
+	if pb, ok := bind.(*pidBinding); ok {
+		if held := m.held[pb.key()]; held+req.Units > m.cfg.Model.UnitsPerClient {
+			return nil, api.Errorf(api.ErrBadRequest, "units: process %d holds %d unit(s) already; one process may hold at most %d (--units-per-client)", pb.pid, held, m.cfg.Model.UnitsPerClient)
+		}
+	}
+	for {
+		d, err := m.engine.Load().Place(m.nodeLocked(), m.placementRequest(peer, req))
+		if err != nil {
+			return nil, err
+		}
+		c := d.Choice
+		if retry, err := m.createFIFOsLocked(c.GPU, c.Units); err != nil {
+			return nil, err
+		} else if retry {
+			continue
+		}
+		l := m.newLease(peer, req, bind, c)
+		m.addLocked(l)
+		if err := m.recordLocked(record{Op: opLease, Entry: l.entry()}); err != nil {
+			// The binding stays its caller's (Acquire, or a waiter that may be
+			// served later): dropping the lease must not release it.
+			l.bind = nil
+			m.dropLocked(l)
+			return nil, fmt.Errorf("cannot record the lease: %w", err)
+		}
+		bind.armLocked(m, l)
+		m.granted++
+		m.leaseLineLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
+			slog.Any("units", c.Units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL))
+		return l, nil
+	}
+}
+
+// createFIFOsLocked makes the FIFOs of units of GPU g. When one is there
+// already it undoes the others, counts what is there, and reports retry: the
+// table changed, so place again.
+func (m *Manager) createFIFOsLocked(g int, units []int) (retry bool, err error) {
+	for n, u := range units {
+		err := m.createFIFOLocked(g, u)
+		if err == nil {
+			continue
+		}
+		for _, v := range units[:n] {
+			m.removeFIFOLocked(g, v)
+		}
+		if !errors.Is(err, ledger.ErrTaken) {
+			return false, err
+		}
+		if m.cfg.Ledger.Present(g, u) {
+			// An offline claimer was first.
+			m.applyLocked(g, u, true)
+			return true, nil
+		}
+		// Something that is no FIFO sits at the unit's name: no claim, so it
+		// goes, without following it.
+		if _, rerr := m.cfg.Ledger.Remove(g, u); rerr != nil {
+			return false, fmt.Errorf("unit %d of GPU %d: %w", u, g, rerr)
+		}
+		m.log.Warn("removed an entry that is no FIFO at a unit's name in the pipe-file ledger", "gpu", g, "unit", u)
+		return true, nil
+	}
+	return false, nil
+}
+
+// addLocked puts a new or restored lease in the table.
+func (m *Manager) addLocked(l *lease) {
+	for _, u := range l.Units {
+		s := &m.gpus[l.GPU.Index].slots[u]
+		s.state, s.lease = slotLeased, l
+	}
+	m.touchLocked(l.GPU.Index)
+	m.leases[l.ID] = l
+	if pb, ok := l.bind.(*pidBinding); ok {
+		m.held[pb.key()] += len(l.Units)
+	}
+}
+
+func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Choice) *lease {
+	dev := m.gpus[c.GPU].dev
+	now := m.clock.Now().UTC()
+	l := &lease{Lease: api.Lease{
+		ID:          newID(),
+		GPU:         api.LeaseGPU{Index: c.GPU, UUID: dev.UUID},
+		Instance:    c.Instance,
+		Units:       c.Units,
+		Owner:       api.Owner{UID: peer.UID, GID: peer.GID},
+		Created:     now,
+		Binding:     string(bind.kind()),
+		Reservation: req.Reservation,
+		Task:        req.Task,
+		Labels:      req.Labels,
+		MemoryMiB:   req.MemoryMiB,
+	}, bind: bind}
+	switch b := bind.(type) {
+	case *pidBinding:
+		l.Owner.PID = b.pid
+	case *ttlBinding:
+		b.deadline = now.Add(b.ttl)
+		exp := b.deadline
+		l.Expires = &exp
+		l.TTL = b.ttl.String()
+	}
+	l.Env = EnvFor(m.cfg.Model, dev, m.cfg.InstanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB)
+	l.encode()
+	return l
+}
+
+// EnvFor is the environment of n units on an instance of GPU dev whose MPS
+// variables (pipe and log folders) are instanceEnv: what a lease gives and,
+// for one unit, what layout.json gives an offline claimer. memMiB is the
+// pinned memory asked for; 0 means the units' share of the GPU.
+func EnvFor(model units.Model, dev inventory.Device, instanceEnv map[string]string, mps bool, n int, memMiB uint64) map[string]string {
+	env := map[string]string{
+		"CUDA_VISIBLE_DEVICES":              dev.UUID,
+		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": strconv.Itoa(model.ThreadPercentage(n)),
+	}
+	if !mps {
+		return env
+	}
+	for k, v := range instanceEnv {
+		env[k] = v
+	}
+	if memMiB == 0 {
+		memMiB = model.MemoryShareMiB(n, dev.MemoryTotalMiB)
+	}
+	env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = fmt.Sprintf("0=%dM", memMiB)
+	return env
+}
+
+// serveWaitersLocked grants waiting requests, oldest first, while they fit.
+func (m *Manager) serveWaitersLocked() {
+	for i := 0; i < len(m.waiters); {
+		w := m.waiters[i]
+		l, err := m.tryGrantLocked(w.peer, w.req, w.bind)
+		if err != nil {
+			i++
+			continue
+		}
+		m.waiters = slices.Delete(m.waiters, i, i+1)
+		g := l.grant()
+		w.done <- &g
+	}
+}

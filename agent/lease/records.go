@@ -1,0 +1,44 @@
+package lease
+
+import "sort"
+
+// recordLocked appends r to the journal, rewriting it when it has grown.
+func (m *Manager) recordLocked(r record) error {
+	if err := m.journal.append(r); err != nil {
+		// A failed or short write may have left part of a line, which would
+		// stop every later replay there: write the journal anew from the
+		// table, which already holds this change.
+		m.log.Error("lease journal append failed; rewriting it", "err", err)
+		return m.journal.rewrite(m.entriesLocked())
+	}
+	if m.journal.due(len(m.leases)) {
+		if err := m.journal.rewrite(m.entriesLocked()); err != nil {
+			m.log.Error("cannot rewrite lease journal", "err", err)
+		}
+	}
+	return nil
+}
+
+// entry is what the journal keeps of a lease.
+func (l *lease) entry() *journalEntry {
+	e := &journalEntry{Lease: *l.pub, leaseJSON: l.json}
+	switch b := l.bind.(type) {
+	case *pidBinding:
+		e.StartTime = b.startTime
+	case *ttlBinding:
+		d := b.deadline
+		e.Deadline = &d
+		e.TTLNanos = int64(b.ttl)
+	}
+	return e
+}
+
+// entriesLocked lists every live lease's journal entry, by id.
+func (m *Manager) entriesLocked() []journalEntry {
+	out := make([]journalEntry, 0, len(m.leases))
+	for _, l := range m.leases {
+		out = append(out, *l.entry())
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Lease.ID < out[b].Lease.ID })
+	return out
+}

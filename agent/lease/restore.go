@@ -1,0 +1,122 @@
+package lease
+
+import (
+	"errors"
+	"os"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/ledger"
+)
+
+// restore takes back the journal's leases whose holder still lives or whose
+// deadline has not passed, counts every other FIFO as an offline claim, and
+// removes the claims nobody holds.
+func (m *Manager) restore() {
+	m.mu.Lock()
+	defer m.unlock()
+	var entries []journalEntry
+	b, err := os.ReadFile(m.cfg.JournalPath)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		m.log.Error("lease journal unreadable; rebuilding from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err)
+	default:
+		var dropped []string
+		entries, dropped, err = decodeJournal(b, m.shapes())
+		if err != nil {
+			m.log.Error("lease journal damaged: keeping the leases recorded before the damage, the rest is rebuilt from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err, "kept", len(entries))
+		}
+		for _, d := range dropped {
+			m.log.Warn("lease journal entry dropped", "entry", d)
+		}
+	}
+	for _, e := range entries {
+		l := &lease{Lease: e.Lease}
+		bind, why := m.rebind(e)
+		if bind == nil {
+			m.log.Info(why, "lease", l.ID, "pid", l.Owner.PID)
+			m.removeFIFOsLocked(l)
+			continue
+		}
+		l.bind = bind
+		l.Binding = string(bind.kind())
+		l.encode()
+		if taken := m.recreateFIFOsLocked(l); taken >= 0 {
+			m.log.Warn("lease dropped: while the daemon was down its pipe file was removed and the unit claimed offline", "lease", l.ID, "unit", taken)
+			bind.release()
+			continue
+		}
+		m.addLocked(l)
+		bind.armLocked(m, l)
+		m.log.Info("lease kept across daemon restart", "lease", l.ID, "gpu", l.GPU.Index, "units", l.Units)
+	}
+	m.rescanLocked()
+	if err := m.journal.rewrite(m.entriesLocked()); err != nil {
+		m.log.Error("cannot write lease journal", "err", err)
+	}
+}
+
+// rebind binds a journaled lease again as its kind says, or says why it ended
+// while the daemon was down.
+func (m *Manager) rebind(e journalEntry) (binding, string) {
+	kind := Kind(e.Lease.Binding)
+	if kind == "" {
+		// Journals written before kinds were recorded.
+		kind = KindPID
+		if e.Deadline != nil {
+			kind = KindTTL
+		}
+	}
+	switch kind {
+	case KindTTL:
+		if e.Deadline == nil || !m.clock.Now().Before(*e.Deadline) {
+			return nil, "lease expired while the daemon was down"
+		}
+		return &ttlBinding{ttl: time.Duration(e.TTLNanos), deadline: *e.Deadline}, ""
+	case KindPID:
+		p, _, err := m.cfg.Processes.Open(e.Lease.Owner.PID, e.StartTime)
+		if err != nil {
+			return nil, "lease holder exited while the daemon was down"
+		}
+		return &pidBinding{proc: p, pid: e.Lease.Owner.PID, startTime: e.StartTime}, ""
+	}
+	return nil, "lease of an unknown binding kind dropped"
+}
+
+// recreateFIFOsLocked makes the missing FIFOs of a lease kept from the
+// journal. When an offline claimer holds one of its units now, it removes the
+// lease's own FIFOs again, leaves the claimer's, and returns that unit; else -1.
+func (m *Manager) recreateFIFOsLocked(l *lease) int {
+	for _, u := range l.Units {
+		var err error
+		switch {
+		case m.cfg.Ledger.Present(l.GPU.Index, u) && m.cfg.Ledger.Held(l.GPU.Index, u):
+			// The daemon never locks its own FIFOs: this one is a claimer's.
+			err = ledger.ErrTaken
+		case m.cfg.Ledger.Present(l.GPU.Index, u):
+			continue
+		default:
+			err = m.createFIFOLocked(l.GPU.Index, u)
+		}
+		if errors.Is(err, ledger.ErrTaken) {
+			for _, v := range l.Units {
+				if v != u {
+					m.removeFIFOLocked(l.GPU.Index, v)
+				}
+			}
+			return u
+		}
+		if err != nil {
+			m.log.Error("cannot recreate pipe file of a kept lease", "lease", l.ID, "err", err)
+		}
+	}
+	return -1
+}
+
+func (m *Manager) shapes() []gpuShape {
+	out := make([]gpuShape, len(m.gpus))
+	for i, g := range m.gpus {
+		out[i] = gpuShape{UUID: g.dev.UUID, UnitsTotal: m.cfg.Model.UnitsPerGPU, InstanceOf: m.cfg.Model.InstanceOf, UnitsPerMax: m.cfg.Model.UnitsPerClient}
+	}
+	return out
+}

@@ -1,0 +1,242 @@
+package lease
+
+import (
+	"sort"
+
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/ledger"
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/api"
+)
+
+type slotState uint8
+
+const (
+	slotFree slotState = iota
+	slotLeased
+	slotOffline
+)
+
+type slot struct {
+	state slotState
+	lease *lease // when leased
+	// own counts the daemon's own makes and removals of this unit's FIFO
+	// whose watch events have not arrived yet. Events of one name arrive in
+	// order, so the next that many are the daemon's own and change nothing;
+	// should one stand in for a claimer's event instead, the daemon's own
+	// event comes after it and is looked at, so the slot still ends up true.
+	// A rescan, which makes every slot true, resets it.
+	own uint32
+	// uid and fifo are the owner and identity of an offline claim's FIFO.
+	uid  uint32
+	fifo ledger.FileID
+}
+
+type gpuTable struct {
+	dev   inventory.Device
+	slots []slot
+	// dirty says the GPU's part of the view must be built again.
+	dirty bool
+	// view is the GPU's part of the last published View.
+	view GPUView
+}
+
+// View is the table at one moment, published on every change. Nothing in it
+// is modified once published: readers (the snapshot, the FUSE view, metrics)
+// use it without any lock.
+type View struct {
+	// Version grows by one with each View published.
+	Version uint64
+	GPUs    []GPUView
+	// Granted and Ended count leases since the Manager was made.
+	Granted, Ended uint64
+}
+
+// GPUView is one GPU's units.
+type GPUView struct {
+	Used, Offline int
+	// OfflineByUID counts offline units per owner of their FIFO.
+	OfflineByUID map[uint32]int
+	Instances    []InstanceView
+	// Leases are the GPU's live leases, in no order.
+	Leases []*api.Lease
+}
+
+// InstanceView is one instance's load.
+type InstanceView struct {
+	// FreeUnits are its free unit indices, ascending; Size how many it owns.
+	FreeUnits []int
+	Size      int
+	// Clients counts one per lease and one per offline unit, since an offline
+	// claim's process is unknown.
+	Clients int
+	// UID is the owner of one of its leases; nil when it has none.
+	UID *uint32
+	// Users are the uids it serves through leases and offline claims, each
+	// once.
+	Users []uint32
+}
+
+// Leases lists every live lease of the view, by id.
+func (v *View) Leases() []api.Lease {
+	n := 0
+	for _, g := range v.GPUs {
+		n += len(g.Leases)
+	}
+	out := make([]api.Lease, 0, n)
+	for _, g := range v.GPUs {
+		for _, l := range g.Leases {
+			out = append(out, *l)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// View returns the table as last published, without taking the lock.
+func (m *Manager) View() *View { return m.view.Load() }
+
+// touchLocked marks GPU g's part of the view for building again.
+func (m *Manager) touchLocked(g int) {
+	m.gpus[g].dirty = true
+	m.dirty = true
+}
+
+// publishLocked builds the parts of the view that changed and publishes a new
+// View; it reports whether it did. Only changed GPUs are built again, each in
+// time proportional to its units, never to the leases of the node.
+func (m *Manager) publishLocked() bool {
+	if !m.dirty {
+		return false
+	}
+	m.dirty = false
+	m.version++
+	v := &View{Version: m.version, GPUs: make([]GPUView, len(m.gpus)), Granted: m.granted, Ended: m.ended}
+	for gi, g := range m.gpus {
+		if g.dirty {
+			g.view = m.buildGPUViewLocked(g)
+			g.dirty = false
+		}
+		v.GPUs[gi] = g.view
+	}
+	m.view.Store(v)
+	return true
+}
+
+func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
+	var gv GPUView
+	seen := map[*lease]bool{}
+	for k := 0; k < m.cfg.Model.InstancesPerGPU; k++ {
+		start, n := m.cfg.Model.InstanceRange(k)
+		iv := InstanceView{Size: n, FreeUnits: []int{}}
+		for u := start; u < start+n; u++ {
+			s := &g.slots[u]
+			switch s.state {
+			case slotFree:
+				iv.FreeUnits = append(iv.FreeUnits, u)
+			case slotOffline:
+				gv.Used++
+				gv.Offline++
+				iv.Clients++
+				if gv.OfflineByUID == nil {
+					gv.OfflineByUID = map[uint32]int{}
+				}
+				gv.OfflineByUID[s.uid]++
+				iv.Users = addUser(iv.Users, s.uid)
+			case slotLeased:
+				gv.Used++
+				if !seen[s.lease] {
+					seen[s.lease] = true
+					iv.Clients++
+					gv.Leases = append(gv.Leases, s.lease.pub)
+					uid := s.lease.Owner.UID
+					if iv.UID == nil {
+						iv.UID = &uid
+					}
+					iv.Users = addUser(iv.Users, uid)
+				}
+			}
+		}
+		gv.Instances = append(gv.Instances, iv)
+	}
+	return gv
+}
+
+func addUser(users []uint32, uid uint32) []uint32 {
+	for _, u := range users {
+		if u == uid {
+			return users
+		}
+	}
+	return append(users, uid)
+}
+
+// nodeLocked is the placement engine's view of the node: the published table
+// and the agent's conditions. It is built again only when either changed.
+func (m *Manager) nodeLocked() *placement.Node {
+	m.publishLocked()
+	cond := m.cfg.Conditions()
+	v := m.view.Load()
+	if m.node != nil && m.nodeVersion == v.Version && m.nodeCondKey == cond {
+		return m.node
+	}
+	n := &placement.Node{ClientsPerInstance: m.cfg.Model.ClientsPerInstance, OneUserPerInstance: m.cfg.MPS, GPUs: make([]placement.GPU, len(m.gpus))}
+	if cond != nil {
+		n.Draining = cond.Draining
+	}
+	for gi, g := range m.gpus {
+		gv := v.GPUs[gi]
+		pg := placement.GPU{
+			Index: g.dev.Index, UUID: g.dev.UUID, Name: g.dev.Name,
+			MemoryTotalMiB: g.dev.MemoryTotalMiB, MemoryFreeMiB: g.dev.MemoryTotalMiB,
+			Free: m.cfg.Model.UnitsPerGPU - gv.Used, Instances: make([]placement.Instance, len(gv.Instances)),
+		}
+		var gc *GPUCondition
+		if cond != nil && gi < len(cond.GPUs) {
+			gc = &cond.GPUs[gi]
+			pg.Unusable, pg.MemoryFreeMiB = gc.Unusable, gc.MemoryFreeMiB
+		}
+		for k, iv := range gv.Instances {
+			in := placement.Instance{Index: k, FreeUnits: iv.FreeUnits, Size: iv.Size, Clients: iv.Clients, Users: iv.Users}
+			if gc != nil && k < len(gc.InstanceDown) {
+				in.Down = gc.InstanceDown[k]
+			}
+			if gc != nil && k < len(gc.ServerUID) && gc.ServerUID[k] != nil {
+				in.Users = addUser(append([]uint32(nil), iv.Users...), *gc.ServerUID[k])
+			}
+			pg.Instances[k] = in
+		}
+		n.GPUs[gi] = pg
+	}
+	m.node, m.nodeVersion, m.nodeCondKey = n, v.Version, cond
+	return n
+}
+
+func (m *Manager) visible(peer Peer, l *lease) bool {
+	return peer.Admin || peer.UID == 0 || peer.UID == l.Owner.UID
+}
+
+// Get returns lease id if peer may see it.
+func (m *Manager) Get(peer Peer, id string) (api.Lease, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, ok := m.leases[id]
+	if !ok || !m.visible(peer, l) {
+		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
+	}
+	return *l.pub, nil
+}
+
+// List returns the leases peer may see, by id.
+func (m *Manager) List(peer Peer) []api.Lease {
+	m.mu.Lock()
+	out := []api.Lease{}
+	for _, l := range m.leases {
+		if m.visible(peer, l) {
+			out = append(out, *l.pub)
+		}
+	}
+	m.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}

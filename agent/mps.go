@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/mpsctl"
+)
+
+func mpsMode(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
+}
+
+// startMPS resolves --mps and brings up the control daemons (a null manager
+// when MPS is off). Instances that fail to start are down and retried by the
+// health checks; only a configuration error stops gpuletd.
+func (a *Agent) startMPS(ctx context.Context, closers *[]func() error) error {
+	path, on, err := mpsctl.Resolve(a.cfg.MPS, a.cfg.MPSControl)
+	if err != nil {
+		return err
+	}
+	if on && a.cfg.Model.InstancesPerGPU > 1 {
+		if err := a.checkComputeModes(); err != nil {
+			return err
+		}
+	}
+	runDir, err := filepath.Abs(a.cfg.RunDir)
+	if err != nil {
+		return err
+	}
+	uuids := make([]string, len(a.devs))
+	for i, d := range a.devs {
+		uuids[i] = d.UUID
+	}
+	a.mps, err = mpsctl.New(mpsctl.Config{Control: path, RunDir: runDir, InstancesPerGPU: a.cfg.Model.InstancesPerGPU, Logger: a.log}, uuids)
+	if err != nil {
+		return err
+	}
+	a.mpsOn = on
+	*closers = append(*closers, a.mps.Close)
+	if !on {
+		a.log.Info("MPS is off: leases carry no MPS variables", "mps", a.cfg.MPS)
+		return nil
+	}
+	if err := a.mps.Start(ctx); err != nil {
+		a.log.Error("some MPS control daemons did not start; their GPUs are degraded and they are retried", "err", err)
+	}
+	return nil
+}
+
+// checkMPS probes the MPS control daemons every interval until ctx ends, in
+// a goroutine of its own: a probe that hangs until its timeout must not hold
+// up sampling or the watchdog.
+func (a *Agent) checkMPS(ctx context.Context, interval time.Duration) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+			a.mps.Check(ctx)
+			a.updateConditions()
+			a.changed()
+		}
+	}
+}
+
+// layoutEnv is the environment layout.json gives instance k of GPU g: what a
+// process claiming one unit offline runs with.
+func (a *Agent) layoutEnv(g, k int) map[string]string {
+	return lease.EnvFor(a.cfg.Model, a.devs[g], a.mps.Env(a.devs[g].UUID, k), a.mpsOn, 1, 0)
+}
