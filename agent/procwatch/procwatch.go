@@ -9,50 +9,36 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpulet/gpulet/internal/procfs"
 )
 
 // ErrGone means the process does not exist, or the pid now names another
 // process than the one recorded.
 var ErrGone = errors.New("process is gone")
 
-// StartTime is the process's start time in clock ticks since boot (field 22 of
-// /proc/<pid>/stat): with the pid, it names one process across pid reuse.
+// StartTime is the process's start time in clock ticks since boot: with the
+// pid, it names one process across pid reuse. A zombie has none: it is gone.
 func StartTime(pid int) (uint64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return 0, ErrGone
-		}
-		return 0, err
-	}
-	// The command name (field 2) may hold spaces and parentheses: count fields
-	// after the last ')'.
-	s := string(b)
-	end := strings.LastIndexByte(s, ')')
-	if end < 0 {
-		return 0, fmt.Errorf("procwatch: malformed /proc/%d/stat", pid)
-	}
-	fields := strings.Fields(s[end+1:])
-	// fields[0] is field 3 (state); start time is field 22.
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("procwatch: malformed /proc/%d/stat", pid)
-	}
-	if fields[0] == "Z" || fields[0] == "X" {
+	st, err := procfs.ReadStat(pid)
+	if errors.Is(err, procfs.ErrNoProcess) || err == nil && st.Exited() {
 		return 0, ErrGone
 	}
-	return strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("procwatch: %w", err)
+	}
+	return st.StartTime, nil
 }
 
 // OwnerUID is the real uid of process pid.
 func OwnerUID(pid int) (uint32, error) {
-	var st unix.Stat_t
-	if err := unix.Stat("/proc/"+strconv.Itoa(pid), &st); err != nil {
+	uid, err := procfs.RealUID(pid)
+	if err != nil {
 		return 0, ErrGone
 	}
-	return st.Uid, nil
+	return uid, nil
 }
 
 // Process is one watched process.
