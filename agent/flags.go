@@ -12,13 +12,11 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/api"
 )
 
-// Defaults of gpuletd's flags (DESIGN section 10).
-const (
-	DefaultSocket = "/run/gpulet/gpulet.sock"
-	DefaultRunDir = "/run/gpulet"
-)
+// DefaultRunDir is --run-dir's default (DESIGN section 10).
+const DefaultRunDir = "/run/gpulet"
 
 // ErrHelp is returned by ParseFlags after printing --help.
 var ErrHelp = pflag.ErrHelp
@@ -35,7 +33,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 		policy     string
 		mount      string
 	)
-	fs.StringVar(&cfg.Socket, "socket", DefaultSocket, "API socket (systemd socket activation overrides it)")
+	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket (systemd socket activation overrides it)")
 	fs.StringVar(&cfg.SocketGroup, "socket-group", "gpulet", "group that owns the socket (mode 0660); a warning if it does not exist")
 	fs.StringVar(&cfg.RunDir, "run-dir", DefaultRunDir, "state that survives a daemon restart but not a reboot: pipe-file ledger, lease journal")
 	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/gpulet", "state that survives a reboot")

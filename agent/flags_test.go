@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"github.com/gpulet/gpulet/api"
 	"io"
 	"strings"
 	"testing"
@@ -16,7 +17,7 @@ func TestParseFlags(t *testing.T) {
 		wantErr string
 	}{
 		{"defaults", nil, func(c Config) bool {
-			return c.Socket == DefaultSocket && c.RunDir == DefaultRunDir && c.Mount == "/run/gpulet/view" &&
+			return c.Socket == api.DefaultSocket && c.RunDir == DefaultRunDir && c.Mount == "/run/gpulet/view" &&
 				c.Model.UnitsPerGPU == 16 && c.Backend == "auto" && c.SampleInterval == time.Second && c.MaxUtilization == 90
 		}, ""},
 		{"mount follows run dir", []string{"--run-dir", "/tmp/x"}, func(c Config) bool { return c.Mount == "/tmp/x/view" }, ""},

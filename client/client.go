@@ -23,7 +23,7 @@ import (
 )
 
 // DefaultSocket is where gpuletd listens unless told otherwise.
-const DefaultSocket = "/run/gpulet/gpulet.sock"
+const DefaultSocket = api.DefaultSocket
 
 // SocketEnv names the environment variable that overrides DefaultSocket.
 const SocketEnv = "GPULET_SOCKET"
