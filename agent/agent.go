@@ -102,9 +102,9 @@ func OpenInventory(cfg Config) (inventory.Inventory, error) {
 	case "sim":
 		return sim()
 	case "nvml":
-		return inventory.NewNVML(cfg.NVML)
+		return inventory.NewNVML(cfg.NVML, cfg.Logger)
 	case "auto":
-		inv, err := inventory.NewNVML(cfg.NVML)
+		inv, err := inventory.NewNVML(cfg.NVML, cfg.Logger)
 		if err == nil {
 			return inv, nil
 		}
@@ -520,6 +520,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		if samples[i].Err != nil {
 			g.Error = samples[i].Err.Error()
 		}
+		g.Xid = samples[i].Xid
 		mpsStates := a.mps.Status(d.UUID)
 		anyUp := false
 		for k, iv := range gv.Instances {
