@@ -183,3 +183,10 @@ type SimGPUUpdate struct {
 	// is logged and ignored.
 	Xid *uint64 `json:"xid,omitempty"`
 }
+
+// UndrainRequest is the optional body of POST /v1/node/undrain. Without a
+// body the node resumes new leases; with GPU (an index or UUID) only that
+// GPU's Xid fault is cleared and the node's draining is left as it is.
+type UndrainRequest struct {
+	GPU string `json:"gpu"`
+}
