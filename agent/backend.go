@@ -23,9 +23,9 @@ func OpenInventory(cfg Config) (inventory.Inventory, error) {
 	case "sim":
 		return sim()
 	case "nvml":
-		return inventory.NewNVML(cfg.NVML)
+		return inventory.NewNVML(cfg.NVML, cfg.Logger)
 	case "auto":
-		inv, err := inventory.NewNVML(cfg.NVML)
+		inv, err := inventory.NewNVML(cfg.NVML, cfg.Logger)
 		if err == nil {
 			return inv, nil
 		}

@@ -41,6 +41,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		if samples[i].Err != nil {
 			g.Error = samples[i].Err.Error()
 		}
+		g.Xid = samples[i].Xid
 		mpsStates := a.mps.Status(d.UUID)
 		anyUp := false
 		for k, iv := range gv.Instances {

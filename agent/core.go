@@ -41,6 +41,19 @@ func (a *Agent) SetDraining(on bool) {
 	a.changed()
 }
 
+// ClearXid clears the critical Xid that failed a GPU (index or UUID), so
+// that it takes leases again.
+func (a *Agent) ClearXid(gpu string) (int, uint64, error) {
+	i, err := inventory.Resolve(a.devs, gpu)
+	if err != nil {
+		return 0, 0, err
+	}
+	xid := a.inv.ClearXid(i)
+	a.sample()
+	a.changed()
+	return i, xid, nil
+}
+
 // SimGPU is the simulated backend's control, nil on a real backend.
 func (a *Agent) SimGPU() func(int, api.SimGPUUpdate) error {
 	sim, ok := a.inv.(*inventory.Sim)

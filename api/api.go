@@ -85,6 +85,10 @@ type GPU struct {
 	Instances         []Instance `json:"instances"`
 	// Error says why a GPU is failed; empty otherwise.
 	Error string `json:"error,omitempty"`
+	// Xid is the critical Xid event that failed the GPU; it stays until an
+	// admin clears it (POST /v1/node/undrain with {"gpu":...}) or the daemon
+	// restarts. Absent when none.
+	Xid uint64 `json:"xid,omitempty"`
 	// Capability describes the card for placement and scoring; it does not change
 	// while the daemon runs.
 	Capability Capability `json:"capability"`
@@ -181,4 +185,15 @@ type SimGPUUpdate struct {
 	UtilizationPct *int    `json:"utilization_pct,omitempty"`
 	State          *string `json:"state,omitempty"`
 	MemoryUsedMiB  *uint64 `json:"memory_used_mib,omitempty"`
+	// Xid delivers a critical Xid event, as NVML reports one: a GPU fault
+	// (e.g. 79) fails the GPU until cleared; an application error (e.g. 13)
+	// is logged and ignored.
+	Xid *uint64 `json:"xid,omitempty"`
+}
+
+// UndrainRequest is the optional body of POST /v1/node/undrain. Without a
+// body the node resumes new leases; with GPU (an index or UUID) only that
+// GPU's Xid fault is cleared and the node's draining is left as it is.
+type UndrainRequest struct {
+	GPU string `json:"gpu"`
 }

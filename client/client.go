@@ -228,6 +228,16 @@ func (c *Client) Undrain(ctx context.Context) (*api.Snapshot, error) {
 	return c.snapshotFrom(ctx, "POST", "/v1/node/undrain")
 }
 
+// UndrainGPU clears the Xid fault of one GPU, named by index or UUID, so that
+// it takes leases again (admins); the node's draining is left as it is.
+func (c *Client) UndrainGPU(ctx context.Context, gpu string) (*api.Snapshot, error) {
+	var s api.Snapshot
+	if err := c.send(ctx, "POST", "/v1/node/undrain", api.UndrainRequest{GPU: gpu}, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
 // SetSimGPU changes what a simulated GPU reports (simulated backend, root).
 func (c *Client) SetSimGPU(ctx context.Context, index int, u api.SimGPUUpdate) (*api.GPU, error) {
 	var g api.GPU

@@ -3,7 +3,13 @@
 // belong to other packages.
 package inventory
 
-import "fmt"
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gpulet/gpulet/api"
+)
 
 // Device is what a GPU is; it does not change while the daemon runs.
 type Device struct {
@@ -33,6 +39,9 @@ type Sample struct {
 	UtilizationPct int
 	MemoryUsedMiB  uint64
 	Err            error
+	// Xid is the critical Xid that failed the GPU, if one did; Err is then an
+	// *XidError.
+	Xid uint64
 }
 
 // Inventory is a backend.
@@ -43,5 +52,25 @@ type Inventory interface {
 	Devices() []Device
 	// Sample reads the GPU with the given index.
 	Sample(index int, load Load) Sample
+	// ClearXid clears the critical Xid that failed the GPU with the given index
+	// and returns it (0: it had none).
+	ClearXid(index int) uint64
 	Close() error
+}
+
+// Resolve finds a GPU among devs by index or UUID, as the API's "gpu" fields
+// name it.
+func Resolve(devs []Device, s string) (int, error) {
+	if n, err := strconv.Atoi(s); err == nil {
+		if n >= 0 && n < len(devs) {
+			return n, nil
+		}
+		return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with index %d (this node has %d)", n, len(devs))
+	}
+	for i, d := range devs {
+		if strings.EqualFold(d.UUID, s) {
+			return i, nil
+		}
+	}
+	return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with UUID %q on this node", s)
 }

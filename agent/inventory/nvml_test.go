@@ -1,22 +1,80 @@
 package inventory
 
 import (
+	"bytes"
+	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/dgxa100"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpulet/gpulet/api"
 )
 
+// testWaitMS is the Xid watcher's wait in tests: Close waits at most this long.
+const testWaitMS = 20
+
+// xidEvents is an NVML event set the test feeds: Wait returns what the test
+// sends, else times out after its timeout as NVML's does. It records what the
+// backend does with the set.
+type xidEvents struct {
+	t  *testing.T
+	ch chan nvml.EventData
+	// fail, when set, is what Wait returns instead of waiting.
+	fail atomic.Int32
+
+	waits      atomic.Int64
+	frees      atomic.Int64
+	mu         sync.Mutex // guards registered
+	registered []int
+}
+
+func (x *xidEvents) send(e nvml.EventData) { x.ch <- e }
+
+// xid sends a critical Xid event of device d.
+func (x *xidEvents) xid(d nvml.Device, xid uint64) {
+	x.send(nvml.EventData{Device: d, EventType: nvml.EventTypeXidCriticalError, EventData: xid})
+}
+
+func (x *xidEvents) set() *mock.EventSet {
+	return &mock.EventSet{
+		WaitFunc: func(ms uint32) (nvml.EventData, nvml.Return) {
+			x.waits.Add(1)
+			if x.frees.Load() > 0 {
+				x.t.Error("Wait on a freed event set")
+			}
+			if r := nvml.Return(x.fail.Load()); r != nvml.SUCCESS {
+				return nvml.EventData{}, r
+			}
+			select {
+			case e := <-x.ch:
+				return e, nvml.SUCCESS
+			case <-time.After(time.Duration(ms) * time.Millisecond):
+				return nvml.EventData{}, nvml.ERROR_TIMEOUT
+			}
+		},
+		FreeFunc: func() nvml.Return {
+			x.frees.Add(1)
+			return nvml.SUCCESS
+		},
+	}
+}
+
 // newMockServer is go-nvml's DGX A100 mock with the calls gpulet makes that the
 // mock leaves unset. An unset call panics, so this list is every NVML call the
 // backend makes beyond the mock's defaults.
-func newMockServer(t *testing.T) *server.Server {
+func newMockServer(t *testing.T) (*server.Server, *xidEvents) {
 	t.Helper()
 	s := dgxa100.New()
+	x := &xidEvents{t: t, ch: make(chan nvml.EventData)}
+	x.fail.Store(int32(nvml.SUCCESS))
+	s.EventSetCreateFunc = func() (nvml.EventSet, nvml.Return) { return x.set(), nvml.SUCCESS }
 	for i, d := range s.Devices {
 		dev := d.(*server.Device)
 		util := uint32(10 * i)
@@ -32,13 +90,76 @@ func newMockServer(t *testing.T) *server.Server {
 			return nvml.Utilization{Gpu: util}, nvml.SUCCESS
 		}
 		dev.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) { return nvml.COMPUTEMODE_DEFAULT, nvml.SUCCESS }
+		dev.RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
+			if types != nvml.EventTypeXidCriticalError {
+				t.Errorf("GPU %d registered for events %#x, want the critical Xid events", i, types)
+			}
+			x.mu.Lock()
+			x.registered = append(x.registered, i)
+			x.mu.Unlock()
+			return nvml.SUCCESS
+		}
 	}
-	return s
+	return s, x
+}
+
+// logBuffer collects a logger's lines, safe for the watcher goroutine.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) lines(substr string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		if strings.Contains(line, substr) {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+func testLogger() (*slog.Logger, *logBuffer) {
+	b := &logBuffer{}
+	return slog.New(slog.NewTextHandler(b, nil)), b
+}
+
+// openNVML opens the backend on s with a short Xid wait, closed at the end of
+// the test.
+func openNVML(t *testing.T, s *server.Server) (*NVML, *logBuffer) {
+	t.Helper()
+	log, buf := testLogger()
+	b, err := newNVML(s, log, testWaitMS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, buf
+}
+
+// waitFor polls cond for up to five seconds.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 func TestNVMLReadsDevices(t *testing.T) {
-	s := newMockServer(t)
-	b, err := NewNVML(s)
+	s, _ := newMockServer(t)
+	b, err := NewNVML(s, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,15 +188,12 @@ func TestNVMLReadsDevices(t *testing.T) {
 }
 
 func TestNVMLErrorMarksOneGPUFailed(t *testing.T) {
-	s := newMockServer(t)
+	s, _ := newMockServer(t)
 	s.Devices[1].(*server.Device).GetUtilizationRatesFunc = func() (nvml.Utilization, nvml.Return) {
 		return nvml.Utilization{}, nvml.ERROR_GPU_IS_LOST
 	}
 	s.Devices[2].(*server.Device).GetUUIDFunc = func() (string, nvml.Return) { return "", nvml.ERROR_UNKNOWN }
-	b, err := NewNVML(s)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, _ := openNVML(t, s)
 	if got := b.Sample(1, Load{}); got.Err == nil || !strings.Contains(got.Err.Error(), "utilization") {
 		t.Fatalf("lost GPU sample %+v, want an error", got)
 	}
@@ -88,9 +206,9 @@ func TestNVMLErrorMarksOneGPUFailed(t *testing.T) {
 }
 
 func TestNVMLInitFailure(t *testing.T) {
-	s := newMockServer(t)
+	s, _ := newMockServer(t)
 	s.InitFunc = func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }
-	if _, err := NewNVML(s); err == nil {
+	if _, err := NewNVML(s, slog.New(slog.DiscardHandler)); err == nil {
 		t.Fatal("NewNVML succeeded with a failing Init")
 	}
 }

@@ -118,9 +118,11 @@ func SimUUID(node string, index int) string {
 }
 
 // Sim is the simulated backend. Its utilization and memory follow the units in
-// use unless overridden through Set.
+// use unless overridden through Set; an Xid given to Set is treated as NVML's
+// Xid events are.
 type Sim struct {
 	devices []Device
+	faults  *xidFaults
 
 	mu sync.Mutex // guards overrides
 	// overrides holds what Set fixed per GPU index.
@@ -129,7 +131,7 @@ type Sim struct {
 
 // NewSim builds the simulated backend for node from parsed models.
 func NewSim(node string, models []Model) *Sim {
-	s := &Sim{overrides: map[int]api.SimGPUUpdate{}}
+	s := &Sim{overrides: map[int]api.SimGPUUpdate{}, faults: newXidFaults(len(models))}
 	for i, m := range models {
 		s.devices = append(s.devices, Device{
 			Index: i, UUID: SimUUID(node, i), Name: m.Name, MemoryTotalMiB: m.MemoryTotalMiB,
@@ -150,8 +152,17 @@ func (s *Sim) Close() error      { return nil }
 const simBusyShare = 75
 
 // Sample reports, unless overridden, utilization and memory in proportion to the
-// units in use.
+// units in use. A GPU with a latched critical Xid is failed.
 func (s *Sim) Sample(index int, load Load) Sample {
+	smp := s.read(index, load)
+	s.faults.apply(index, &smp)
+	return smp
+}
+
+// ClearXid clears the critical Xid latched on a GPU.
+func (s *Sim) ClearXid(index int) uint64 { return s.faults.clear(index) }
+
+func (s *Sim) read(index int, load Load) Sample {
 	d := s.devices[index]
 	var smp Sample
 	if load.UnitsTotal > 0 {
@@ -185,8 +196,11 @@ func (s *Sim) Set(index int, u api.SimGPUUpdate) error {
 	if index < 0 || index >= len(s.devices) {
 		return api.Errorf(api.ErrNotFound, "no simulated GPU with index %d (there are %d)", index, len(s.devices))
 	}
-	if u.UtilizationPct == nil && u.State == nil && u.MemoryUsedMiB == nil {
-		return api.Errorf(api.ErrBadRequest, "nothing to set: give utilization_pct, state or memory_used_mib")
+	if u.UtilizationPct == nil && u.State == nil && u.MemoryUsedMiB == nil && u.Xid == nil {
+		return api.Errorf(api.ErrBadRequest, "nothing to set: give utilization_pct, state, memory_used_mib or xid")
+	}
+	if u.Xid != nil && *u.Xid == 0 {
+		return api.Errorf(api.ErrBadRequest, "xid must be an Xid number, at least 1")
 	}
 	if u.UtilizationPct != nil && (*u.UtilizationPct < 0 || *u.UtilizationPct > 100) {
 		return api.Errorf(api.ErrBadRequest, "utilization_pct must be between 0 and 100, got %d", *u.UtilizationPct)
@@ -216,5 +230,10 @@ func (s *Sim) Set(index int, u api.SimGPUUpdate) error {
 		o.State = u.State
 	}
 	s.overrides[index] = o
+	// An Xid is an event, not a setting: it is latched like NVML's (an
+	// application Xid is not), and only ClearXid or a restart undoes it.
+	if u.Xid != nil {
+		s.faults.record(index, *u.Xid)
+	}
 	return nil
 }

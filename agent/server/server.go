@@ -5,9 +5,12 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -17,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/api"
@@ -32,6 +36,9 @@ type Core interface {
 	Renew(peer lease.Peer, id string) (api.Lease, error)
 	Release(peer lease.Peer, id string) error
 	SetDraining(draining bool)
+	// ClearXid clears the critical Xid that failed a GPU (index or UUID) and
+	// returns the GPU's index and the Xid cleared (0: it had none).
+	ClearXid(gpu string) (index int, xid uint64, err error)
 	// SetSimGPU changes what a simulated GPU reports; only the simulated
 	// backend has it, so a nil func means the route does not exist.
 	SimGPU() func(index int, u api.SimGPUUpdate) error
@@ -70,8 +77,8 @@ func New(core Core, adminGID int, log *slog.Logger) *Server {
 	add("GET", "/v1/leases/*", s.getLease)
 	add("DELETE", "/v1/leases/*", s.releaseLease)
 	add("POST", "/v1/leases/*/renew", s.renewLease)
-	add("POST", "/v1/node/drain", s.drain(true))
-	add("POST", "/v1/node/undrain", s.drain(false))
+	add("POST", "/v1/node/drain", s.drain)
+	add("POST", "/v1/node/undrain", s.undrain)
 	if core.SimGPU() != nil {
 		add("POST", "/v1/sim/gpus/*", s.simGPU)
 	}
@@ -301,20 +308,70 @@ func (s *Server) releaseLease(w http.ResponseWriter, _ *http.Request, peer lease
 	return nil
 }
 
-func (s *Server) drain(on bool) handlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
-		if !peer.Admin {
-			return api.Errorf(api.ErrForbidden, "draining the node is for root and the admin group")
-		}
-		s.core.SetDraining(on)
-		p, err := s.published()
-		if err != nil {
-			return err
-		}
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(p.JSON())
-		return nil
+func (s *Server) drain(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
+	if !peer.Admin {
+		return api.Errorf(api.ErrForbidden, "draining the node is for root and the admin group")
 	}
+	s.core.SetDraining(true)
+	return s.writeSnapshot(w)
+}
+
+// undrain resumes new leases on the node, or, with {"gpu":...}, clears that
+// GPU's Xid fault and leaves the node's draining as it is.
+func (s *Server) undrain(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
+	if !peer.Admin {
+		return api.Errorf(api.ErrForbidden, "undraining the node and clearing GPU faults are for root and the admin group")
+	}
+	req, err := DecodeUndrain(r.Body)
+	if err != nil {
+		return err
+	}
+	if req.GPU == "" {
+		s.core.SetDraining(false)
+		return s.writeSnapshot(w)
+	}
+	idx, xid, err := s.core.ClearXid(req.GPU)
+	if err != nil {
+		return err
+	}
+	if xid != 0 {
+		s.log.Info("Xid fault cleared by an admin", "gpu", idx, "xid", xid, "uid", peer.UID, "pid", peer.PID)
+	}
+	return s.writeSnapshot(w)
+}
+
+// DecodeUndrain reads the optional body of POST /v1/node/undrain: empty (or
+// only white space) for the whole node, else exactly {"gpu":"N or UUID"}.
+func DecodeUndrain(r io.Reader) (api.UndrainRequest, error) {
+	var req api.UndrainRequest
+	b, err := io.ReadAll(r)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return req, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", tooBig.Limit)
+		}
+		return req, api.Errorf(api.ErrBadRequest, "request body: %v", err)
+	}
+	if len(bytes.TrimSpace(b)) == 0 {
+		return req, nil
+	}
+	if err := lease.DecodeJSON(bytes.NewReader(b), &req); err != nil {
+		return req, err
+	}
+	if strings.TrimSpace(req.GPU) == "" {
+		return req, api.Errorf(api.ErrBadRequest, `gpu: give a GPU index or UUID, as {"gpu":"0"}; an empty body resumes the node`)
+	}
+	return req, nil
+}
+
+func (s *Server) writeSnapshot(w http.ResponseWriter) error {
+	p, err := s.published()
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(p.JSON())
+	return nil
 }
 
 func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer lease.Peer, p []string) error {
@@ -331,6 +388,16 @@ func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer lease.Peer,
 	}
 	if err := s.core.SimGPU()(idx, u); err != nil {
 		return err
+	}
+	if u.Xid != nil {
+		// The simulated counterpart of the NVML watcher's line: one per event.
+		x := *u.Xid
+		if inventory.XidCritical(x) {
+			s.log.Error("critical Xid event (simulated): the GPU is failed and takes no new leases until an admin clears it (gpulet undrain --gpu N) or gpuletd restarts",
+				"gpu", idx, "xid", x, "meaning", inventory.XidMeaning(x), "uid", peer.UID)
+		} else {
+			s.log.Warn("Xid event of an application error (simulated); the GPU stays in service", "gpu", idx, "xid", x, "meaning", inventory.XidMeaning(x), "uid", peer.UID)
+		}
 	}
 	pub, err := s.published()
 	if err != nil {

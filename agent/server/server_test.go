@@ -1,12 +1,15 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,8 +27,10 @@ type fakeCore struct {
 	leases   map[string]api.Lease
 	peers    []lease.Peer
 	draining bool
-	sim      bool
-	pub      *snapshot.Published
+	// cleared lists the GPUs ClearXid was asked for.
+	cleared []string
+	sim     bool
+	pub     *snapshot.Published
 }
 
 func newFakeCore(t *testing.T) *fakeCore {
@@ -63,6 +68,15 @@ func (f *fakeCore) Release(p lease.Peer, id string) error {
 	return err
 }
 func (f *fakeCore) SetDraining(on bool) { f.draining = on }
+func (f *fakeCore) ClearXid(gpu string) (int, uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if gpu != "0" && gpu != "GPU-x" {
+		return 0, 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU %q", gpu)
+	}
+	f.cleared = append(f.cleared, gpu)
+	return 0, 79, nil
+}
 func (f *fakeCore) SimGPU() func(int, api.SimGPUUpdate) error {
 	if !f.sim {
 		return nil
@@ -185,4 +199,89 @@ func TestSimRouteOnlyOnSimulatedBackend(t *testing.T) {
 	if status, _, _ := do(t, c, "POST", "/v1/sim/gpus/0", `{"bogus":1}`); os.Getuid() == 0 && status != 400 {
 		t.Fatalf("bad sim body: %d", status)
 	}
+}
+
+func TestUndrain(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("undrain is for admins; without --admin-group that is root, and this test runs as uid", os.Getuid())
+	}
+	core := newFakeCore(t)
+	c := serve(t, core)
+	core.draining = true
+	if status, _, body := do(t, c, "POST", "/v1/node/undrain", `{"gpu":"0"}`); status != 200 || !strings.Contains(body, "schema") {
+		t.Fatalf("undrain of GPU 0: %d %s", status, body)
+	}
+	if !core.draining || strings.Join(core.cleared, ",") != "0" {
+		t.Fatalf("undrain of GPU 0: draining %v (want it left on), cleared %q", core.draining, core.cleared)
+	}
+	if status, _, body := do(t, c, "POST", "/v1/node/undrain", ` {"gpu":"GPU-x"}`+"\n"); status != 200 || strings.Join(core.cleared, ",") != "0,GPU-x" {
+		t.Fatalf("undrain by UUID: %d %s, cleared %q", status, body, core.cleared)
+	}
+	for _, tc := range []struct{ name, body, contains string }{
+		{"unknown GPU", `{"gpu":"9"}`, `no GPU \"9\"`},
+		{"empty gpu", `{"gpu":""}`, "an empty body resumes the node"},
+		{"empty object", `{}`, "give a GPU index or UUID"},
+		{"null", `null`, "give a GPU index or UUID"},
+		{"number", `{"gpu":0}`, "gpu: must be a string"},
+		{"unknown field", `{"gpu":"0","all":true}`, `unknown field \"all\"`},
+		{"trailing data", `{"gpu":"0"} {"gpu":"1"}`, "trailing data"},
+		{"not JSON", `gpu=0`, "malformed JSON"},
+	} {
+		status, _, body := do(t, c, "POST", "/v1/node/undrain", tc.body)
+		if status != 400 || !strings.Contains(body, api.CodeBadRequest) || !strings.Contains(body, tc.contains) {
+			t.Errorf("%s: %d %s, want 400 containing %q", tc.name, status, body, tc.contains)
+		}
+	}
+	if !core.draining || len(core.cleared) != 2 {
+		t.Fatalf("a refused undrain changed something: draining %v, cleared %q", core.draining, core.cleared)
+	}
+	if status, _, body := do(t, c, "POST", "/v1/node/undrain", ""); status != 200 || core.draining {
+		t.Fatalf("undrain without a body: %d %s, draining %v", status, body, core.draining)
+	}
+}
+
+// TestUndrainIsForAdmins serves a caller that is not an admin, as the socket
+// would have identified it.
+func TestUndrainIsForAdmins(t *testing.T) {
+	core := newFakeCore(t)
+	core.draining = true
+	srv := New(core, -1, slog.New(slog.DiscardHandler))
+	for _, body := range []string{"", `{"gpu":"0"}`} {
+		req := httptest.NewRequest("POST", "/v1/node/undrain", strings.NewReader(body))
+		req = req.WithContext(context.WithValue(req.Context(), peerKey{}, lease.Peer{UID: 1000, GID: 1000, PID: 1}))
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		if rec.Code != 403 || !strings.Contains(rec.Body.String(), api.CodeForbidden) {
+			t.Errorf("undrain %q as a user: %d %s", body, rec.Code, rec.Body.String())
+		}
+	}
+	if !core.draining || len(core.cleared) != 0 {
+		t.Fatalf("a user's undrain changed something: draining %v, cleared %q", core.draining, core.cleared)
+	}
+}
+
+func FuzzDecodeUndrain(f *testing.F) {
+	for _, seed := range []string{"", " \n", `{"gpu":"0"}`, `{"gpu":"GPU-1234"}`, `{"gpu":""}`, `{}`, `null`, `{"gpu":0}`,
+		`{"gpu":"0","x":1}`, `{"gpu":"0"}{}`, `[`, `{"gpu":"\u0000"}`, `"0"`} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		req, err := DecodeUndrain(bytes.NewReader(b))
+		if err != nil {
+			if !errors.Is(err, api.ErrBadRequest) {
+				t.Fatalf("%q: error %v is not a bad_request", b, err)
+			}
+			return
+		}
+		empty := len(bytes.TrimSpace(b)) == 0
+		if empty != (req.GPU == "") {
+			t.Fatalf("%q decoded to %+v", b, req)
+		}
+		if !empty {
+			var back api.UndrainRequest
+			if json.Unmarshal(b, &back) != nil || back != req {
+				t.Fatalf("%q decoded to %+v, encoding/json reads %+v", b, req, back)
+			}
+		}
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,7 +40,7 @@ Commands:
   leases [--all] [--json]    your leases (--all: every lease gpuletd shows you)
   release ID...              end leases
   drain                      stop new leases on this node (root and gpuletd's --admin-group)
-  undrain                    resume new leases
+  undrain [--gpu N]          resume new leases; with --gpu, clear that GPU's Xid fault
   help [COMMAND]             this text, or a command's
 
 Examples:
@@ -260,9 +261,20 @@ var commands = map[string]command{
 				return nil
 			}
 		}},
-	"undrain": {"", "Resume new leases on this node. Root and gpuletd's --admin-group only.", 0, 0,
+	"undrain": {"[--gpu N|UUID]", "Resume new leases on this node. With --gpu, clear instead the Xid fault that failed\nthat GPU, so that it takes leases again; the node's draining stays as it is. A GPU\nstill failed for another reason (an NVML error) stays failed. Root and gpuletd's\n--admin-group only.", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
+			gpu := fs.String("gpu", "", "the GPU (index or UUID) whose Xid fault to clear")
 			return func(ctx context.Context, e *env) error {
+				if fs.Changed("gpu") {
+					if strings.TrimSpace(*gpu) == "" {
+						return fmt.Errorf("--gpu is empty: give a GPU index or UUID")
+					}
+					s, err := e.c.UndrainGPU(ctx, *gpu)
+					if err != nil {
+						return err
+					}
+					return gpuCleared(e.out, s, *gpu)
+				}
 				s, err := e.c.Undrain(ctx)
 				if err != nil {
 					return err
@@ -271,6 +283,25 @@ var commands = map[string]command{
 				return nil
 			}
 		}},
+}
+
+// gpuCleared says what became of the GPU whose Xid fault was cleared: an
+// error if it is still failed, for another reason.
+func gpuCleared(w io.Writer, s *api.Snapshot, name string) error {
+	for _, g := range s.GPUs {
+		if strconv.Itoa(g.Index) != name && !strings.EqualFold(g.UUID, name) {
+			continue
+		}
+		if g.State == api.GPUFailed {
+			return fmt.Errorf("GPU %d (%s) has no Xid fault now but is still failed: %s", g.Index, g.UUID, g.Error)
+		}
+		fmt.Fprintf(w, "GPU %d (%s): Xid fault cleared; state %s, eligible %s\n", g.Index, g.UUID, g.State, yesNo(g.Eligible))
+		if s.State == api.NodeDraining {
+			fmt.Fprintf(w, "node %s is still draining: gpulet undrain resumes new leases\n", s.Node)
+		}
+		return nil
+	}
+	return fmt.Errorf("GPU %q is not in gpuletd's answer", name)
 }
 
 // ownLeases keeps the leases of uid and counts the others.
@@ -386,7 +417,10 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 				notes = append(notes, fmt.Sprintf("GPU %d instance %d: %s", g.Index, in.Instance, in.Error))
 			}
 		}
-		if g.Error != "" {
+		switch {
+		case g.Xid != 0:
+			notes = append(notes, fmt.Sprintf("GPU %d: %s (after a look at the GPU, an admin clears it: gpulet undrain --gpu %d)", g.Index, g.Error, g.Index))
+		case g.Error != "":
 			notes = append(notes, fmt.Sprintf("GPU %d: %s", g.Index, g.Error))
 		}
 		if !g.Eligible && g.State == api.GPUWorking && g.UtilizationPct > g.MaxUtilizationPct {

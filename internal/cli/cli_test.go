@@ -39,6 +39,17 @@ func fakeDaemon(t *testing.T) string {
 			json.NewEncoder(w).Encode(leases)
 		case r.Method == "DELETE" && r.URL.Path == "/v1/leases/l-mine":
 			w.WriteHeader(http.StatusNoContent)
+		case r.URL.Path == "/v1/node/undrain":
+			var req api.UndrainRequest
+			json.NewDecoder(r.Body).Decode(&req)
+			s := api.Snapshot{Node: "n1", State: "draining", GPUs: []api.GPU{
+				{Index: 0, UUID: "GPU-a", State: "working", Eligible: true},
+				{Index: 1, UUID: "GPU-b", State: "failed", Error: "NVML utilization: GPU is lost"},
+			}}
+			if req.GPU == "" {
+				s.State = "working"
+			}
+			json.NewEncoder(w).Encode(s)
 		case r.URL.Path == "/v1/node/drain":
 			w.WriteHeader(http.StatusForbidden)
 			json.NewEncoder(w).Encode(api.ErrorBody{Error: api.ErrorDetail{Code: api.CodeForbidden, Message: "draining the node is for root and the admin group"}})
@@ -82,6 +93,13 @@ func TestRun(t *testing.T) {
 		{"release", []string{"--socket", sock, "release", "l-mine"}, ExitOK, "released l-mine\n", ""},
 		{"release unknown", []string{"--socket", sock, "release", "l-nope"}, ExitFailure, "", "gpulet: not_found: no lease \"l-nope\"\n"},
 		{"release several", []string{"--socket", sock, "release", "l-nope", "l-mine"}, ExitFailure, "released l-mine", "gpulet: l-nope: not_found: no lease \"l-nope\"\ngpulet: 1 of 2 lease(s) not released\n"},
+		{"undrain", []string{"--socket", sock, "undrain"}, ExitOK, "node n1 is working", ""},
+		{"undrain a GPU", []string{"--socket", sock, "undrain", "--gpu", "0"}, ExitOK,
+			"GPU 0 (GPU-a): Xid fault cleared; state working, eligible yes\nnode n1 is still draining", ""},
+		{"undrain a GPU by UUID", []string{"--socket", sock, "undrain", "--gpu", "gpu-a"}, ExitOK, "GPU 0 (GPU-a): Xid fault cleared", ""},
+		{"undrain a GPU still failed", []string{"--socket", sock, "undrain", "--gpu", "1"}, ExitFailure, "",
+			"gpulet: GPU 1 (GPU-b) has no Xid fault now but is still failed: NVML utilization: GPU is lost\n"},
+		{"undrain an empty GPU", []string{"--socket", sock, "undrain", "--gpu", ""}, ExitFailure, "", "--gpu is empty"},
 		{"drain forbidden", []string{"--socket", sock, "drain"}, ExitFailure, "", "gpulet: forbidden: draining the node is for root and the admin group\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -132,14 +150,16 @@ func TestStatusTable(t *testing.T) {
 		GPUs: []api.GPU{
 			{Index: 0, Name: "Tesla T4", State: "working", Eligible: true, UnitsTotal: 16, UnitsUsed: 5, UnitsOffline: 2, UnitsFree: 11,
 				UtilizationPct: 37, MaxUtilizationPct: 90, MemoryUsedMiB: 100, MemoryTotalMiB: 15360, Instances: []api.Instance{{Instance: 0, State: "running", UID: &uid}}},
-			{Index: 1, Name: "Tesla T4", State: "failed", Error: "Xid 79", UnitsTotal: 16, UnitsFree: 16, MaxUtilizationPct: 90},
+			{Index: 1, Name: "Tesla T4", State: "failed", Error: "Xid 79: GPU has fallen off the bus", Xid: 79, UnitsTotal: 16, UnitsFree: 16, MaxUtilizationPct: 90},
+			{Index: 2, Name: "Tesla T4", State: "failed", Error: "NVML utilization: GPU is lost", UnitsTotal: 16, UnitsFree: 16, MaxUtilizationPct: 90},
 		}}
 	var b bytes.Buffer
 	WriteStatus(&b, s)
 	for _, want := range []string{
 		"node n1  state: working  backend: simulated (no real GPU)  mps: on",
 		"[###oo...........]", "5/2/11", "37%", "100/15360", "0:running uid 1000",
-		"failed", "GPU 1: Xid 79",
+		"failed", "GPU 1: Xid 79: GPU has fallen off the bus (after a look at the GPU, an admin clears it: gpulet undrain --gpu 1)",
+		"GPU 2: NVML utilization: GPU is lost\n",
 		"total: 32 units, 27 free, 0 reserved   (# leased  o offline  r reserved  . free)",
 	} {
 		if !strings.Contains(b.String(), want) {
@@ -191,7 +211,7 @@ func TestWriteLeases(t *testing.T) {
 }
 
 func FuzzRunArgs(f *testing.F) {
-	for _, s := range []string{"status", "leases --all", "release x y", "top --interval 1ns", "--socket", "drain extra", "help status", "status --json --socket", "-h"} {
+	for _, s := range []string{"status", "leases --all", "release x y", "top --interval 1ns", "--socket", "drain extra", "help status", "status --json --socket", "-h", "undrain --gpu 0", "undrain --gpu"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
