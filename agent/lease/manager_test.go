@@ -847,7 +847,7 @@ func TestRefusalIsPublishedBeforeItIsAnswered(t *testing.T) {
 	if v.GPUs[0].Offline != 1 || v.GPUs[1].Offline != 1 {
 		t.Fatalf("after the refusal the view shows %d and %d offline units, want 1 and 1", v.GPUs[0].Offline, v.GPUs[1].Offline)
 	}
-	if !strings.Contains(err.Error(), "0 free on the node") {
+	if !strings.Contains(err.Error(), "(0 free on the node)") {
 		t.Fatalf("refusal %q does not say the node has nothing free", err)
 	}
 }

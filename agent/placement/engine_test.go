@@ -60,14 +60,14 @@ func TestEngineFilters(t *testing.T) {
 		{name: "type", req: Request{Units: 1, Type: "t4"}, policy: FirstFit, gpu: 2, inst: 0, units: []int{0}},
 		{name: "no such type never fits", req: Request{Units: 1, Type: "H100"}, err: api.ErrInsufficientUnits, never: true, message: `not of type "H100"`},
 		{name: "more memory than any GPU never fits", req: Request{Units: 1, MemoryMiB: 90000}, err: api.ErrInsufficientUnits, never: true, message: "81920 MiB in all"},
-		{name: "more units than an instance owns never fits", req: Request{Units: 9}, err: api.ErrInsufficientUnits, never: true, message: "no MPS instance owns 9 units"},
+		{name: "more units than an instance owns never fits", req: Request{Units: 9}, err: api.ErrInsufficientUnits, never: true, message: "has no MPS instance of 9 units"},
 		{name: "memory free now", change: func(n *Node) { n.GPUs[0].MemoryFreeMiB = 100; n.GPUs[1].MemoryFreeMiB = 100 }, req: Request{Units: 1, MemoryMiB: 20000}, err: api.ErrInsufficientUnits, message: "100 MiB free"},
 		{name: "unusable GPU is skipped with its reason", change: func(n *Node) { n.GPUs[0].Unusable = "is 95% busy" }, req: Request{Units: 1, Type: "A100"}, policy: FirstFit, gpu: 1, inst: 0, units: []int{0}},
 		{name: "all unusable says why", change: func(n *Node) {
 			for i := range n.GPUs {
 				n.GPUs[i].Unusable = "failed: Xid 79"
 			}
-		}, req: Request{Units: 1}, err: api.ErrInsufficientUnits, message: "GPU 2: failed: Xid 79"},
+		}, req: Request{Units: 1}, err: api.ErrInsufficientUnits, message: "GPU 2 failed: Xid 79"},
 		{name: "instance down", change: func(n *Node) { n.GPUs[2].Instances[0].Down = "is down: MPS control daemon exited" }, req: Request{Units: 1, GPU: "2"}, gpu: 2, inst: 1, units: []int{8}},
 		{name: "all instances down says so", change: func(n *Node) {
 			n.GPUs[2].Instances[0].Down = "is down"
@@ -138,7 +138,7 @@ func TestEngineVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Verdict{{GPU: 0, Why: "is 95% busy, above --max-utilization 90%"}, {GPU: 1, Kept: true}, {GPU: 2, Why: `Tesla T4 is not of type "A100"`}}
+	want := []Verdict{{GPU: 0, Why: "is 95% busy, above --max-utilization 90%"}, {GPU: 1, Kept: true}, {GPU: 2, Why: `is a Tesla T4, not of type "A100"`}}
 	if fmt.Sprint(d.Verdicts) != fmt.Sprint(want) {
 		t.Fatalf("verdicts %+v, want %+v", d.Verdicts, want)
 	}

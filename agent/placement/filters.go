@@ -37,7 +37,8 @@ func MatchesType(name, t string) bool {
 }
 
 // reason is why a GPU or an instance was left out, kept as values and made
-// into words only when someone reads them: a decision on a large node passes
+// into words only when someone reads them. The words follow "GPU 3 ": "is 95%
+// busy", "instance 0 is down": a decision on a large node passes
 // over many full instances, and must not format a message for each.
 type reason struct {
 	kind       reasonKind
@@ -67,17 +68,17 @@ const (
 func (r reason) String() string {
 	switch r.kind {
 	case wrongType:
-		return fmt.Sprintf("%s is not of type %q", r.name, r.text)
+		return fmt.Sprintf("is a %s, not of type %q", r.name, r.text)
 	case memoryTotal:
 		return fmt.Sprintf("has %d MiB in all, less than the %d MiB asked", r.have, r.want)
 	case noInstanceSize:
-		return fmt.Sprintf("no MPS instance owns %d units", r.want)
+		return fmt.Sprintf("has no MPS instance of %d units", r.want)
 	case unusable:
 		return r.text
 	case memoryFree:
 		return fmt.Sprintf("has %d MiB free, less than the %d MiB asked", r.have, r.want)
 	case gpuUnitsFree:
-		return fmt.Sprintf("%d unit(s) free", r.have)
+		return fmt.Sprintf("has %d unit(s) free", r.have)
 	case instanceDown:
 		return fmt.Sprintf("instance %d %s", r.instance, r.text)
 	case instanceUnitsFree:

@@ -222,24 +222,22 @@ func (v gpuVerdict) verdict() Verdict {
 	return out
 }
 
-// refusal explains why no instance could take r.
+// refusal explains why no instance could take r: what kept each GPU out
+// first, then what is free on the node.
 func refusal(n *Node, r Request, verdicts []Verdict, possible bool) error {
 	free := 0
 	for _, g := range n.GPUs {
 		free += g.Free
 	}
-	var whys []string
-	for _, v := range verdicts {
-		whys = append(whys, fmt.Sprintf("GPU %d: %s", v.GPU, v.Why))
+	whys := make([]string, len(verdicts))
+	for i, v := range verdicts {
+		whys[i] = fmt.Sprintf("GPU %d %s", v.GPU, v.Why)
 	}
-	detail := ""
-	if len(whys) > 0 {
-		detail = " (" + strings.Join(whys, "; ") + ")"
-	}
+	detail := strings.Join(whys, "; ")
 	if !possible {
-		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: %d unit(s)%s%s", ErrNeverFits, r.Units, describe(r), detail)}
+		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: %d unit(s)%s: %s", ErrNeverFits, r.Units, describe(r), detail)}
 	}
-	return api.Errorf(api.ErrInsufficientUnits, "no GPU can take %d unit(s)%s now, %d free on the node%s", r.Units, describe(r), free, detail)
+	return api.Errorf(api.ErrInsufficientUnits, "no GPU can take %d unit(s)%s now: %s (%d free on the node)", r.Units, describe(r), detail, free)
 }
 
 // neverFits is an insufficient_units error that also matches ErrNeverFits.
