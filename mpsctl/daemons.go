@@ -218,6 +218,22 @@ func daemonEnv(gpu, pipeDir, logDir string) []string {
 
 func (d *Daemons) on() bool { return d.cfg.Control != "" }
 
+// On reports whether MPS is on; false for a null manager.
+func (d *Daemons) On() bool { return d.on() }
+
+// running counts the instances that run.
+func (d *Daemons) running() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, in := range d.all {
+		if in.state == api.InstanceRunning {
+			n++
+		}
+	}
+	return n
+}
+
 // Start brings up every instance: it adopts a control daemon that already answers
 // on the instance's pipe folder (one left running by an earlier gpuletd), and
 // starts one otherwise. It returns when each instance runs or has failed; the
@@ -507,6 +523,17 @@ func (d *Daemons) stop(ctx context.Context, in *instance) error {
 	d.setDown(in, ErrClosed)
 	in.log.Info("MPS control daemon quit", "pid", st.pid)
 	return nil
+}
+
+// anyLockHeld reports whether some process holds the lock of an instance's
+// pipe folder: the control daemon does for its whole life.
+func (d *Daemons) anyLockHeld() bool {
+	for _, in := range d.all {
+		if pid, err := lockHolder(in.pipeDir); pid > 0 || err != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // each runs fn on every instance at once and joins the errors in instance order:

@@ -30,7 +30,8 @@
 //     stale names (only those, never through a symlink) before it starts a daemon.
 //   - The pipe folder path must be at most 87 bytes: with a longer one the daemon
 //     cannot bind control_privileged (a Unix socket path is limited to 108 bytes),
-//     and "-d" exits 1 without a word. [New] refuses such a run dir.
+//     and "-d" exits 1 without a word. [New] refuses such a run dir; [Open] with
+//     "auto" runs on without MPS.
 //   - Without arguments the binary is a front end that sends each stdin line as a
 //     command and prints the answers; several commands may share one run, which is
 //     how one probe asks two questions. With no daemon it prints "Cannot find MPS
