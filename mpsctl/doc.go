@@ -23,7 +23,13 @@
 //     the same folder sees the lock, prints "An instance of this daemon is already
 //     running" on stdout and exits 1. F_GETLK on control_lock therefore names the
 //     daemon's pid, which is how this package finds it (see lockHolder).
-//   - In CUDA_MPS_LOG_DIRECTORY it appends to control.log and creates server.log.
+//   - In CUDA_MPS_LOG_DIRECTORY it appends to control.log and creates server.log,
+//     keeping both open with O_APPEND for its whole life and never rotating them.
+//     It logs every connection and command: six lines, about 340 bytes, for each
+//     health probe, so 29 MB a day per instance at a sample interval of 1s, on a
+//     tmpfs. No probe escapes this (merely connecting is logged), so Check cuts the
+//     files instead: a truncated file takes the daemon's next line at offset 0
+//     (tried with the real binary).
 //   - After "quit" or SIGKILL the sockets and control_lock stay behind ("quit" only
 //     removes the FIFO). A new "-d" replaces them, but a stale 0666 control_lock could
 //     be locked by any user to block the restart, so this package removes the known
