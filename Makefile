@@ -1,16 +1,20 @@
-# gpulet — build, run and test. The README names only `make run` and `make test`.
+# gpulet — build, run and test. The README names `make run`, `make test` and `make clean`.
 GO        ?= go
 BIN       := bin
 # go-nvml's header marks some NVML calls deprecated; gpulet does not use them.
 export CGO_CFLAGS ?= -Wno-deprecated-declarations
 
-# Non-root users get the socket, run dir, state dir and view under ./.run.
+# Where make run keeps gpuletd's files (scripts/run.sh says more, and prints them).
+# As root with RUN_DIR empty: gpuletd's defaults (/run/gpulet, /var/lib/gpulet).
+# Otherwise a private instance: socket, run dir and FUSE view in RUN_DIR, which
+# must be short for MPS (default $XDG_RUNTIME_DIR/gpulet, else /tmp/gpulet-UID),
+# and state in ./.run/state.
 LOCAL     := $(CURDIR)/.run
-ifeq ($(shell id -u),0)
+RUN_DIR   ?=
+# More gpuletd flags, e.g. RUN_FLAGS='--mps off --sim-gpus 1xT4'; they win.
 RUN_FLAGS ?=
-else
-RUN_FLAGS ?= --socket-group= --socket $(LOCAL)/gpulet.sock --run-dir $(LOCAL) --state-dir $(LOCAL)/state --mount $(LOCAL)/view
-endif
+# NO_BUILD=1 runs the binaries already in bin/.
+NO_BUILD  ?=
 
 .PHONY: all build run test test-deps bench fuzz vet clean
 
@@ -21,9 +25,8 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpurun ./cmd/gpurun
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpulet ./cmd/gpulet
 
-run: build
-	@./scripts/run-banner.sh "$(RUN_FLAGS)"
-	./$(BIN)/gpuletd $(RUN_FLAGS)
+run: $(if $(NO_BUILD),,build)
+	@./scripts/run.sh run $(BIN) '$(LOCAL)' '$(RUN_DIR)' $(RUN_FLAGS)
 
 test-deps:
 	@./scripts/install-test-deps.sh
@@ -39,4 +42,5 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 20m ./...
 
 clean:
-	rm -rf $(BIN) $(LOCAL)
+	@./scripts/run.sh clean '$(LOCAL)'
+	rm -rf $(BIN) '$(LOCAL)'

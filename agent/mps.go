@@ -17,8 +17,10 @@ func mpsMode(on bool) string {
 }
 
 // startMPS resolves --mps and brings up the control daemons (a null manager
-// when MPS is off). Instances that fail to start are down and retried by the
-// health checks; only a configuration error stops gpuletd.
+// when MPS is off). With --mps auto, MPS that does not work here (the binary
+// fails, the pipe folders do not fit) leaves gpuletd running without it;
+// with --mps on it stops gpuletd. Instances that fail later are down and
+// retried by the health checks.
 func (a *Agent) startMPS(ctx context.Context, closers *[]func() error) error {
 	path, on, err := mpsctl.Resolve(a.cfg.MPS, a.cfg.MPSControl)
 	if err != nil {
@@ -37,18 +39,14 @@ func (a *Agent) startMPS(ctx context.Context, closers *[]func() error) error {
 	for i, d := range a.devs {
 		uuids[i] = d.UUID
 	}
-	a.mps, err = mpsctl.New(mpsctl.Config{Control: path, RunDir: runDir, InstancesPerGPU: a.cfg.Model.InstancesPerGPU, Logger: a.log}, uuids)
+	a.mps, err = mpsctl.Open(ctx, a.cfg.MPS, mpsctl.Config{Control: path, RunDir: runDir, InstancesPerGPU: a.cfg.Model.InstancesPerGPU, Logger: a.log}, uuids)
 	if err != nil {
 		return err
 	}
-	a.mpsOn = on
+	a.mpsOn = a.mps.On()
 	*closers = append(*closers, a.mps.Close)
-	if !on {
+	if !a.mpsOn {
 		a.log.Info("MPS is off: leases carry no MPS variables", "mps", a.cfg.MPS)
-		return nil
-	}
-	if err := a.mps.Start(ctx); err != nil {
-		a.log.Error("some MPS control daemons did not start; their GPUs are degraded and they are retried", "err", err)
 	}
 	return nil
 }

@@ -20,6 +20,10 @@ const (
 	DefaultTimeout    = 5 * time.Second
 	DefaultMinBackoff = 500 * time.Millisecond
 	DefaultMaxBackoff = 30 * time.Second
+	// DefaultMaxLog bounds each log file of an instance. The control daemon logs
+	// every command it gets, the health probe's too (about 340 bytes a probe, 29
+	// MB a day per instance at one probe a second), and nothing rotates its logs.
+	DefaultMaxLog = 1 << 20
 )
 
 // maxPipeDir is the longest pipe folder path the control daemon can listen in
@@ -51,6 +55,9 @@ type Config struct {
 	// died or hangs; it doubles with each consecutive failure. Defaults
 	// DefaultMinBackoff and DefaultMaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
+	// MaxLog bounds control.log and server.log in each instance's log folder:
+	// Check cuts a longer one, keeping its end in <name>.1. Default DefaultMaxLog.
+	MaxLog int64
 	// Logger gets one line per change of an instance; default slog.Default().
 	Logger *slog.Logger
 	// Now is the clock of the restart backoff; default time.Now.
@@ -136,6 +143,9 @@ func New(cfg Config, gpuUUIDs []string) (*Daemons, error) {
 		cfg.MaxBackoff = DefaultMaxBackoff
 	}
 	cfg.MaxBackoff = max(cfg.MaxBackoff, cfg.MinBackoff)
+	if cfg.MaxLog <= 0 {
+		cfg.MaxLog = DefaultMaxLog
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -218,6 +228,22 @@ func daemonEnv(gpu, pipeDir, logDir string) []string {
 
 func (d *Daemons) on() bool { return d.cfg.Control != "" }
 
+// On reports whether MPS is on; false for a null manager.
+func (d *Daemons) On() bool { return d.on() }
+
+// running counts the instances that run.
+func (d *Daemons) running() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for _, in := range d.all {
+		if in.state == api.InstanceRunning {
+			n++
+		}
+	}
+	return n
+}
+
 // Start brings up every instance: it adopts a control daemon that already answers
 // on the instance's pipe folder (one left running by an earlier gpuletd), and
 // starts one otherwise. It returns when each instance runs or has failed; the
@@ -271,6 +297,7 @@ func (d *Daemons) Check(ctx context.Context) {
 }
 
 func (d *Daemons) check(ctx context.Context, in *instance) {
+	d.trimLogs(in)
 	st, err := d.probe(ctx, in)
 	if err == nil {
 		if prev := d.setRunning(in, st); prev != api.InstanceRunning {
@@ -507,6 +534,31 @@ func (d *Daemons) stop(ctx context.Context, in *instance) error {
 	d.setDown(in, ErrClosed)
 	in.log.Info("MPS control daemon quit", "pid", st.pid)
 	return nil
+}
+
+// anyLockHeld reports whether some process holds the lock of an instance's
+// pipe folder: the control daemon does for its whole life.
+func (d *Daemons) anyLockHeld() bool {
+	for _, in := range d.all {
+		if pid, err := lockHolder(in.pipeDir); pid > 0 || err != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// trimLogs keeps the instance's log files within MaxLog. The daemon need not run:
+// its files stay behind when it dies.
+func (d *Daemons) trimLogs(in *instance) {
+	for _, name := range logNames {
+		size, err := trimLog(in.logDir, name, d.cfg.MaxLog)
+		if err != nil {
+			in.log.Warn("cannot trim MPS log", "file", filepath.Join(in.logDir, name), "err", err)
+		}
+		if size > 0 {
+			in.log.Info("MPS log trimmed", "file", filepath.Join(in.logDir, name), "size", size, "kept_in", name+".1")
+		}
+	}
 }
 
 // each runs fn on every instance at once and joins the errors in instance order:

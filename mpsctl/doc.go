@@ -23,14 +23,21 @@
 //     the same folder sees the lock, prints "An instance of this daemon is already
 //     running" on stdout and exits 1. F_GETLK on control_lock therefore names the
 //     daemon's pid, which is how this package finds it (see lockHolder).
-//   - In CUDA_MPS_LOG_DIRECTORY it appends to control.log and creates server.log.
+//   - In CUDA_MPS_LOG_DIRECTORY it appends to control.log and creates server.log,
+//     keeping both open with O_APPEND for its whole life and never rotating them.
+//     It logs every connection and command: six lines, about 340 bytes, for each
+//     health probe, so 29 MB a day per instance at a sample interval of 1s, on a
+//     tmpfs. No probe escapes this (merely connecting is logged), so Check cuts the
+//     files instead: a truncated file takes the daemon's next line at offset 0
+//     (tried with the real binary).
 //   - After "quit" or SIGKILL the sockets and control_lock stay behind ("quit" only
 //     removes the FIFO). A new "-d" replaces them, but a stale 0666 control_lock could
 //     be locked by any user to block the restart, so this package removes the known
 //     stale names (only those, never through a symlink) before it starts a daemon.
 //   - The pipe folder path must be at most 87 bytes: with a longer one the daemon
 //     cannot bind control_privileged (a Unix socket path is limited to 108 bytes),
-//     and "-d" exits 1 without a word. [New] refuses such a run dir.
+//     and "-d" exits 1 without a word. [New] refuses such a run dir; [Open] with
+//     "auto" runs on without MPS.
 //   - Without arguments the binary is a front end that sends each stdin line as a
 //     command and prints the answers; several commands may share one run, which is
 //     how one probe asks two questions. With no daemon it prints "Cannot find MPS

@@ -1,7 +1,9 @@
 package mpsctl
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 )
@@ -39,4 +41,48 @@ func Resolve(mode, control string) (path string, enabled bool, err error) {
 		return "", false, fmt.Errorf("mpsctl: %s: %w", p, err)
 	}
 	return abs, true, nil
+}
+
+// Open makes the Daemons of gpuUUIDs for --mps=mode and starts them; cfg.Control
+// is what [Resolve] returned (empty: MPS off, a null manager).
+//
+// "auto" means MPS where it works here, so no MPS problem stops gpuletd: when New
+// refuses the configuration (a pipe folder too long for the control daemon) or
+// Start brings up no instance at all (a control binary that exits at once, hangs or
+// answers garbage), Open stops what it started, logs why, and returns a null
+// manager. With "on" the same problems are an error. When some instances start and
+// others do not, the others are down and retried by Check, in either mode: MPS
+// works here, and their GPUs are degraded until they answer. When ctx ends during
+// Start, Open returns the Daemons as they are: the caller is stopping.
+func Open(ctx context.Context, mode string, cfg Config, gpuUUIDs []string) (*Daemons, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	d, err := New(cfg, gpuUUIDs)
+	if err == nil {
+		err = d.Start(ctx)
+		if err == nil || ctx.Err() != nil {
+			return d, nil
+		}
+		if d.running() > 0 {
+			log.Error("some MPS control daemons did not start; their GPUs are degraded and they are retried", "err", err)
+			return d, nil
+		}
+		// A daemon that started but never answered is quit if it can be (what
+		// Close cannot reach it logs); where none holds its lock, none runs.
+		if d.anyLockHeld() {
+			_ = d.Close()
+		}
+		err = fmt.Errorf("no MPS control daemon started: %w", err)
+	}
+	if cfg.Control == "" {
+		return nil, err
+	}
+	if mode != ModeAuto {
+		return nil, fmt.Errorf("--mps=%s: %w", mode, err)
+	}
+	log.Warn("MPS does not work here, so gpuletd runs without it (--mps=auto; --mps=on would stop instead)", "why", err.Error())
+	cfg.Control = ""
+	return New(cfg, gpuUUIDs)
 }

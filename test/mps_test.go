@@ -158,3 +158,62 @@ func TestMPSOnWithoutBinaryRefusesToStart(t *testing.T) {
 		t.Fatalf("gpuletd --mps on without the binary: %v\n%s", err, out)
 	}
 }
+
+// TestMPSAutoRunsOnWithoutWorkingMPS: with --mps auto, a pipe folder too long
+// for the control daemon or a control binary that fails leaves MPS off, says
+// why, and gpuletd serves; with --mps on the same problems stop it with the
+// reason.
+func TestMPSAutoRunsOnWithoutWorkingMPS(t *testing.T) {
+	control, err := exec.LookPath("nvidia-cuda-mps-control")
+	if err != nil {
+		t.Skip("nvidia-cuda-mps-control is not installed (make test installs Debian's nvidia-cuda-mps as root):", err)
+	}
+	falseBin, err := exec.LookPath("false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name, control, why string
+		longRunDir         bool
+	}{
+		{name: "pipe folder too long", control: control, why: "at most 87", longRunDir: true},
+		{name: "control binary fails", control: falseBin, why: "no MPS control daemon started"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			runDir, err := os.MkdirTemp("/tmp", "gm")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.longRunDir {
+				runDir = filepath.Join(runDir, strings.Repeat("r", 60))
+			}
+			t.Cleanup(func() {
+				killControlDaemons(runDir)
+				os.RemoveAll(runDir)
+			})
+			d := e2e.Start(t, "--mps", "auto", "--mps-control", c.control, "--run-dir", runDir)
+			s, err := d.Client.Snapshot(e2e.Ctx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.MPS != "off" || !strings.Contains(d.Log.String(), "runs without it") || !strings.Contains(d.Log.String(), c.why) {
+				t.Fatalf("mps %q; log:\n%s\nwant mps off and the reason %q", s.MPS, d.Log, c.why)
+			}
+			l, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
+			if err != nil || l.Env["CUDA_MPS_PIPE_DIRECTORY"] != "" {
+				t.Fatalf("lease %+v, %v: want one without MPS variables", l, err)
+			}
+			if n := len(controlDaemons(runDir)); n != 0 {
+				t.Fatalf("%d control daemons run", n)
+			}
+			d.Stop()
+
+			out, err := exec.Command(e2e.Bin("gpuletd"), "--backend", "sim", "--mps", "on", "--mps-control", c.control,
+				"--socket", filepath.Join(dir, "on.sock"), "--run-dir", runDir, "--state-dir", filepath.Join(dir, "state"), "--mount", "").CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "gpuletd: --mps=on") || !strings.Contains(string(out), c.why) {
+				t.Fatalf("gpuletd --mps on: %v\n%s\nwant it to stop, saying %q", err, out, c.why)
+			}
+		})
+	}
+}

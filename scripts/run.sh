@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# make run and make clean: where gpuletd keeps its files when a newcomer starts it.
+#
+#   run.sh run BIN LOCAL RUN_DIR [gpuletd flags...]   say where things are, run gpuletd
+#   run.sh clean LOCAL                                 remove the run dir run.sh chose
+#
+# As root with RUN_DIR empty, gpuletd runs with its own defaults (/run/gpulet,
+# /var/lib/gpulet), like the systemd service. Otherwise it is a private instance:
+# socket, run dir and FUSE view in RUN_DIR, state in LOCAL/state (LOCAL is the
+# clone's .run). An empty RUN_DIR is $XDG_RUNTIME_DIR/gpulet where that is usable,
+# else /tmp/gpulet-UID. Neither lives in the clone, whose path can be of any
+# length: the MPS control daemon listens only in pipe folders of at most 87 bytes,
+# which gpuletd makes at <run dir>/mps/GPU-<36-character UUID>/<k>/pipe.
+set -euo pipefail
+
+uid=$(id -u)
+# 87 bytes for the pipe folder, less "/mps/GPU-" (9), the UUID (36), "/k/pipe" (7).
+max_run_dir=35
+
+fail() {
+	echo "make run: $*" >&2
+	exit 1
+}
+
+# mode_of prints "UID MODE TYPE" of a path, never following a symlink (GNU stat
+# reports on the link itself unless told -L).
+mode_of() { stat -c '%u %a %F' -- "$1"; }
+
+# usable_runtime: $XDG_RUNTIME_DIR as the XDG spec wants it (a folder of ours,
+# mode 0700), and short enough that <it>/gpulet fits the MPS pipe folders.
+usable_runtime() {
+	local d=${XDG_RUNTIME_DIR:-}
+	case $d in /*) ;; *) return 1 ;; esac
+	[ $((${#d} + 7)) -le $max_run_dir ] || return 1
+	[ "$(mode_of "$d" 2>/dev/null)" = "$uid 700 directory" ] && [ -w "$d" ]
+}
+
+# own_dir makes sure $1 is a folder of ours, mode 0700, creating it if missing.
+# /tmp is everyone's: another user may have made the name first, as a folder, a
+# file or a symlink to somewhere of ours. mkdir never follows a symlink, and the
+# one stat after it sees what is there now; once it is our folder, /tmp's sticky
+# bit keeps others from renaming or removing it.
+own_dir() {
+	local d=$1 owner mode type
+	mkdir -m 0700 -- "$d" 2>/dev/null || true
+	read -r owner mode type < <(mode_of "$d" 2>/dev/null || echo "- - missing")
+	if [ "$type" != directory ] || [ "$owner" != "$uid" ]; then
+		fail "$d is not a folder of yours (${type}, owner uid ${owner}): someone else made it first. Remove it if you can, or choose another: make run RUN_DIR=/a/short/folder/of/yours"
+	fi
+	[ "$mode" = 700 ] || chmod 0700 -- "$d"
+}
+
+private_dir() {
+	if usable_runtime; then
+		echo "$XDG_RUNTIME_DIR/gpulet"
+		return
+	fi
+	[ -k /tmp ] || fail "/tmp has no sticky bit, so a folder of yours there is not safe: make run RUN_DIR=/a/short/folder/of/yours"
+	echo "/tmp/gpulet-$uid"
+}
+
+# last_flag NAME DEFAULT FLAGS...: the value the last --NAME in FLAGS gives
+# (pflag keeps the last one), else DEFAULT.
+last_flag() {
+	local name=$1 v=$2
+	shift 2
+	while [ $# -gt 0 ]; do
+		case $1 in
+		--"$name") v=${2-}; shift ;;
+		--"$name"=*) v=${1#*=} ;;
+		esac
+		shift
+	done
+	printf '%s' "$v"
+}
+
+run() {
+	local bin=$1 local_dir=$2 run_dir=$3
+	shift 3
+	local flags=()
+	if [ "$uid" -ne 0 ] || [ -n "$run_dir" ]; then
+		if [ -z "$run_dir" ]; then
+			run_dir=$(private_dir)
+			own_dir "$run_dir"
+			# make clean removes what make run chose, and only that.
+			mkdir -p -- "$local_dir"
+			printf '%s\n' "$run_dir" >"$local_dir/run-dir"
+		fi
+		case $run_dir in /*) ;; *) run_dir=$PWD/$run_dir ;; esac
+		# An empty --socket-group leaves the socket to its owner alone.
+		flags=(--socket-group= --socket "$run_dir/gpulet.sock" --run-dir "$run_dir" --state-dir "$local_dir/state")
+	fi
+	flags+=("$@")
+	local sock rd state view
+	sock=$(last_flag socket /run/gpulet/gpulet.sock "${flags[@]}")
+	rd=$(last_flag run-dir /run/gpulet "${flags[@]}")
+	state=$(last_flag state-dir /var/lib/gpulet "${flags[@]}")
+	view=$(last_flag mount "$rd/view" "${flags[@]}")
+	local fit=""
+	[ ${#rd} -le $max_run_dir ] || fit=" (over $max_run_dir bytes, too long for MPS: --mps auto runs without it)"
+	cat <<TXT
+gpuletd starts in the foreground (Ctrl-C stops it).
+  socket     $sock
+  run dir    $rd$fit
+             pipe-file ledger, lease journal, MPS pipe and log folders
+  state dir  $state
+  FUSE view  ${view:-none}
+In another terminal:
+  export GPULET_SOCKET=$(printf %q "$sock")
+  export GPULET_RUN_DIR=$(printf %q "$rd")    # for gpurun --offline
+  $bin/gpulet status
+  $bin/gpurun --units 1 -- sh -c 'echo \$CUDA_VISIBLE_DEVICES'
+  curl --unix-socket \$GPULET_SOCKET http://gpulet/v1/snapshot
+TXT
+	exec "$bin/gpuletd" "${flags[@]}"
+}
+
+# clean removes the run dir that run chose, if it is still a folder of ours that no
+# gpuletd uses; its MPS control daemons are told to quit, its view unmounted.
+clean() {
+	local rec=$1/run-dir d owner mode type
+	[ -f "$rec" ] || return 0
+	d=$(cat -- "$rec")
+	case $d in
+	/tmp/gpulet-"$uid" | /*/gpulet) ;;
+	*)
+		echo "make clean: $rec names $d, which make run does not choose: left alone" >&2
+		return 0
+		;;
+	esac
+	read -r owner mode type < <(mode_of "$d" 2>/dev/null || echo "- - missing")
+	[ "$type" != missing ] || return 0
+	if [ "$type" != directory ] || [ "$owner" != "$uid" ]; then
+		echo "make clean: $d is not a folder of yours: left alone" >&2
+		return 0
+	fi
+	if [ -e "$d/gpuletd.lock" ] && command -v flock >/dev/null && ! flock -n "$d/gpuletd.lock" true; then
+		echo "make clean: gpuletd still runs with run dir $d: stop it first" >&2
+		exit 1
+	fi
+	if command -v nvidia-cuda-mps-control >/dev/null; then
+		local p
+		for p in "$d"/mps/*/*/pipe; do
+			[ -d "$p" ] || continue
+			echo quit | CUDA_MPS_PIPE_DIRECTORY=$p timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1 || true
+		done
+	fi
+	if mountpoint -q "$d/view" 2>/dev/null; then
+		fusermount3 -u -z "$d/view" 2>/dev/null || umount -l "$d/view" 2>/dev/null || true
+	fi
+	rm -rf -- "$d"
+	rm -f -- "$rec"
+	echo "removed $d"
+}
+
+cmd=${1-}
+shift || true
+case $cmd in
+run) run "$@" ;;
+clean) clean "$@" ;;
+*) fail "usage: run.sh run BIN LOCAL RUN_DIR [flags...] | run.sh clean LOCAL" ;;
+esac
