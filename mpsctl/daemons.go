@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+
+	"github.com/gpulet/gpulet/internal/procfs"
 )
 
 // Defaults for Config fields left zero.
@@ -428,7 +430,7 @@ func (d *Daemons) probe(ctx context.Context, in *instance) (probeResult, error) 
 		r.clients += n
 		// The manual says one server runs at a time (a client of another user
 		// waits until it has drained), so the first one is the one that serves.
-		if uid, ok := procUID(s); ok && r.serverUID == nil {
+		if uid, err := procfs.RealUID(s); err == nil && r.serverUID == nil {
 			r.serverUID = &uid
 		}
 	}

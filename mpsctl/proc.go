@@ -1,18 +1,17 @@
 package mpsctl
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gpulet/gpulet/internal/procfs"
 )
 
 // Names the control daemon creates in its pipe folder (see the package comment).
@@ -49,65 +48,22 @@ func lockHolder(pipeDir string) (int, error) {
 	return int(lk.Pid), nil
 }
 
-// procState returns the state letter of pid from /proc (R, S, T, Z, ...), or ""
-// when the process does not exist.
-func procState(pid int) string {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return ""
-	}
-	// The command name in parentheses may hold spaces; the state follows the last ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 || i+2 >= len(b) {
-		return ""
-	}
-	return string(b[i+2])
-}
-
 // alive reports whether pid runs. A zombie does not: a control daemon that died is
 // a zombie until its parent (init) reaps it, and some inits never do.
 func alive(pid int) bool {
-	s := procState(pid)
-	return s != "" && s != "Z" && s != "X"
-}
-
-// procUID returns the real uid of pid.
-func procUID(pid int) (uint32, bool) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "Uid:")
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(rest)
-		if len(fields) == 0 {
-			return 0, false
-		}
-		uid, err := strconv.ParseUint(fields[0], 10, 32)
-		return uint32(uid), err == nil
-	}
-	return 0, false
+	st, err := procfs.ReadStat(pid)
+	return err == nil && !st.Exited()
 }
 
 // isOurDaemon reports whether pid runs the control binary at path under our own
 // uid. control_lock is writable by everyone, so its lock holder is checked before
 // it is killed.
 func isOurDaemon(pid int, path string) bool {
-	exe, err := os.Stat("/proc/" + strconv.Itoa(pid) + "/exe")
-	if err != nil {
+	if !procfs.SameExecutable(pid, path) {
 		return false
 	}
-	bin, err := os.Stat(path)
-	if err != nil || !os.SameFile(exe, bin) {
-		return false
-	}
-	uid, ok := procUID(pid)
-	return ok && uid == uint32(os.Geteuid())
+	uid, err := procfs.RealUID(pid)
+	return err == nil && uid == uint32(os.Geteuid())
 }
 
 // waitGone polls until pid no longer runs, for at most timeout.
