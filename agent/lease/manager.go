@@ -26,6 +26,7 @@ import (
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 const (
@@ -656,7 +657,7 @@ func (m *Manager) checkRequest(req Request) error {
 	if req.Type != "" {
 		found := false
 		for _, g := range m.gpus {
-			found = found || strings.Contains(strings.ToLower(g.dev.Name), strings.ToLower(req.Type))
+			found = found || pipefile.MatchType(req.Type, g.dev.Name)
 		}
 		if !found {
 			return api.Errorf(api.ErrNotFound, "type: no GPU on this node matches %q", req.Type)
@@ -667,16 +668,13 @@ func (m *Manager) checkRequest(req Request) error {
 
 // resolveGPU finds a GPU by index or UUID.
 func (m *Manager) resolveGPU(s string) (int, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n >= 0 && n < len(m.gpus) {
-			return n, nil
-		}
-		return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with index %d (this node has %d)", n, len(m.gpus))
-	}
 	for i, g := range m.gpus {
-		if strings.EqualFold(g.dev.UUID, s) {
+		if pipefile.MatchGPU(s, i, g.dev.UUID) {
 			return i, nil
 		}
+	}
+	if n, ok := pipefile.GPUIndex(s); ok {
+		return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with index %d (this node has %d)", n, len(m.gpus))
 	}
 	return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with UUID %q on this node", s)
 }
@@ -812,7 +810,7 @@ func (m *Manager) placeLocked(peer Peer, req Request, cond *Conditions) (placeme
 		if want >= 0 && gi != want {
 			continue
 		}
-		if req.Type != "" && !strings.Contains(strings.ToLower(g.dev.Name), strings.ToLower(req.Type)) {
+		if !pipefile.MatchType(req.Type, g.dev.Name) {
 			continue
 		}
 		var gc *GPUCondition
