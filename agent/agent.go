@@ -163,7 +163,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	for i, d := range a.devs {
 		gpus[i] = ledger.GPU{Index: d.Index, UUID: d.UUID, Name: d.Name}
 	}
-	if a.ledger, err = ledger.New(cfg.RunDir, cfg.Model, gpus, log); err != nil {
+	if a.ledger, err = ledger.New(cfg.RunDir, cfg.Model, gpus, ledger.GroupID(cfg.SocketGroup), log); err != nil {
 		return err
 	}
 	// Closed after the lease engine and the watch, which are stopped first.
@@ -221,6 +221,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		case <-ticker.C:
 			a.mps.Check(ctx)
 			a.sample()
+			a.ledger.Sweep()
 			a.leases.Tick()
 			a.changed()
 			daemon.SdNotify(false, daemon.SdNotifyWatchdog)

@@ -189,7 +189,7 @@ func TestReleaseGivesUnitsBack(t *testing.T) {
 func TestClaimIsLiveToTheLedger(t *testing.T) {
 	run := t.TempDir()
 	model := units.Default()
-	l, err := ledger.New(run, model, []ledger.GPU{{Index: 0, UUID: "GPU-x", Name: "Tesla T4"}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l, err := ledger.New(run, model, []ledger.GPU{{Index: 0, UUID: "GPU-x", Name: "Tesla T4"}}, -1, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
