@@ -286,3 +286,39 @@ func TestWatchEvents(t *testing.T) {
 		t.Fatalf("the removed folder logged %d times:\n%s", n, logs.String())
 	}
 }
+
+// An offline claim belongs to its FIFO's owner; a symlink at a unit name is no
+// claim, whoever owns what it points to.
+func TestStatIsTheFIFOsOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give FIFOs to other uids; runs as", os.Geteuid())
+	}
+	l := newTestLedger(t)
+	if err := unix.Mkfifo(l.Path(0, 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(l.Path(0, 1), 3001, -1); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(target, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(target, 3002, -1)
+	if err := os.Symlink(target, l.Path(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	os.Lchown(l.Path(0, 2), 3003, -1)
+	if uid, _, ok := l.Stat(0, 1); !ok || uid != 3001 {
+		t.Fatalf("FIFO of uid 3001: uid %d ok %v", uid, ok)
+	}
+	if uid, _, ok := l.Stat(0, 2); ok {
+		t.Fatalf("a symlink to a FIFO counted as a claim of uid %d", uid)
+	}
+	if l.Present(0, 2) || l.Held(0, 2) {
+		t.Fatal("a symlink to a FIFO is present or held")
+	}
+	if stale, err := l.Probe(0, 2, FileID{}); stale || err != nil {
+		t.Fatalf("Probe of a symlink: stale=%v err=%v", stale, err)
+	}
+}
