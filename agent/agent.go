@@ -137,7 +137,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	for i, d := range a.devs {
 		gpus[i] = ledger.GPU{Index: d.Index, UUID: d.UUID, Name: d.Name}
 	}
-	if a.ledger, err = ledger.New(cfg.RunDir, cfg.Model, gpus, log); err != nil {
+	if a.ledger, err = ledger.New(cfg.RunDir, cfg.Model, gpus, ledger.GroupID(cfg.SocketGroup), log); err != nil {
 		return err
 	}
 	// Closed after the lease engine and the watch, which are stopped first.
@@ -205,6 +205,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			log.Info("SIGHUP: nothing to reload, gpuletd runs without --config")
 		case <-ticker.C:
 			a.sample()
+			a.ledger.Sweep()
 			a.leases.Tick()
 			a.changed()
 			systemd.Watchdog()

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/gpulet/gpulet/agent/metrics"
@@ -42,6 +43,12 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 			g.Error = samples[i].Err.Error()
 		}
 		g.Xid = samples[i].Xid
+		if len(gv.OfflineByUID) > 0 {
+			g.OfflineByUID = make(map[string]int, len(gv.OfflineByUID))
+			for uid, n := range gv.OfflineByUID {
+				g.OfflineByUID[strconv.FormatUint(uint64(uid), 10)] = n
+			}
+		}
 		mpsStates := a.mps.Status(d.UUID)
 		anyUp := false
 		for k, iv := range gv.Instances {

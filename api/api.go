@@ -83,6 +83,9 @@ type GPU struct {
 	MemoryTotalMiB    uint64     `json:"memory_total_mib"`
 	MemoryUsedMiB     uint64     `json:"memory_used_mib"`
 	Instances         []Instance `json:"instances"`
+	// OfflineByUID splits UnitsOffline by the owner of each claim's FIFO: uid
+	// (decimal) → units. Absent when no unit is claimed offline.
+	OfflineByUID map[string]int `json:"offline_by_uid,omitempty"`
 	// Error says why a GPU is failed; empty otherwise.
 	Error string `json:"error,omitempty"`
 	// Xid is the critical Xid event that failed the GPU; it stays until an

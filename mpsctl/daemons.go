@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-
 	"github.com/gpulet/gpulet/internal/procfs"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 // Defaults for Config fields left zero.
@@ -216,9 +216,9 @@ func daemonEnv(gpu, pipeDir, logDir string) []string {
 		path = defaultPath
 	}
 	env := []string{
-		"CUDA_VISIBLE_DEVICES=" + gpu,
-		"CUDA_MPS_PIPE_DIRECTORY=" + pipeDir,
-		"CUDA_MPS_LOG_DIRECTORY=" + logDir,
+		pipefile.EnvVisibleDevices + "=" + gpu,
+		pipefile.EnvPipeDirectory + "=" + pipeDir,
+		pipefile.EnvLogDirectory + "=" + logDir,
 		"PATH=" + path,
 	}
 	// The server loads libcuda; a non-standard driver location is found only this way.
@@ -639,7 +639,7 @@ func (d *Daemons) Env(gpuUUID string, k int) map[string]string {
 		return nil
 	}
 	return map[string]string{
-		"CUDA_MPS_PIPE_DIRECTORY": in.pipeDir,
-		"CUDA_MPS_LOG_DIRECTORY":  in.logDir,
+		pipefile.EnvPipeDirectory: in.pipeDir,
+		pipefile.EnvLogDirectory:  in.logDir,
 	}
 }

@@ -2,17 +2,13 @@ package test
 
 import (
 	"bufio"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -44,7 +40,8 @@ func TestMakeRun(t *testing.T) {
 	if mpsErr != nil {
 		t.Log("nvidia-cuda-mps-control is absent, so MPS is not checked:", mpsErr)
 	}
-	u := newUser(t)
+	nu := e2e.NewUserWithGroup(t)
+	u := &nu
 
 	t.Run("root", func(t *testing.T) {
 		// Root's default is the system's /run/gpulet: a test takes a folder of its own.
@@ -64,7 +61,7 @@ func TestMakeRun(t *testing.T) {
 		xdg  bool
 	}{{name: "user", xdg: false}, {name: "user with XDG_RUNTIME_DIR", xdg: true}} {
 		t.Run(c.name, func(t *testing.T) {
-			want := fmt.Sprintf("/tmp/gpulet-%d", u.uid)
+			want := fmt.Sprintf("/tmp/gpulet-%d", u.UID)
 			env := userEnv
 			if c.xdg {
 				xdg := shortTemp(t, "gx")
@@ -76,18 +73,18 @@ func TestMakeRun(t *testing.T) {
 			clone := makeClone(t, u)
 			r := startMakeRun(t, clone, u, env)
 			r.check(t, filepath.Join(want, "gpulet.sock"), mpsErr == nil)
-			out, code := e2e.Output(t, u.cmd(clone, env, "make", "clean"))
+			out, code := e2e.Output(t, userCmd(u, clone, env, "make", "clean"))
 			if _, err := os.Stat(r.socket); code == 0 || !strings.Contains(out, "still runs") || err != nil {
 				t.Fatalf("make clean while gpuletd runs: exit %d, socket %v\n%s", code, err, out)
 			}
 			r.stop(t)
 			fi, err := os.Lstat(want)
-			if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != u.uid {
+			if err != nil || !fi.IsDir() || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != u.UID {
 				t.Fatalf("run dir %s: %v %v, want the user's own folder of mode 0700", want, fi, err)
 			}
 
 			// make clean removes what make run made, the run dir outside the clone too.
-			out, code = e2e.Output(t, u.cmd(clone, env, "make", "clean"))
+			out, code = e2e.Output(t, userCmd(u, clone, env, "make", "clean"))
 			if code != 0 {
 				t.Fatalf("make clean: exit %d\n%s", code, out)
 			}
@@ -102,7 +99,7 @@ func TestMakeRun(t *testing.T) {
 	// Another user made /tmp/gpulet-UID first (a folder, or a symlink to one of
 	// the user's): make run refuses it instead of putting the socket there.
 	t.Run("user refuses a planted run dir", func(t *testing.T) {
-		planted := fmt.Sprintf("/tmp/gpulet-%d", u.uid)
+		planted := fmt.Sprintf("/tmp/gpulet-%d", u.UID)
 		mine := shortTemp(t, "gm")
 		chown(t, mine, u)
 		clone := makeClone(t, u)
@@ -113,7 +110,7 @@ func TestMakeRun(t *testing.T) {
 			if err := plant(); err != nil {
 				t.Fatal(err)
 			}
-			out, code := e2e.Output(t, u.cmd(clone, userEnv, "make", "run", "NO_BUILD=1"))
+			out, code := e2e.Output(t, userCmd(u, clone, userEnv, "make", "run", "NO_BUILD=1"))
 			os.Remove(planted)
 			if code == 0 || !strings.Contains(out, "not a folder of yours") || strings.Contains(out, "gpuletd starts") {
 				t.Fatalf("make run with %s planted: exit %d\n%s", planted, code, out)
@@ -125,49 +122,22 @@ func TestMakeRun(t *testing.T) {
 	})
 }
 
-// testUser is a plain user the test created.
-type testUser struct {
-	name     string
-	uid, gid uint32
-}
-
-// cmd runs name as the user in dir, in a process group of its own.
-func (u *testUser) cmd(dir string, env []string, name string, args ...string) *exec.Cmd {
+// userCmd runs name as u (root when u is nil) in dir, in a process group of
+// its own.
+func userCmd(u *e2e.User, dir string, env []string, name string, args ...string) *exec.Cmd {
 	c := exec.Command(name, args...)
 	c.Dir = dir
 	c.Env = env
 	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if u != nil {
-		c.SysProcAttr.Credential = &syscall.Credential{Uid: u.uid, Gid: u.gid}
+		u.Command(c)
 	}
 	return c
 }
 
-// newUser creates a user with a name unique to this run, removed at the end.
-func newUser(t *testing.T) *testUser {
+func chown(t *testing.T, path string, u *e2e.User) {
 	t.Helper()
-	if _, err := exec.LookPath("useradd"); err != nil {
-		t.Skip("useradd is not installed:", err)
-	}
-	var b [4]byte
-	rand.Read(b[:])
-	name := "gpmk" + hex.EncodeToString(b[:])
-	if out, err := exec.Command("useradd", "--no-create-home", "--user-group", "--shell", "/bin/sh", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd: %v\n%s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	pw, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.ParseUint(pw.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(pw.Gid, 10, 32)
-	return &testUser{name: name, uid: uint32(uid), gid: uint32(gid)}
-}
-
-func chown(t *testing.T, path string, u *testUser) {
-	t.Helper()
-	if err := os.Chown(path, int(u.uid), int(u.gid)); err != nil {
+	if err := os.Chown(path, int(u.UID), int(u.GID)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -186,7 +156,7 @@ func shortTemp(t *testing.T, prefix string) string {
 // makeClone copies the module's files as a clone has them (no .git, no build
 // outputs) to a path of about clonePathLen bytes, with the harness's binaries in
 // its bin/, owned by u when u is not nil.
-func makeClone(t *testing.T, u *testUser) string {
+func makeClone(t *testing.T, u *e2e.User) string {
 	t.Helper()
 	src, err := filepath.Abs("..")
 	if err != nil {
@@ -235,7 +205,7 @@ func makeClone(t *testing.T, u *testUser) string {
 	if u != nil {
 		filepath.WalkDir(clone, func(p string, _ fs.DirEntry, err error) error {
 			if err == nil {
-				err = os.Lchown(p, int(u.uid), int(u.gid))
+				err = os.Lchown(p, int(u.UID), int(u.GID))
 			}
 			return err
 		})
@@ -272,7 +242,7 @@ func copyFile(src, dst string) error {
 // makeRun is one `make run` in the foreground.
 type makeRun struct {
 	cmd    *exec.Cmd
-	u      *testUser
+	u      *e2e.User
 	clone  string
 	env    []string
 	out    *e2e.SyncBuffer
@@ -282,10 +252,10 @@ type makeRun struct {
 
 // startMakeRun starts `make run NO_BUILD=1 vars...` in clone as u (root when nil)
 // and reads the banner up to its GPULET_SOCKET.
-func startMakeRun(t *testing.T, clone string, u *testUser, env []string, vars ...string) *makeRun {
+func startMakeRun(t *testing.T, clone string, u *e2e.User, env []string, vars ...string) *makeRun {
 	t.Helper()
 	r := &makeRun{u: u, clone: clone, env: env, out: &e2e.SyncBuffer{}, done: make(chan error, 1)}
-	r.cmd = u.cmd(clone, env, "make", append([]string{"run", "NO_BUILD=1"}, vars...)...)
+	r.cmd = userCmd(u, clone, env, "make", append([]string{"run", "NO_BUILD=1"}, vars...)...)
 	pr, pw := io.Pipe()
 	r.cmd.Stdout, r.cmd.Stderr = pw, pw
 	if err := r.cmd.Start(); err != nil {
@@ -347,12 +317,12 @@ func (r *makeRun) check(t *testing.T, wantSocket string, wantMPS bool) {
 			t.Fatalf("bin/gpulet status did not answer within 20s: exit %d\n%s", code, out)
 		}
 		time.Sleep(20 * time.Millisecond)
-		out, code = e2e.Output(t, r.u.cmd(r.clone, env, "bin/gpulet", "status"))
+		out, code = e2e.Output(t, userCmd(r.u, r.clone, env, "bin/gpulet", "status"))
 	}
 	if !strings.Contains(out, "backend: simulated") {
 		t.Fatalf("bin/gpulet status:\n%s", out)
 	}
-	out, code = e2e.Output(t, r.u.cmd(r.clone, env, "bin/gpulet", "status", "--json"))
+	out, code = e2e.Output(t, userCmd(r.u, r.clone, env, "bin/gpulet", "status", "--json"))
 	var s api.Snapshot
 	if err := json.Unmarshal([]byte(out), &s); code != 0 || err != nil {
 		t.Fatalf("bin/gpulet status --json: exit %d %v\n%s", code, err, out)

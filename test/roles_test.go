@@ -25,6 +25,8 @@ func runHelperRole(role string) int {
 		return claimRole()
 	case "user":
 		return userRole()
+	case "intrude":
+		return intrudeRole()
 	}
 	fmt.Fprintln(os.Stderr, "unknown role", role)
 	return 2
@@ -120,5 +122,35 @@ func userRole() int {
 	_, err = c.Drain(ctx)
 	fmt.Println("drain=" + code(err))
 	fmt.Println("release-own=" + code(c.Release(ctx, own.ID)))
+	return 0
+}
+
+// intrudeRole tries to put an entry of every kind at unit names of the
+// instance folder GPULET_E2E_DIR, and to list it, and prints what each try
+// gave, one per line.
+func intrudeRole() int {
+	dir := os.Getenv("GPULET_E2E_DIR")
+	result := func(err error) string {
+		if err == nil {
+			return "ok"
+		}
+		var errno unix.Errno
+		if errors.As(err, &errno) {
+			return errno.Error()
+		}
+		return err.Error()
+	}
+	at := func(name string) string { return filepath.Join(dir, name) }
+	fmt.Println("fifo=" + result(unix.Mkfifo(at("unit-0"), 0o600)))
+	fd, err := unix.Open(at("unit-1"), unix.O_CREAT|unix.O_WRONLY, 0o644)
+	if err == nil {
+		unix.Close(fd)
+	}
+	fmt.Println("file=" + result(err))
+	fmt.Println("symlink=" + result(unix.Symlink("/etc/shadow", at("unit-2"))))
+	fmt.Println("folder=" + result(unix.Mkdir(at("unit-3"), 0o755)))
+	fmt.Println("temp=" + result(unix.Mkfifo(at(".claim-x"), 0o600)))
+	_, err = os.ReadDir(dir)
+	fmt.Println("list=" + result(err))
 	return 0
 }

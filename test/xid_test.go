@@ -2,16 +2,12 @@ package test
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,8 +24,9 @@ func TestXidFailsGPUUntilAnAdminClearsIt(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root: the simulated GPU control is root's, and the test runs a client as a user it creates; runs as", os.Getuid())
 	}
-	u := newTestUser(t, "gpulet-xid")
-	d := e2e.Start(t, "--socket-group", u.name)
+	group := e2e.NewGroup(t)
+	u := e2e.NewUser(t, group)
+	d := e2e.Start(t, "--socket-group", group.Name)
 	// t.TempDir folders are private to root; let the user reach the socket.
 	os.Chmod(filepath.Dir(d.Dir), 0o755)
 	os.Chmod(d.Dir, 0o755)
@@ -84,7 +81,7 @@ func TestXidFailsGPUUntilAnAdminClearsIt(t *testing.T) {
 	checkGPU0(api.GPUFailed, false, 79)
 
 	// A user cannot clear it, by the command or the API.
-	out, code := runAs(t, u, copyForOthers(t, e2e.Bin("gpulet")), "--socket", d.Socket, "undrain", "--gpu", "0")
+	out, code := e2e.Output(t, u.Command(exec.Command(copyForOthers(t, e2e.Bin("gpulet")), "--socket", d.Socket, "undrain", "--gpu", "0")))
 	if code != 1 || !strings.Contains(out, "gpulet: forbidden: ") {
 		t.Fatalf("gpulet undrain --gpu 0 as a user: exit %d\n%s", code, out)
 	}
@@ -122,45 +119,4 @@ func TestXidFailsGPUUntilAnAdminClearsIt(t *testing.T) {
 	if _, err := d.Client.UndrainGPU(ctx, "7"); !errors.Is(err, client.ErrBadRequest) {
 		t.Fatalf("undrain of GPU 7 on a node of two: %v", err)
 	}
-}
-
-type testUser struct {
-	name     string
-	uid, gid uint32
-}
-
-// newTestUser creates a group and a user of that name, unique to this run,
-// and removes them when the test ends.
-func newTestUser(t *testing.T, prefix string) testUser {
-	t.Helper()
-	for _, c := range []string{"useradd", "userdel", "groupadd", "groupdel"} {
-		if _, err := exec.LookPath(c); err != nil {
-			t.Skipf("%s is not installed: cannot create a user to run as", c)
-		}
-	}
-	name := fmt.Sprintf("%s-%d", prefix, os.Getpid())
-	if out, err := exec.Command("groupadd", name).CombinedOutput(); err != nil {
-		t.Fatalf("groupadd %s: %v\n%s", name, err, out)
-	}
-	t.Cleanup(func() { exec.Command("groupdel", name).Run() })
-	if out, err := exec.Command("useradd", "-M", "-N", "-g", name, "-s", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v\n%s", name, err, out)
-	}
-	// Before groupdel: a group is not removed while it is a user's primary group.
-	t.Cleanup(func() { exec.Command("userdel", name).Run() })
-	usr, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.ParseUint(usr.Uid, 10, 32)
-	gid, _ := strconv.ParseUint(usr.Gid, 10, 32)
-	return testUser{name: name, uid: uint32(uid), gid: uint32(gid)}
-}
-
-// runAs runs a command as u and returns its combined output and exit status.
-func runAs(t *testing.T, u testUser, bin string, args ...string) (string, int) {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: u.uid, Gid: u.gid}}
-	return e2e.Output(t, cmd)
 }

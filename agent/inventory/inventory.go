@@ -5,10 +5,9 @@ package inventory
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 // Device is what a GPU is; it does not change while the daemon runs.
@@ -61,16 +60,9 @@ type Inventory interface {
 // Resolve finds a GPU among devs by index or UUID, as the API's "gpu" fields
 // name it.
 func Resolve(devs []Device, s string) (int, error) {
-	if n, err := strconv.Atoi(s); err == nil {
-		if n >= 0 && n < len(devs) {
-			return n, nil
-		}
-		return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with index %d (this node has %d)", n, len(devs))
+	i, err := pipefile.FindGPU(s, len(devs), func(i int) (int, string) { return devs[i].Index, devs[i].UUID })
+	if err != nil {
+		return 0, api.Errorf(api.ErrBadRequest, "gpu: %v", err)
 	}
-	for i, d := range devs {
-		if strings.EqualFold(d.UUID, s) {
-			return i, nil
-		}
-	}
-	return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with UUID %q on this node", s)
+	return i, nil
 }

@@ -26,7 +26,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	for _, d := range devs {
 		gpus = append(gpus, ledger.GPU{Index: d.Index, UUID: d.UUID, Name: d.Name})
 	}
-	led, err := ledger.New(dir, model, gpus, quietLog())
+	led, err := ledger.New(dir, model, gpus, -1, quietLog())
 	if err != nil {
 		b.Fatal(err)
 	}

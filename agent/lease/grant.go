@@ -17,6 +17,7 @@ import (
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 const (
@@ -289,8 +290,8 @@ func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Cho
 // pinned memory asked for; 0 means the units' share of the GPU.
 func EnvFor(model units.Model, dev inventory.Device, instanceEnv map[string]string, mps bool, n int, memMiB uint64) map[string]string {
 	env := map[string]string{
-		"CUDA_VISIBLE_DEVICES":              dev.UUID,
-		"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": strconv.Itoa(model.ThreadPercentage(n)),
+		pipefile.EnvVisibleDevices:   dev.UUID,
+		pipefile.EnvThreadPercentage: strconv.Itoa(model.ThreadPercentage(n)),
 	}
 	if !mps {
 		return env
@@ -301,7 +302,7 @@ func EnvFor(model units.Model, dev inventory.Device, instanceEnv map[string]stri
 	if memMiB == 0 {
 		memMiB = model.MemoryShareMiB(n, dev.MemoryTotalMiB)
 	}
-	env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = fmt.Sprintf("0=%dM", memMiB)
+	env[pipefile.EnvPinnedMemLimit] = fmt.Sprintf("0=%dM", memMiB)
 	return env
 }
 

@@ -46,7 +46,7 @@ func newFixture(t *testing.T, m, n, k int) *fixture {
 	for _, d := range f.devs {
 		gpus = append(gpus, ledger.GPU{Index: d.Index, UUID: d.UUID, Name: d.Name})
 	}
-	if f.ledger, err = ledger.New(f.dir, model, gpus, quietLog()); err != nil {
+	if f.ledger, err = ledger.New(f.dir, model, gpus, -1, quietLog()); err != nil {
 		t.Fatal(err)
 	}
 	return f

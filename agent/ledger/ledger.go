@@ -1,8 +1,11 @@
-// Package ledger is the pipe-file ledger of DESIGN section 5: one FIFO per unit
-// in use at <run-dir>/units/<gpu-uuid>/<instance>/unit-<i>. It creates the
-// folders and layout.json, makes and removes the daemon's own FIFOs, lists and
-// watches what is there, and probes offline claims for staleness. It keeps no
-// record of who holds what: that is the lease manager's.
+// Package ledger is gpuletd's side of the pipe-file ledger of DESIGN section
+// 5: one FIFO per unit in use at <run-dir>/units/<gpu-uuid>/<instance>/unit-<i>.
+// It creates the folders and layout.json, makes and removes the daemon's own
+// FIFOs, looks at and watches the unit names, probes offline claims for
+// staleness and sweeps away what sits at a unit name without being a FIFO.
+// What the daemon and offline claimers share (names, layout.json, the claim
+// protocol) is package pipefile's. It keeps no record of who holds what: that
+// is the lease manager's.
 package ledger
 
 import (
@@ -11,46 +14,17 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/internal/ratelog"
+	"github.com/gpulet/gpulet/pipefile"
 )
-
-// UnitPrefix starts every unit FIFO's name.
-const UnitPrefix = "unit-"
-
-// LayoutFile is the name of the layout under <run-dir>/units.
-const LayoutFile = "layout.json"
-
-// ParseUnitName returns i for a name "unit-<i>" with 0 ≤ i < total. Leading
-// zeros, signs and spaces are refused so that one unit has exactly one name.
-func ParseUnitName(name string, total int) (int, bool) {
-	digits, ok := strings.CutPrefix(name, UnitPrefix)
-	if !ok || digits == "" || len(digits) > 9 {
-		return 0, false
-	}
-	if digits[0] == '0' && len(digits) > 1 {
-		return 0, false
-	}
-	for _, r := range digits {
-		if r < '0' || r > '9' {
-			return 0, false
-		}
-	}
-	i, err := strconv.Atoi(digits)
-	if err != nil || i >= total {
-		return 0, false
-	}
-	return i, true
-}
-
-// UnitName is the FIFO name of unit i.
-func UnitName(i int) string { return UnitPrefix + strconv.Itoa(i) }
 
 // GPU is what the ledger needs of a GPU.
 type GPU struct {
@@ -59,136 +33,171 @@ type GPU struct {
 	Name  string
 }
 
-// Layout is layout.json: what an offline claimer reads to know which names it
-// may take and the environment its process runs with.
-type Layout struct {
-	Schema string      `json:"schema"`
-	GPUs   []LayoutGPU `json:"gpus"`
-}
-
-// LayoutSchema names the layout format.
-const LayoutSchema = "gpulet.layout/v1"
-
-// LayoutGPU is one GPU of layout.json.
-type LayoutGPU struct {
-	Index      int              `json:"index"`
-	UUID       string           `json:"uuid"`
-	Name       string           `json:"name"`
-	UnitsTotal int              `json:"units_total"`
-	Instances  []LayoutInstance `json:"instances"`
-}
-
-// LayoutInstance is one MPS instance of layout.json.
-type LayoutInstance struct {
-	Instance int               `json:"instance"`
-	Units    []int             `json:"units"`
-	Env      map[string]string `json:"env"`
-}
+// Lines a second the ledger logs of what local users cause: entries swept
+// away, and the watch's troubles (a flood of names overflows its queue).
+const (
+	sweptLinesPerSecond = 10
+	watchLinesPerSecond = 5
+)
 
 // Ledger is the pipe-file folder tree of one daemon.
 type Ledger struct {
-	root  string // <run-dir>/units
-	model units.Model
-	gpus  []GPU
-	log   *slog.Logger
-	// dirs holds, by GPU index and instance, a descriptor of the instance
-	// folder, opened once: FIFOs are made, removed and looked at relative to
-	// it, without building and walking their path on every lease.
-	dirs [][]int
+	runDir string
+	model  units.Model
+	gpus   []GPU
+	log    *slog.Logger
+	// dirs holds, by GPU index and instance, the instance folder, opened
+	// once: FIFOs are made, removed and looked at relative to it, without
+	// building and walking their path on every lease, and without following
+	// anything planted at a unit name.
+	dirs [][]*pipefile.Folder
 
-	mu sync.Mutex // guards reported
-	// reported holds the paths of foreign entries already logged, so that each
-	// is logged once.
-	reported map[string]bool
+	// sweptLog and watchLog bound the lines that users in the socket group
+	// can cause; there is no per-name record of what was logged.
+	sweptLog *ratelog.Limiter
+	watchLog *ratelog.Limiter
+	// What the watch saw and Sweep logs, so that the watch never waits on
+	// the log: events lost, watch errors, and instance folders removed (by
+	// index g*K+k).
+	lost, watchErrs atomic.Uint64
+	lastWatchErr    atomic.Pointer[string]
+	folderGone      []atomic.Bool
+	// trash numbers the names that Sweep moves too-deep folders to.
+	trash atomic.Uint64
+	// sweepBudget is defaultSweepBudget, less in tests.
+	sweepBudget int
+}
+
+// GroupID is the gid of the group name, -1 for "" or a group that does not
+// exist: what New takes for --socket-group.
+func GroupID(name string) int {
+	if name == "" {
+		return -1
+	}
+	g, err := user.LookupGroup(name)
+	if err != nil {
+		return -1
+	}
+	gid, err := strconv.Atoi(g.Gid)
+	if err != nil {
+		return -1
+	}
+	return gid
 }
 
 // New prepares the ledger under runDir: it creates units/<uuid>/<k>/ for every
-// GPU and instance. Instance folders are world-writable and sticky, like /tmp, so
-// that any user may claim offline while only the owner of a FIFO (and the daemon)
-// can remove it.
-func New(runDir string, model units.Model, gpus []GPU, log *slog.Logger) (*Ledger, error) {
-	l := &Ledger{root: filepath.Join(runDir, "units"), model: model, gpus: gpus, log: log, reported: map[string]bool{}}
-	if err := mkdirNoSymlink(l.root, 0o755); err != nil {
+// GPU and instance. Instance folders belong to the group gid, mode 1770, so
+// that the ledger has the socket's audience: its members may claim offline
+// and, by the sticky bit, remove only their own FIFOs; other users cannot
+// create, list or look at anything there. A gid below 0 (no socket group)
+// leaves them open to every user, 1777, like /tmp.
+func New(runDir string, model units.Model, gpus []GPU, gid int, log *slog.Logger) (*Ledger, error) {
+	l := &Ledger{
+		runDir: runDir, model: model, gpus: gpus, log: log,
+		sweptLog:    ratelog.New(log, "pipe-file ledger entries removed", sweptLinesPerSecond, nil),
+		watchLog:    ratelog.New(log, "pipe-file ledger watch", watchLinesPerSecond, nil),
+		folderGone:  make([]atomic.Bool, len(gpus)*model.InstancesPerGPU),
+		sweepBudget: defaultSweepBudget,
+	}
+	mode := uint32(0o1770)
+	if gid < 0 {
+		mode = 0o1777
+		log.Warn("no socket group: the pipe-file ledger's instance folders are open to every local user (mode 1777)")
+	}
+	if err := prepareDir(l.Root(), 0o755, -1); err != nil {
 		return nil, err
 	}
-	l.dirs = make([][]int, len(gpus))
+	l.dirs = make([][]*pipefile.Folder, len(gpus))
 	for _, g := range gpus {
-		if err := mkdirNoSymlink(filepath.Join(l.root, g.UUID), 0o755); err != nil {
+		if err := prepareDir(filepath.Join(l.Root(), g.UUID), 0o755, -1); err != nil {
 			l.Close()
 			return nil, err
 		}
 		for k := 0; k < model.InstancesPerGPU; k++ {
 			dir := l.InstanceDir(g.Index, k)
-			if err := mkdirNoSymlink(dir, 0o755); err != nil {
+			if err := prepareDir(dir, mode, gid); err != nil {
 				l.Close()
 				return nil, err
 			}
-			if err := os.Chmod(dir, 0o777|os.ModeSticky); err != nil {
+			f, err := pipefile.OpenFolder(dir)
+			if err != nil {
 				l.Close()
 				return nil, fmt.Errorf("ledger: %w", err)
 			}
-			fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-			if err != nil {
-				l.Close()
-				return nil, fmt.Errorf("ledger: open %s: %w", dir, err)
-			}
-			l.dirs[g.Index] = append(l.dirs[g.Index], fd)
+			l.dirs[g.Index] = append(l.dirs[g.Index], f)
 		}
 	}
 	return l, nil
 }
 
+// prepareDir makes dir if missing, refuses one that is a symlink, not a
+// directory or not the daemon's, and sets its group (gid ≥ 0) and mode
+// through a descriptor, so that the daemon never changes anything through a
+// link planted in its tree. A folder left by an earlier run with another mode
+// gets this one.
+func prepareDir(dir string, mode uint32, gid int) error {
+	// Made closed and opened up below, once its group is right.
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("ledger: %s: %w (it must be a directory, not a symlink)", dir, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("ledger: %s: %w", dir, err)
+	}
+	if euid := uint32(os.Geteuid()); st.Uid != euid {
+		return fmt.Errorf("ledger: %s belongs to uid %d, not to gpuletd's uid %d; remove it", dir, st.Uid, euid)
+	}
+	if gid >= 0 && int(st.Gid) != gid {
+		if err := unix.Fchown(fd, -1, gid); err != nil {
+			return fmt.Errorf("ledger: giving %s to group %d: %w", dir, gid, err)
+		}
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return fmt.Errorf("ledger: %s: %w", dir, err)
+	}
+	return nil
+}
+
 // Close releases the instance folders' descriptors.
 func (l *Ledger) Close() error {
-	for _, fds := range l.dirs {
-		for _, fd := range fds {
-			unix.Close(fd)
+	for _, fs := range l.dirs {
+		for _, f := range fs {
+			f.Close()
 		}
 	}
 	l.dirs = nil
 	return nil
 }
 
-// dirOf is the descriptor of the folder that holds unit i of GPU g.
-func (l *Ledger) dirOf(g, i int) int { return l.dirs[g][l.model.InstanceOf(i)] }
-
-// mkdirNoSymlink makes dir if missing and refuses one that is a symlink or not a
-// directory, so that the daemon never writes through a link planted in its tree.
-func mkdirNoSymlink(dir string, mode os.FileMode) error {
-	if err := os.Mkdir(dir, mode); err != nil && !errors.Is(err, os.ErrExist) {
-		return fmt.Errorf("ledger: %w", err)
-	}
-	fi, err := os.Lstat(dir)
-	if err != nil {
-		return fmt.Errorf("ledger: %w", err)
-	}
-	if !fi.IsDir() {
-		return fmt.Errorf("ledger: %s is not a directory (%s)", dir, fi.Mode().Type())
-	}
-	return nil
-}
+// dirOf is the folder that holds unit i of GPU g.
+func (l *Ledger) dirOf(g, i int) *pipefile.Folder { return l.dirs[g][l.model.InstanceOf(i)] }
 
 // Root is <run-dir>/units.
-func (l *Ledger) Root() string { return l.root }
+func (l *Ledger) Root() string { return pipefile.UnitsRoot(l.runDir) }
 
 // InstanceDir is the folder of instance k of GPU index g.
 func (l *Ledger) InstanceDir(g, k int) string {
-	return filepath.Join(l.root, l.gpus[g].UUID, strconv.Itoa(k))
+	return pipefile.InstanceDir(l.runDir, l.gpus[g].UUID, k)
 }
 
 // Path is the FIFO path of unit i of GPU index g.
 func (l *Ledger) Path(g, i int) string {
-	return filepath.Join(l.InstanceDir(g, l.model.InstanceOf(i)), UnitName(i))
+	return filepath.Join(l.InstanceDir(g, l.model.InstanceOf(i)), pipefile.UnitName(i))
 }
 
 // WriteLayout writes layout.json atomically (temp file and rename), readable by
 // everyone. env gives the environment of instance k of GPU index g.
 func (l *Ledger) WriteLayout(env func(g, k int) map[string]string) error {
-	lay := Layout{Schema: LayoutSchema}
+	lay := pipefile.Layout{Schema: pipefile.LayoutSchema}
 	for _, g := range l.gpus {
-		lg := LayoutGPU{Index: g.Index, UUID: g.UUID, Name: g.Name, UnitsTotal: l.model.UnitsPerGPU}
+		lg := pipefile.LayoutGPU{Index: g.Index, UUID: g.UUID, Name: g.Name, UnitsTotal: l.model.UnitsPerGPU}
 		for k := 0; k < l.model.InstancesPerGPU; k++ {
-			lg.Instances = append(lg.Instances, LayoutInstance{Instance: k, Units: l.model.InstanceUnits(k), Env: env(g.Index, k)})
+			lg.Instances = append(lg.Instances, pipefile.LayoutInstance{Instance: k, Units: l.model.InstanceUnits(k), Env: env(g.Index, k)})
 		}
 		lay.GPUs = append(lay.GPUs, lg)
 	}
@@ -196,7 +205,7 @@ func (l *Ledger) WriteLayout(env func(g, k int) map[string]string) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(filepath.Join(l.root, LayoutFile), append(b, '\n'), 0o644)
+	return WriteFileAtomic(filepath.Join(l.Root(), pipefile.LayoutFile), append(b, '\n'), 0o644)
 }
 
 // WriteFileAtomic writes data to a temporary file beside path and renames it
@@ -220,13 +229,14 @@ func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
 	return nil
 }
 
-// ErrTaken is returned by Create when the unit's FIFO exists already.
+// ErrTaken is returned by Create when something is at the unit's name already.
 var ErrTaken = errors.New("unit taken")
 
 // Create makes the FIFO of unit i of GPU g for a lease. ErrTaken means someone
-// (an offline claimer) made it first.
+// (an offline claimer) made it first, or something that Sweep will remove
+// sits there.
 func (l *Ledger) Create(g, i int) error {
-	err := unix.Mknodat(l.dirOf(g, i), UnitName(i), unix.S_IFIFO|0o600, 0)
+	err := unix.Mknodat(l.dirOf(g, i).FD(), pipefile.UnitName(i), unix.S_IFIFO|0o600, 0)
 	if errors.Is(err, unix.EEXIST) {
 		return ErrTaken
 	}
@@ -239,7 +249,7 @@ func (l *Ledger) Create(g, i int) error {
 // Remove deletes the FIFO of unit i of GPU g and says whether there was one to
 // delete; a missing one is fine.
 func (l *Ledger) Remove(g, i int) (removed bool, err error) {
-	err = unix.Unlinkat(l.dirOf(g, i), UnitName(i), 0)
+	err = unix.Unlinkat(l.dirOf(g, i).FD(), pipefile.UnitName(i), 0)
 	switch {
 	case err == nil:
 		return true, nil
@@ -252,74 +262,31 @@ func (l *Ledger) Remove(g, i int) (removed bool, err error) {
 // Present reports whether unit i of GPU g has a FIFO now. Anything else at that
 // name (a file, a symlink) does not count.
 func (l *Ledger) Present(g, i int) bool {
-	var st unix.Stat_t
-	if err := unix.Fstatat(l.dirOf(g, i), UnitName(i), &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return false
-	}
-	return st.Mode&unix.S_IFMT == unix.S_IFIFO
+	st, err := l.dirOf(g, i).Stat(i)
+	return err == nil && pipefile.IsFIFO(&st)
 }
 
-// Scan lists the units of GPU g that have a FIFO, logging foreign entries once.
+// Scan lists the units of GPU g that have a FIFO. It looks at the unit names
+// only, so its cost does not grow with whatever else users put in the folders.
 func (l *Ledger) Scan(g int) ([]int, error) {
 	var out []int
-	for k := 0; k < l.model.InstancesPerGPU; k++ {
-		dir := l.InstanceDir(g, k)
-		ents, err := os.ReadDir(dir)
-		if err != nil {
-			return nil, fmt.Errorf("ledger: %w", err)
-		}
-		for _, e := range ents {
-			i, ok := l.classify(g, k, e.Name(), e.Type())
-			if ok {
+	for i := 0; i < l.model.UnitsPerGPU; i++ {
+		st, err := l.dirOf(g, i).Stat(i)
+		switch {
+		case err == nil:
+			if pipefile.IsFIFO(&st) {
 				out = append(out, i)
 			}
+		case !errors.Is(err, unix.ENOENT):
+			return nil, fmt.Errorf("ledger: %s: %w", l.Path(g, i), err)
 		}
 	}
 	return out, nil
 }
 
-// Classify says whether name in instance folder k of GPU g is a unit FIFO, and
-// which unit. typ is the entry's type as the directory listing gave it; pass
-// ^os.FileMode(0) to have it looked up.
-func (l *Ledger) classify(g, k int, name string, typ os.FileMode) (int, bool) {
-	// Temporary names of the claim protocol start with a dot; they are not
-	// foreign, only not yet claims.
-	if strings.HasPrefix(name, ".") {
-		return 0, false
-	}
-	i, ok := ParseUnitName(name, l.model.UnitsPerGPU)
-	if ok && l.model.InstanceOf(i) != k {
-		ok = false
-	}
-	if ok && typ&os.ModeNamedPipe == 0 {
-		ok = false
-	}
-	if !ok {
-		l.reportOnce(filepath.Join(l.InstanceDir(g, k), name), typ)
-	}
-	return i, ok
-}
-
-func (l *Ledger) reportOnce(path string, typ os.FileMode) {
-	l.mu.Lock()
-	seen := l.reported[path]
-	l.reported[path] = true
-	l.mu.Unlock()
-	if !seen {
-		l.log.Warn("ignoring entry in the pipe-file ledger: not a FIFO named unit-<i> of this instance", "path", path, "type", typ.String())
-	}
-}
-
 // Held reports whether unit i of GPU g's FIFO is flock()ed by some process,
 // as an offline claim's is and the daemon's own never are.
-func (l *Ledger) Held(g, i int) bool {
-	fd, err := unix.Open(l.Path(g, i), unix.O_RDWR|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return false
-	}
-	defer unix.Close(fd)
-	return errors.Is(unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB), unix.EWOULDBLOCK)
-}
+func (l *Ledger) Held(g, i int) bool { return l.dirOf(g, i).Held(i) }
 
 // FileID names one FIFO: its device and inode. (Not its change time: the
 // claim protocol's link and unlink of the temporary name change it after the
@@ -334,10 +301,11 @@ type FileID struct {
 func fileID(st *unix.Stat_t) FileID { return FileID{Dev: st.Dev, Ino: st.Ino} }
 
 // Stat returns the owner and identity of unit i of GPU g's FIFO; ok is false
-// when there is no FIFO there.
+// when there is no FIFO there. The owner is the FIFO's own, never that of
+// what a symlink points to: a claim belongs to whoever made the FIFO.
 func (l *Ledger) Stat(g, i int) (uid uint32, id FileID, ok bool) {
-	var st unix.Stat_t
-	if err := unix.Lstat(l.Path(g, i), &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
+	st, err := l.dirOf(g, i).Stat(i)
+	if err != nil || !pipefile.IsFIFO(&st) {
 		return 0, FileID{}, false
 	}
 	return st.Uid, fileID(&st), true
@@ -346,36 +314,31 @@ func (l *Ledger) Stat(g, i int) (uid uint32, id FileID, ok bool) {
 // Probe tells whether the offline claim on unit i of GPU g, the FIFO want, is
 // live, that is locked by some process. A claim nobody holds is removed and
 // reported as stale; a FIFO other than want (the unit changed hands since want
-// was seen) is left alone. The lock taken for the test is held across the
-// removal so that no claimer can take that FIFO meanwhile.
+// was seen) and anything not a FIFO (Sweep's) are left alone. The lock taken
+// for the test is held across the removal so that no claimer can take that
+// FIFO meanwhile.
 func (l *Ledger) Probe(g, i int, want FileID) (stale bool, err error) {
-	path := l.Path(g, i)
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NONBLOCK|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
+	dir := l.dirOf(g, i)
+	fd, st, held, err := dir.TryLock(i)
+	switch {
+	case errors.Is(err, unix.ENOENT), errors.Is(err, pipefile.ErrNotFIFO):
 		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("ledger: probe %s: %w", path, err)
+	case err != nil:
+		return false, fmt.Errorf("ledger: probe %s: %w", l.Path(g, i), err)
+	case held:
+		return false, nil
 	}
 	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO || fileID(&st) != want {
+	if fileID(&st) != want {
 		return false, nil
-	}
-	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return false, nil
-		}
-		return false, fmt.Errorf("ledger: probe %s: %w", path, err)
 	}
 	// Still the same FIFO at the name: only its owner could have replaced it,
 	// and a claimer never unlinks a unit name.
-	var cur unix.Stat_t
-	if err := unix.Lstat(path, &cur); err != nil || fileID(&cur) != want {
+	if cur, err := dir.Stat(i); err != nil || fileID(&cur) != want {
 		return false, nil
 	}
-	if err := unix.Unlink(path); err != nil && !errors.Is(err, unix.ENOENT) {
-		return false, fmt.Errorf("ledger: remove stale %s: %w", path, err)
+	if err := unix.Unlinkat(dir.FD(), pipefile.UnitName(i), 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return false, fmt.Errorf("ledger: remove stale %s: %w", l.Path(g, i), err)
 	}
 	return true, nil
 }

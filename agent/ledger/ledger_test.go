@@ -17,40 +17,8 @@ import (
 
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/pipefile"
 )
-
-func TestParseUnitName(t *testing.T) {
-	tests := []struct {
-		name string
-		want int
-		ok   bool
-	}{
-		{"unit-0", 0, true}, {"unit-15", 15, true}, {"unit-16", 0, false}, {"unit-01", 0, false},
-		{"unit-", 0, false}, {"unit--1", 0, false}, {"unit-+1", 0, false}, {"unit-1 ", 0, false},
-		{"Unit-1", 0, false}, {"unit-1a", 0, false}, {".claim-1", 0, false}, {"unit-99999999999", 0, false},
-	}
-	for _, tc := range tests {
-		got, ok := ParseUnitName(tc.name, 16)
-		if ok != tc.ok || got != tc.want {
-			t.Errorf("ParseUnitName(%q) = %d, %v; want %d, %v", tc.name, got, ok, tc.want, tc.ok)
-		}
-	}
-}
-
-func FuzzParseUnitName(f *testing.F) {
-	for _, s := range []string{"unit-0", "unit-15", "unit-01", "unit-", "unit--1", "unit-999999999", "x"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		i, ok := ParseUnitName(name, 16)
-		if !ok {
-			return
-		}
-		if i < 0 || i >= 16 || UnitName(i) != name {
-			t.Fatalf("%q parsed as %d, which is named %q", name, i, UnitName(i))
-		}
-	})
-}
 
 func newTestLedger(t *testing.T) *Ledger {
 	t.Helper()
@@ -58,11 +26,21 @@ func newTestLedger(t *testing.T) *Ledger {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := New(t.TempDir(), m, []GPU{{0, "GPU-a", "A"}, {1, "GPU-b", "B"}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l, err := New(t.TempDir(), m, []GPU{{0, "GPU-a", "A"}, {1, "GPU-b", "B"}}, testGID(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { l.Close() })
 	return l
+}
+
+// testGID is a group for the instance folders: one the process is not in when
+// it runs as root, so that the test sees the folders given to it.
+func testGID() int {
+	if os.Geteuid() == 0 {
+		return 4242
+	}
+	return os.Getgid()
 }
 
 func TestLayoutAndFolders(t *testing.T) {
@@ -70,11 +48,11 @@ func TestLayoutAndFolders(t *testing.T) {
 	if err := l.WriteLayout(func(g, k int) map[string]string { return map[string]string{"K": string(rune('0' + k))} }); err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(l.Root(), LayoutFile))
+	b, err := os.ReadFile(filepath.Join(l.Root(), pipefile.LayoutFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	var lay Layout
+	var lay pipefile.Layout
 	if err := json.Unmarshal(b, &lay); err != nil {
 		t.Fatal(err)
 	}
@@ -82,9 +60,59 @@ func TestLayoutAndFolders(t *testing.T) {
 		!slices.Equal(lay.GPUs[1].Instances[1].Units, []int{4, 5, 6, 7}) || lay.GPUs[1].Instances[1].Env["K"] != "1" {
 		t.Fatalf("layout %s", b)
 	}
-	fi, err := os.Stat(l.InstanceDir(1, 1))
-	if err != nil || fi.Mode()&os.ModeSticky == 0 || fi.Mode().Perm() != 0o777 {
-		t.Fatalf("instance folder mode %v, %v", fi.Mode(), err)
+	var st unix.Stat_t
+	if err := unix.Stat(l.InstanceDir(1, 1), &st); err != nil || st.Mode&0o7777 != 0o1770 || int(st.Gid) != testGID() {
+		t.Fatalf("instance folder mode %#o group %d, want 1770 and %d: %v", st.Mode&0o7777, st.Gid, testGID(), err)
+	}
+}
+
+func TestFolderModes(t *testing.T) {
+	m := units.Default()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	run := t.TempDir()
+	// No socket group: open to everyone, like /tmp.
+	l, err := New(run, m, []GPU{{0, "GPU-a", "A"}}, -1, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	dir := l.InstanceDir(0, 0)
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o777 || fi.Mode()&os.ModeSticky == 0 {
+		t.Fatalf("without a group: %v %v", fi.Mode(), err)
+	}
+	// The next start with a group closes the folder left open.
+	l, err = New(run, m, []GPU{{0, "GPU-a", "A"}}, testGID(), quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil || st.Mode&0o7777 != 0o1770 || int(st.Gid) != testGID() {
+		t.Fatalf("with a group: mode %#o group %d: %v", st.Mode&0o7777, st.Gid, err)
+	}
+	for _, p := range []string{l.Root(), filepath.Dir(dir)} {
+		if fi, err := os.Stat(p); err != nil || fi.Mode().Perm() != 0o755 {
+			t.Fatalf("%s: %v %v", p, fi.Mode(), err)
+		}
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	// A folder someone else made is not taken over.
+	if err := os.Chown(dir, 1234, -1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(run, m, []GPU{{0, "GPU-a", "A"}}, testGID(), quiet); err == nil || !strings.Contains(err.Error(), "belongs to uid 1234") {
+		t.Fatalf("folder of uid 1234: %v", err)
+	}
+}
+
+func TestGroupID(t *testing.T) {
+	if GroupID("") != -1 || GroupID("no-such-group-gpulet-test") != -1 {
+		t.Fatal("a missing group has a gid")
+	}
+	if GroupID("root") != 0 {
+		t.Fatal("root's gid")
 	}
 }
 
@@ -152,7 +180,7 @@ func TestNewRefusesSymlinkedFolder(t *testing.T) {
 	dir := t.TempDir()
 	os.Symlink(t.TempDir(), filepath.Join(dir, "units"))
 	m := units.Default()
-	if _, err := New(dir, m, []GPU{{0, "GPU-a", "A"}}, slog.Default()); err == nil {
+	if _, err := New(dir, m, []GPU{{0, "GPU-a", "A"}}, -1, slog.Default()); err == nil {
 		t.Fatal("New followed a symlinked units folder")
 	}
 }
@@ -210,14 +238,15 @@ func (h *recordingHandler) seen() []UnitEvent {
 }
 
 // The watch passes on a unit name's coming and going, not a claimer's other
-// touches of it, and says loudly when an instance folder itself goes.
+// touches of it, and the next Sweep says loudly when an instance folder itself
+// went.
 func TestWatchEvents(t *testing.T) {
 	m, err := units.New(1, 4, 2, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var logs e2e.SyncBuffer
-	l, err := New(t.TempDir(), m, []GPU{{0, "GPU-a", "A"}}, slog.New(slog.NewTextHandler(&logs, nil)))
+	l, err := New(t.TempDir(), m, []GPU{{0, "GPU-a", "A"}}, testGID(), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -250,6 +279,46 @@ func TestWatchEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	e2e.Eventually(t, "an error logged for a removed instance folder", func() bool {
+		l.Sweep()
 		return strings.Contains(logs.String(), "instance folder was removed")
 	})
+	if n := strings.Count(logs.String(), "instance folder was removed"); n != 1 {
+		t.Fatalf("the removed folder logged %d times:\n%s", n, logs.String())
+	}
+}
+
+// An offline claim belongs to its FIFO's owner; a symlink at a unit name is no
+// claim, whoever owns what it points to.
+func TestStatIsTheFIFOsOwner(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give FIFOs to other uids; runs as", os.Geteuid())
+	}
+	l := newTestLedger(t)
+	if err := unix.Mkfifo(l.Path(0, 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(l.Path(0, 1), 3001, -1); err != nil {
+		t.Fatal(err)
+	}
+	target := filepath.Join(t.TempDir(), "fifo")
+	if err := unix.Mkfifo(target, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chown(target, 3002, -1)
+	if err := os.Symlink(target, l.Path(0, 2)); err != nil {
+		t.Fatal(err)
+	}
+	os.Lchown(l.Path(0, 2), 3003, -1)
+	if uid, _, ok := l.Stat(0, 1); !ok || uid != 3001 {
+		t.Fatalf("FIFO of uid 3001: uid %d ok %v", uid, ok)
+	}
+	if uid, _, ok := l.Stat(0, 2); ok {
+		t.Fatalf("a symlink to a FIFO counted as a claim of uid %d", uid)
+	}
+	if l.Present(0, 2) || l.Held(0, 2) {
+		t.Fatal("a symlink to a FIFO is present or held")
+	}
+	if stale, err := l.Probe(0, 2, FileID{}); stale || err != nil {
+		t.Fatalf("Probe of a symlink: stale=%v err=%v", stale, err)
+	}
 }

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 // UnitEvent is a unit's FIFO name created (Gone false), or removed or renamed
@@ -38,6 +39,11 @@ const settle = time.Millisecond
 
 // Watch watches every instance folder until ctx ends. It returns once the
 // watches are in place; events are delivered from its own goroutine.
+//
+// The watch costs nothing per name that is no unit name: such events are
+// dropped on their name alone, with no look at the file and no record, and
+// the watch never logs (it leaves notes that Sweep logs), so a flood of junk
+// names in a folder neither delays an offline claim nor waits on the log.
 func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 	// The buffer takes what arrives while the handler rests, so that the
 	// kernel's queue does not overflow in a burst.
@@ -45,16 +51,16 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 	if err != nil {
 		return fmt.Errorf("ledger: watch: %w", err)
 	}
-	type folder struct{ g, k int }
+	type folder struct{ g, k, idx int }
 	dirs := map[string]folder{}
 	for _, g := range l.gpus {
 		// The GPU's folder too: an instance folder removed or moved away is
 		// seen there (the daemon's descriptor keeps the folder itself alive).
-		watched := []string{filepath.Join(l.root, g.UUID)}
+		watched := []string{filepath.Join(l.Root(), g.UUID)}
 		for k := 0; k < l.model.InstancesPerGPU; k++ {
 			dir := l.InstanceDir(g.Index, k)
 			watched = append(watched, dir)
-			dirs[dir] = folder{g.Index, k}
+			dirs[dir] = folder{g.Index, k, g.Index*l.model.InstancesPerGPU + k}
 		}
 		for _, dir := range watched {
 			if err := w.Add(dir); err != nil {
@@ -69,10 +75,10 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 		<-rest.C
 		var batch []UnitEvent
 		handle := func(ev fsnotify.Event) {
-			if _, instance := dirs[ev.Name]; instance && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
+			if f, instance := dirs[ev.Name]; instance && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) {
 				// The watch and the daemon's descriptor stay with the old
 				// folder: claims in a new one at that path go unseen.
-				l.log.Error("pipe-file ledger: an instance folder was removed or moved; offline claims there are no longer seen until gpuletd restarts", "dir", ev.Name)
+				l.folderGone[f.idx].Store(true)
 				return
 			}
 			f, ok := dirs[filepath.Dir(ev.Name)]
@@ -80,7 +86,7 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 				return
 			}
 			name := filepath.Base(ev.Name)
-			if i, ok := ParseUnitName(name, l.model.UnitsPerGPU); ok && l.model.InstanceOf(i) == f.k {
+			if i, ok := pipefile.ParseUnitName(name, l.model.UnitsPerGPU); ok && l.model.InstanceOf(i) == f.k {
 				// Only a name coming or going changes what is claimed: a
 				// claimer's link(2) and unlink(2) of its temporary name also
 				// touch the unit's inode (IN_ATTRIB), and opening it writes
@@ -89,13 +95,8 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 				if gone || ev.Has(fsnotify.Create) {
 					batch = append(batch, UnitEvent{GPU: f.g, Unit: i, Gone: gone})
 				}
-				return
 			}
-			if ev.Has(fsnotify.Create) {
-				if fi, err := os.Lstat(ev.Name); err == nil {
-					l.classify(f.g, f.k, name, fi.Mode().Type())
-				}
-			}
+			// Any other name is no claim: ignored, at no cost.
 		}
 		for {
 			select {
@@ -138,9 +139,11 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 					return
 				}
 				if errors.Is(err, fsnotify.ErrEventOverflow) {
-					l.log.Warn("pipe-file ledger: events lost, listing everything again")
+					l.lost.Add(1)
 				} else {
-					l.log.Error("pipe-file ledger: watch error, listing everything again", "err", err)
+					msg := err.Error()
+					l.lastWatchErr.Store(&msg)
+					l.watchErrs.Add(1)
 				}
 				h.Rescan()
 			}

@@ -2,38 +2,21 @@ package placement
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
-
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 // resolveGPU finds the GPU a request names by index or UUID: its position in
 // n.GPUs, or -1 when the request names none.
-func resolveGPU(n *Node, s string) (int, error) {
-	if s == "" {
+func resolveGPU(n *Node, sel string) (int, error) {
+	if sel == "" {
 		return -1, nil
 	}
-	if i, err := strconv.Atoi(s); err == nil {
-		for gi, g := range n.GPUs {
-			if g.Index == i {
-				return gi, nil
-			}
-		}
-		return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with index %d (this node has %d)", i, len(n.GPUs))
+	i, err := pipefile.FindGPU(sel, len(n.GPUs), func(i int) (int, string) { return n.GPUs[i].Index, n.GPUs[i].UUID })
+	if err != nil {
+		return 0, api.Errorf(api.ErrBadRequest, "gpu: %v", err)
 	}
-	for gi, g := range n.GPUs {
-		if strings.EqualFold(g.UUID, s) {
-			return gi, nil
-		}
-	}
-	return 0, api.Errorf(api.ErrBadRequest, "gpu: no GPU with UUID %q on this node", s)
-}
-
-// MatchesType reports whether a GPU named name is of type t: a
-// case-insensitive part of the name ("a100", "T4", "H100 80GB").
-func MatchesType(name, t string) bool {
-	return t == "" || strings.Contains(strings.ToLower(name), strings.ToLower(t))
+	return i, nil
 }
 
 // reason is why a GPU or an instance was left out, kept as values and made
@@ -94,7 +77,7 @@ func (r reason) String() string {
 // never says why g can never take r, whatever its load.
 func never(g *GPU, r Request) reason {
 	switch {
-	case !MatchesType(g.Name, r.Type):
+	case !pipefile.MatchType(r.Type, g.Name):
 		return reason{kind: wrongType, name: g.Name, text: r.Type}
 	case r.MemoryMiB > g.MemoryTotalMiB:
 		return reason{kind: memoryTotal, have: g.MemoryTotalMiB, want: r.MemoryMiB}

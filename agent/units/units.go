@@ -3,7 +3,11 @@
 // a number of units is.
 package units
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/gpulet/gpulet/pipefile"
+)
 
 // Model holds M (units per client), N (clients per instance), K (instances per
 // GPU) and U (units per GPU).
@@ -83,12 +87,12 @@ func (m Model) InstanceOf(i int) int {
 }
 
 // ThreadPercentage is CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for n units:
-// ceil(100·n/U).
+// ceil(100·n/U), the same arithmetic offline claimers use.
 func (m Model) ThreadPercentage(n int) int {
-	return (100*n + m.UnitsPerGPU - 1) / m.UnitsPerGPU
+	return pipefile.ThreadPercentage(n, m.UnitsPerGPU)
 }
 
 // MemoryShareMiB is n units' share of a GPU with total MiB of memory.
 func (m Model) MemoryShareMiB(n int, total uint64) uint64 {
-	return total * uint64(n) / uint64(m.UnitsPerGPU)
+	return pipefile.MemoryShareMiB(n, m.UnitsPerGPU, total)
 }

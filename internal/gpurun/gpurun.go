@@ -25,6 +25,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/offline"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 // Exit codes of gpurun's own failures; once the command runs, the exit code is
@@ -41,7 +42,7 @@ const (
 // LeaseIDEnv names the lease in the command's environment. Under --offline it
 // is "offline": there is no lease, and a stale id inherited from a caller that
 // itself runs under gpurun must not leak into the command.
-const LeaseIDEnv = "GPULET_LEASE_ID"
+const LeaseIDEnv = pipefile.EnvLeaseID
 
 // OfflineLeaseID is LeaseIDEnv's value under --offline.
 const OfflineLeaseID = "offline"
@@ -51,11 +52,11 @@ const OfflineLeaseID = "offline"
 // a command started from inside another gpurun (or with MPS variables of an
 // earlier job) never reaches an MPS server or a GPU it was not given.
 var managedEnv = []string{
-	"CUDA_VISIBLE_DEVICES",
-	"CUDA_MPS_PIPE_DIRECTORY",
-	"CUDA_MPS_LOG_DIRECTORY",
-	"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
-	"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+	pipefile.EnvVisibleDevices,
+	pipefile.EnvPipeDirectory,
+	pipefile.EnvLogDirectory,
+	pipefile.EnvThreadPercentage,
+	pipefile.EnvPinnedMemLimit,
 	LeaseIDEnv,
 }
 
@@ -118,7 +119,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	fs.DurationVar(&o.Wait, "wait", 0, "wait up to this long for units instead of failing at once, e.g. 30s or 10m")
 	fs.BoolVar(&o.Offline, "offline", false, "claim units through the pipe-file ledger, without gpuletd")
 	fs.StringVar(&o.Socket, "socket", "", "gpuletd's socket (default $GPULET_SOCKET, else "+client.DefaultSocket+")")
-	fs.StringVar(&o.RunDir, "run-dir", "", "gpuletd's run dir, for --offline (default $"+offline.RunDirEnv+", else "+offline.DefaultRunDir+")")
+	fs.StringVar(&o.RunDir, "run-dir", "", "gpuletd's run dir, for --offline (default $"+pipefile.EnvRunDir+", else "+pipefile.DefaultRunDir+")")
 	fs.Usage = func() { fmt.Fprint(help, usageHead+fs.FlagUsages()) }
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -376,10 +377,7 @@ func waitMessage(ctx context.Context, c *client.Client, o Options) string {
 	msg += fmt.Sprintf("; %d of %d units free on the node now", s.UnitsFree, s.UnitsTotal)
 	var gpus []string
 	for _, g := range s.GPUs {
-		if o.GPU != "" && o.GPU != strconv.Itoa(g.Index) && !strings.EqualFold(o.GPU, g.UUID) {
-			continue
-		}
-		if o.Type != "" && !strings.Contains(strings.ToLower(g.Name), strings.ToLower(o.Type)) {
+		if !pipefile.MatchGPU(o.GPU, g.Index, g.UUID) || !pipefile.MatchType(o.Type, g.Name) {
 			continue
 		}
 		gpu := fmt.Sprintf("GPU %d %s: %d free", g.Index, g.Name, g.UnitsFree)
@@ -399,8 +397,8 @@ func waitMessage(ctx context.Context, c *client.Client, o Options) string {
 
 // claimOffline claims the units through the pipe-file ledger.
 func claimOffline(o Options) (map[string]string, func(), error) {
-	runDir := offline.RunDir(o.RunDir)
-	lay, err := offline.ReadLayout(runDir)
+	runDir := pipefile.RunDir(o.RunDir)
+	lay, err := pipefile.ReadLayout(runDir)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--offline: %w", err)
 	}

@@ -15,18 +15,19 @@ import (
 
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 // testLayout writes a layout with two instances on GPU 0 and one on GPU 1.
 func testLayout(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	lay := &ledger.Layout{Schema: ledger.LayoutSchema, GPUs: []ledger.LayoutGPU{
-		{Index: 0, UUID: "GPU-a", Name: "NVIDIA A100-SXM4-80GB", UnitsTotal: 4, Instances: []ledger.LayoutInstance{
+	lay := &pipefile.Layout{Schema: pipefile.LayoutSchema, GPUs: []pipefile.LayoutGPU{
+		{Index: 0, UUID: "GPU-a", Name: "NVIDIA A100-SXM4-80GB", UnitsTotal: 4, Instances: []pipefile.LayoutInstance{
 			{Instance: 0, Units: []int{0, 1}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a", "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=20480M"}},
 			{Instance: 1, Units: []int{2, 3}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-a"}},
 		}},
-		{Index: 1, UUID: "GPU-b", Name: "Tesla T4", UnitsTotal: 2, Instances: []ledger.LayoutInstance{
+		{Index: 1, UUID: "GPU-b", Name: "Tesla T4", UnitsTotal: 2, Instances: []pipefile.LayoutInstance{
 			{Instance: 0, Units: []int{0, 1}, Env: map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-b"}},
 		}},
 	}}
@@ -38,7 +39,7 @@ func testLayout(t *testing.T) string {
 		}
 	}
 	b, _ := json.Marshal(lay)
-	if err := os.WriteFile(filepath.Join(dir, "units", ledger.LayoutFile), b, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "units", pipefile.LayoutFile), b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	return dir
@@ -46,7 +47,7 @@ func testLayout(t *testing.T) string {
 
 func take(t *testing.T, dir string, req Request) (*Claim, error) {
 	t.Helper()
-	lay, err := ReadLayout(dir)
+	lay, err := pipefile.ReadLayout(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestTakeClaimsLockedFIFOs(t *testing.T) {
 		t.Fatalf("env %v", c.Env)
 	}
 	for i, u := range c.Units {
-		p := filepath.Join(dir, "units", "GPU-a", "0", ledger.UnitName(u))
+		p := filepath.Join(dir, "units", "GPU-a", "0", pipefile.UnitName(u))
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFIFO {
 			t.Fatalf("%s is not a FIFO: %v", p, err)
@@ -162,7 +163,7 @@ func TestNoFreeUnitsIsErrNoUnits(t *testing.T) {
 
 func TestReleaseGivesUnitsBack(t *testing.T) {
 	dir := testLayout(t)
-	lay, _ := ReadLayout(dir)
+	lay, _ := pipefile.ReadLayout(dir)
 	c, err := Take(dir, lay, Request{Units: 2, GPU: "1"})
 	if err != nil {
 		t.Fatal(err)
@@ -188,7 +189,7 @@ func TestReleaseGivesUnitsBack(t *testing.T) {
 func TestClaimIsLiveToTheLedger(t *testing.T) {
 	run := t.TempDir()
 	model := units.Default()
-	l, err := ledger.New(run, model, []ledger.GPU{{Index: 0, UUID: "GPU-x", Name: "Tesla T4"}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	l, err := ledger.New(run, model, []ledger.GPU{{Index: 0, UUID: "GPU-x", Name: "Tesla T4"}}, -1, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +198,7 @@ func TestClaimIsLiveToTheLedger(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	lay, err := ReadLayout(run)
+	lay, err := pipefile.ReadLayout(run)
 	if err != nil {
 		t.Fatalf("the daemon's own layout.json: %v", err)
 	}
@@ -223,136 +224,4 @@ func TestClaimIsLiveToTheLedger(t *testing.T) {
 	if stale, err := l.Probe(0, c.Units[0], id); !stale || err != nil {
 		t.Fatalf("abandoned claim probed stale=%v err=%v", stale, err)
 	}
-}
-
-func TestReadLayoutErrors(t *testing.T) {
-	dir := t.TempDir()
-	if _, err := ReadLayout(dir); err == nil || !strings.Contains(err.Error(), "no pipe-file ledger at "+filepath.Join(dir, "units", "layout.json")) {
-		t.Fatalf("no layout: %v", err)
-	}
-	os.MkdirAll(filepath.Join(dir, "units"), 0o755)
-	os.WriteFile(filepath.Join(dir, "units", "layout.json"), []byte(`{"schema":"other/v9"}`), 0o644)
-	if _, err := ReadLayout(dir); err == nil || !strings.Contains(err.Error(), `layout schema "other/v9"`) {
-		t.Fatalf("unknown schema: %v", err)
-	}
-}
-
-func TestDecodeLayout(t *testing.T) {
-	const head = `{"schema":"gpulet.layout/v1","gpus":[`
-	for _, tc := range []struct {
-		name, json, err string
-	}{
-		{"good", head + `{"index":0,"uuid":"GPU-a","units_total":2,"instances":[{"instance":0,"units":[0,1]}]}]}`, ""},
-		{"no gpus", head + `]}`, ""},
-		{"not json", `{`, "malformed layout"},
-		{"path in uuid", head + `{"uuid":"../etc","units_total":1}]}`, "bad UUID"},
-		{"dot uuid", head + `{"uuid":"..","units_total":1}]}`, "bad UUID"},
-		{"empty uuid", head + `{"uuid":"","units_total":1}]}`, "bad UUID"},
-		{"no units", head + `{"uuid":"GPU-a","units_total":0}]}`, "has 0 units"},
-		{"unit out of range", head + `{"uuid":"GPU-a","units_total":2,"instances":[{"units":[2]}]}]}`, "outside 0..1"},
-		{"negative instance", head + `{"uuid":"GPU-a","units_total":2,"instances":[{"instance":-1}]}]}`, "instance -1"},
-		{"unit twice", head + `{"uuid":"GPU-a","units_total":2,"instances":[{"instance":0,"units":[0]},{"instance":1,"units":[0]}]}]}`, "unit 0 in two instances"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeLayout([]byte(tc.json))
-			if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
-				t.Fatalf("err %v, want %q", err, tc.err)
-			}
-		})
-	}
-}
-
-func TestScaleMemLimit(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		n    int
-		want string
-	}{
-		{"0=5120M", 1, "0=5120M"},
-		{"0=5120M", 3, "0=15360M"},
-		{"0=1G,1=512MB", 2, "0=2G,1=1024MB"},
-		{"0=4096", 2, "0=8192"},
-		{"", 1, ""},
-		{"0=M", 1, ""},
-		{"x=1M", 1, ""},
-		{"0=1M2", 1, ""},
-		{"0=-1M", 1, ""},
-		{"0=1M", 0, ""},
-		{"0=18446744073709551615M", 2, ""},
-	} {
-		got, err := ScaleMemLimit(tc.in, tc.n)
-		if got != tc.want || (tc.want == "") != (err != nil) {
-			t.Errorf("ScaleMemLimit(%q, %d) = %q, %v; want %q", tc.in, tc.n, got, err, tc.want)
-		}
-	}
-}
-
-func TestScaleEnv(t *testing.T) {
-	env, err := ScaleEnv(map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/p"}, "GPU-z", 5, 16)
-	if err != nil || env["CUDA_VISIBLE_DEVICES"] != "GPU-z" || env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] != "32" || env["CUDA_MPS_PIPE_DIRECTORY"] != "/p" {
-		t.Fatalf("%v %v", env, err)
-	}
-	if _, ok := env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"]; ok {
-		t.Fatal("a memory limit appeared that the layout did not give")
-	}
-	if _, err := ScaleEnv(map[string]string{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "lots"}, "GPU-z", 1, 16); err == nil {
-		t.Fatal("bad memory limit accepted")
-	}
-}
-
-func TestRunDir(t *testing.T) {
-	t.Setenv(RunDirEnv, "")
-	if got := RunDir(""); got != DefaultRunDir {
-		t.Fatalf("default %q", got)
-	}
-	t.Setenv(RunDirEnv, "/env")
-	if RunDir("") != "/env" || RunDir("/flag") != "/flag" {
-		t.Fatal("flag, then environment")
-	}
-}
-
-func FuzzDecodeLayout(f *testing.F) {
-	good, _ := json.Marshal(ledger.Layout{Schema: ledger.LayoutSchema, GPUs: []ledger.LayoutGPU{{UUID: "GPU-a", UnitsTotal: 2, Instances: []ledger.LayoutInstance{{Units: []int{0, 1}}}}}})
-	for _, s := range []string{string(good), `{}`, `{"schema":"gpulet.layout/v1","gpus":[{"uuid":"../x","units_total":1}]}`, `x`,
-		`{"schema":"gpulet.layout/v1","gpus":[{"uuid":"a","units_total":3,"instances":[{"units":[0,0]}]}]}`} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, b string) {
-		lay, err := DecodeLayout([]byte(b))
-		if err != nil {
-			return
-		}
-		for _, g := range lay.GPUs {
-			if g.UUID == "" || filepath.Base(g.UUID) != g.UUID || g.UUID == ".." || g.UUID == "." {
-				t.Fatalf("accepted UUID %q", g.UUID)
-			}
-			seen := map[int]bool{}
-			for _, in := range g.Instances {
-				for _, u := range in.Units {
-					if u < 0 || u >= g.UnitsTotal || seen[u] {
-						t.Fatalf("accepted unit %d of %d (seen %v)", u, g.UnitsTotal, seen[u])
-					}
-					seen[u] = true
-				}
-			}
-		}
-	})
-}
-
-func FuzzScaleMemLimit(f *testing.F) {
-	for _, s := range []string{"0=5120M", "0=1G,1=512MB", "0=", "=1M", "0=99999999999999999999M"} {
-		f.Add(s, 2)
-	}
-	f.Fuzz(func(t *testing.T, v string, n int) {
-		got, err := ScaleMemLimit(v, n)
-		if err != nil {
-			return
-		}
-		if n < 1 || strings.Count(got, ",") != strings.Count(v, ",") {
-			t.Fatalf("ScaleMemLimit(%q, %d) = %q", v, n, got)
-		}
-		if n == 1 && got != v && !strings.Contains(v, "=0") {
-			t.Fatalf("scaling by 1 changed %q to %q", v, got)
-		}
-	})
 }

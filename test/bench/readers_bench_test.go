@@ -83,4 +83,3 @@ func hammer(b *testing.B, sock string, readers int, reads *atomic.Int64) (stop f
 		wg.Wait()
 	}
 }
-
