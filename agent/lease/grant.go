@@ -43,6 +43,8 @@ type lease struct {
 	// json is pub encoded: the journal record and the API's answer share it.
 	json []byte
 	bind binding
+	// seen marks the lease as counted in a build of its GPU's view.
+	seen uint64
 }
 
 // encode makes pub and json from Lease; call it after every change of Lease.

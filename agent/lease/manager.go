@@ -25,6 +25,7 @@ import (
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/internal/clock"
+	"github.com/gpulet/gpulet/internal/ratelog"
 )
 
 // Conditions is what the agent knows of the GPUs beyond units: the manager
@@ -92,6 +93,9 @@ type Manager struct {
 	engine atomic.Pointer[placement.Engine]
 	// view is the table as last published; read without mu.
 	view atomic.Pointer[View]
+	// claimLines bounds the lines offline claimers can cause (stale claims
+	// removed): any member of the socket group can make many.
+	claimLines *ratelog.Limiter
 
 	// mu guards every field below: the unit table (gpus, with its slots and
 	// dirty marks), the live leases (leases, with their bindings' timers and
@@ -121,12 +125,14 @@ type Manager struct {
 	// version counts published views; dirty says the table changed since.
 	version uint64
 	dirty   bool
-	// node is the placement engine's view of the node, rebuilt when the table
-	// or the conditions changed since.
-	node        *placement.Node
-	nodeVersion uint64
-	nodeCondKey *Conditions
-	closed      bool
+	// builds numbers the builds of a GPU's view (lease.seen).
+	builds uint64
+	// node is the placement engine's view of the node; nodeBuilt says which
+	// build of each GPU's view it holds, nodeCond which conditions.
+	node      *placement.Node
+	nodeBuilt []uint64
+	nodeCond  *Conditions
+	closed    bool
 }
 
 // New builds the Manager, takes back what the journal and the ledger hold, and
@@ -152,6 +158,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, held: map[procKey]int{}, journal: journal{path: cfg.JournalPath}}
 	m.engine.Store(placement.New(cfg.Policy))
+	m.claimLines = ratelog.New(cfg.Logger, "offline claims", claimLinesPerSecond, cfg.Clock.Now)
 	for _, d := range cfg.Devices {
 		m.gpus = append(m.gpus, &gpuTable{dev: d, slots: make([]slot, cfg.Model.UnitsPerGPU), dirty: true})
 	}
@@ -161,6 +168,9 @@ func New(cfg Config) (*Manager, error) {
 	m.probeOffline()
 	return m, nil
 }
+
+// claimLinesPerSecond bounds the log lines about offline claims.
+const claimLinesPerSecond = 20
 
 // SetEngine swaps the placement engine (a config reload); decisions under way
 // finish with the old one.
@@ -221,6 +231,7 @@ func (m *Manager) Tick() {
 	m.rollLinesLocked()
 	m.unlock()
 	m.probeOffline()
+	m.claimLines.Flush()
 }
 
 // Close stops granting: waiting requests get unavailable. Live leases stay in

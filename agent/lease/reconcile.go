@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"log/slog"
 
 	"github.com/gpulet/gpulet/agent/ledger"
 )
@@ -131,11 +132,11 @@ func (m *Manager) probeOffline() {
 	for _, c := range claims {
 		stale, err := m.cfg.Ledger.Probe(c.g, c.i, c.fifo)
 		if err != nil {
-			m.log.Warn("cannot probe offline claim", "gpu", c.g, "unit", c.i, "err", err)
+			m.claimLines.Log(slog.LevelWarn, "cannot probe offline claim", "gpu", c.g, "unit", c.i, "err", err)
 			continue
 		}
 		if stale {
-			m.log.Info("removed stale offline claim: its pipe file was not locked by any process", "gpu", c.g, "unit", c.i)
+			m.claimLines.Log(slog.LevelInfo, "removed stale offline claim: its pipe file was not locked by any process", "gpu", c.g, "unit", c.i)
 			gone = append(gone, c)
 		}
 	}

@@ -37,8 +37,10 @@ type gpuTable struct {
 	slots []slot
 	// dirty says the GPU's part of the view must be built again.
 	dirty bool
-	// view is the GPU's part of the last published View.
-	view GPUView
+	// view is the GPU's part of the last published View; built counts how
+	// often it was built.
+	view  GPUView
+	built uint64
 }
 
 // View is the table at one moment, published on every change. Nothing in it
@@ -116,6 +118,7 @@ func (m *Manager) publishLocked() bool {
 		if g.dirty {
 			g.view = m.buildGPUViewLocked(g)
 			g.dirty = false
+			g.built++
 		}
 		v.GPUs[gi] = g.view
 	}
@@ -124,11 +127,13 @@ func (m *Manager) publishLocked() bool {
 }
 
 func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
-	var gv GPUView
-	seen := map[*lease]bool{}
+	gv := GPUView{Instances: make([]InstanceView, 0, m.cfg.Model.InstancesPerGPU)}
+	// A lease of several units is counted once: marked with this build's
+	// number the first time it is met.
+	m.builds++
 	for k := 0; k < m.cfg.Model.InstancesPerGPU; k++ {
 		start, n := m.cfg.Model.InstanceRange(k)
-		iv := InstanceView{Size: n, FreeUnits: []int{}}
+		iv := InstanceView{Size: n, FreeUnits: make([]int, 0, n)}
 		for u := start; u < start+n; u++ {
 			s := &g.slots[u]
 			switch s.state {
@@ -145,8 +150,8 @@ func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
 				iv.Users = addUser(iv.Users, s.uid)
 			case slotLeased:
 				gv.Used++
-				if !seen[s.lease] {
-					seen[s.lease] = true
+				if s.lease.seen != m.builds {
+					s.lease.seen = m.builds
 					iv.Clients++
 					gv.Leases = append(gv.Leases, s.lease.pub)
 					uid := s.lease.Owner.UID
@@ -172,44 +177,55 @@ func addUser(users []uint32, uid uint32) []uint32 {
 }
 
 // nodeLocked is the placement engine's view of the node: the published table
-// and the agent's conditions. It is built again only when either changed.
+// and the agent's conditions. Only the manager decides under the lock, so it
+// keeps one Node and brings up to date the GPUs whose part of the view, or
+// whose conditions, changed since; nothing changes it during a decision.
 func (m *Manager) nodeLocked() *placement.Node {
 	m.publishLocked()
 	cond := m.cfg.Conditions()
-	v := m.view.Load()
-	if m.node != nil && m.nodeVersion == v.Version && m.nodeCondKey == cond {
-		return m.node
+	if m.node == nil {
+		m.node = &placement.Node{ClientsPerInstance: m.cfg.Model.ClientsPerInstance, OneUserPerInstance: m.cfg.MPS, GPUs: make([]placement.GPU, len(m.gpus))}
+		m.nodeBuilt = make([]uint64, len(m.gpus))
 	}
-	n := &placement.Node{ClientsPerInstance: m.cfg.Model.ClientsPerInstance, OneUserPerInstance: m.cfg.MPS, GPUs: make([]placement.GPU, len(m.gpus))}
-	if cond != nil {
-		n.Draining = cond.Draining
-	}
+	n := m.node
+	all := cond != m.nodeCond
+	m.nodeCond = cond
+	n.Draining = cond != nil && cond.Draining
 	for gi, g := range m.gpus {
-		gv := v.GPUs[gi]
-		pg := placement.GPU{
-			Index: g.dev.Index, UUID: g.dev.UUID, Name: g.dev.Name,
-			MemoryTotalMiB: g.dev.MemoryTotalMiB, MemoryFreeMiB: g.dev.MemoryTotalMiB,
-			Free: m.cfg.Model.UnitsPerGPU - gv.Used, Instances: make([]placement.Instance, len(gv.Instances)),
+		if !all && m.nodeBuilt[gi] == g.built {
+			continue
 		}
+		m.nodeBuilt[gi] = g.built
 		var gc *GPUCondition
 		if cond != nil && gi < len(cond.GPUs) {
 			gc = &cond.GPUs[gi]
-			pg.Unusable, pg.MemoryFreeMiB = gc.Unusable, gc.MemoryFreeMiB
 		}
-		for k, iv := range gv.Instances {
-			in := placement.Instance{Index: k, FreeUnits: iv.FreeUnits, Size: iv.Size, Clients: iv.Clients, Users: iv.Users}
-			if gc != nil && k < len(gc.InstanceDown) {
-				in.Down = gc.InstanceDown[k]
-			}
-			if gc != nil && k < len(gc.ServerUID) && gc.ServerUID[k] != nil {
-				in.Users = addUser(append([]uint32(nil), iv.Users...), *gc.ServerUID[k])
-			}
-			pg.Instances[k] = in
-		}
-		n.GPUs[gi] = pg
+		m.placementGPU(&n.GPUs[gi], g, gc)
 	}
-	m.node, m.nodeVersion, m.nodeCondKey = n, v.Version, cond
 	return n
+}
+
+// placementGPU brings pg, GPU g's part of the placement view, up to date.
+func (m *Manager) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUCondition) {
+	gv := &g.view
+	*pg = placement.GPU{
+		Index: g.dev.Index, UUID: g.dev.UUID, Name: g.dev.Name,
+		MemoryTotalMiB: g.dev.MemoryTotalMiB, MemoryFreeMiB: g.dev.MemoryTotalMiB,
+		Free: m.cfg.Model.UnitsPerGPU - gv.Used, Instances: pg.Instances[:0],
+	}
+	if gc != nil {
+		pg.Unusable, pg.MemoryFreeMiB = gc.Unusable, gc.MemoryFreeMiB
+	}
+	for k, iv := range gv.Instances {
+		in := placement.Instance{Index: k, FreeUnits: iv.FreeUnits, Size: iv.Size, Clients: iv.Clients, Users: iv.Users}
+		if gc != nil && k < len(gc.InstanceDown) {
+			in.Down = gc.InstanceDown[k]
+		}
+		if gc != nil && k < len(gc.ServerUID) && gc.ServerUID[k] != nil {
+			in.Users = addUser(append([]uint32(nil), iv.Users...), *gc.ServerUID[k])
+		}
+		pg.Instances = append(pg.Instances, in)
+	}
 }
 
 func (m *Manager) visible(peer Peer, l *lease) bool {
