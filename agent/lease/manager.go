@@ -230,14 +230,7 @@ func (m *Manager) restore() {
 	case err != nil:
 		m.log.Error("lease journal unreadable; rebuilding from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err)
 	default:
-		var dropped []string
-		entries, dropped, err = decodeJournal(b, m.shapes())
-		if err != nil {
-			m.log.Error("lease journal damaged: keeping the leases recorded before the damage, the rest is rebuilt from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err, "kept", len(entries))
-		}
-		for _, d := range dropped {
-			m.log.Warn("lease journal entry dropped", "entry", d)
-		}
+		entries = m.replayLocked(b)
 	}
 	now := m.cfg.Now()
 	for _, e := range entries {

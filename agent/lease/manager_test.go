@@ -667,9 +667,9 @@ func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, _, err := decodeJournal(b, m.shapes())
-	if err != nil || len(entries) != 2 {
-		t.Fatalf("journal after Close holds %d leases (%v), want 2", len(entries), err)
+	rep, err := decodeJournal(b, m.shapes())
+	if err != nil || len(rep.entries) != 2 {
+		t.Fatalf("journal after Close holds %d leases (%v), want 2", len(rep.entries), err)
 	}
 	// The next start judges them: the holder is dead, the ttl lease lives.
 	m2 := f.manager(t)
