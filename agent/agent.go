@@ -502,6 +502,9 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 	if a.draining.Load() {
 		s.State = api.NodeDraining
 	}
+	if err := a.leases.JournalError(); err != nil {
+		s.State, s.Reason = api.NodeDegraded, err.Error()
+	}
 	s.View = a.view.Load()
 	U := a.cfg.Model.UnitsPerGPU
 	for i, d := range a.devs {

@@ -8,10 +8,12 @@ import "time"
 // SnapshotSchema names the snapshot format; a receiver checks it before use.
 const SnapshotSchema = "gpulet.snapshot/v1"
 
-// Node states.
+// Node states. A degraded node grants no leases because of a fault of its own
+// (it cannot record leases); Snapshot.Reason says why.
 const (
 	NodeWorking  = "working"
 	NodeDraining = "draining"
+	NodeDegraded = "degraded"
 )
 
 // GPU states.
@@ -52,6 +54,8 @@ type Snapshot struct {
 	GPUs          []GPU     `json:"gpus"`
 	// View says whether the FUSE view is mounted; absent when none was asked for.
 	View *ViewStatus `json:"view,omitempty"`
+	// Reason says why the node is degraded; absent otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ViewStatus is the state of the FUSE view.

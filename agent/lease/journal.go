@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
 	"slices"
 	"strconv"
@@ -26,8 +27,11 @@ const JournalSchema = "gpulet.journal/v2"
 // cannot outlive a reboot, and it is not fsynced: it must survive the daemon's
 // crash, not the kernel's.
 //
-// Replay reads every line on its own, so one damaged record costs that record,
-// never the ones after it.
+// What cannot be recorded is not promised: when an append fails (a full run
+// dir), the part it wrote is cut off, and the journal takes no record until it
+// has been written anew from the table; meanwhile the Manager grants, releases
+// and renews nothing. Replay reads every line on its own, so one damaged
+// record costs that record, never the ones after it.
 type record struct {
 	Op string `json:"op"`
 	// Schema is set on the "schema" record that opens a file.
@@ -377,16 +381,33 @@ func validID(id string) bool {
 	return true
 }
 
-// journal is the open log.
+// journalFile is what the journal appends through: the open file, or a
+// test's stand-in that fails where the test wants.
+type journalFile interface {
+	io.Writer
+	Truncate(size int64) error
+	Close() error
+}
+
+// journal is the open log. Nothing is appended while failed is set: the file
+// may then be behind the table (an end that could not be recorded) or end in
+// part of a record, and only a rewrite from the table puts it right.
 type journal struct {
 	path string
-	f    *os.File
+	f    journalFile
+	// size is the file's length up to the end of its last whole record, where
+	// a failed append is cut back to.
+	size int64
 	// records counts the records appended since the last rewrite.
 	records int
+	// failed says why records cannot be written; nil when they can.
+	failed error
 }
 
 // rewrite replaces the journal with one holding just entries, and opens it for
-// appending.
+// appending. When the new file cannot be written the old one stays in place,
+// whole: a journal that was working goes on appending to it (and tries again a
+// period later), a failed one stays failed.
 func (j *journal) rewrite(entries []journalEntry) error {
 	var buf bytes.Buffer
 	recs := []record{{Op: opSchema, Schema: JournalSchema}}
@@ -401,21 +422,33 @@ func (j *journal) rewrite(entries []journalEntry) error {
 		buf.Write(b)
 	}
 	if err := ledger.WriteFileAtomic(j.path, buf.Bytes(), 0o600); err != nil {
+		err = fmt.Errorf("writing %s anew: %w", j.path, err)
+		if j.f == nil || j.failed != nil {
+			j.failed = err
+		}
+		j.records = 0
 		return err
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
-		return err
+		// The old descriptor names the file just replaced: appending there
+		// would record nothing.
+		j.close()
+		j.failed = fmt.Errorf("opening %s: %w", j.path, err)
+		return j.failed
 	}
-	if j.f != nil {
-		j.f.Close()
-	}
-	j.f, j.records = f, 0
+	j.close()
+	j.f, j.size, j.records, j.failed = f, int64(buf.Len()), 0, nil
 	return nil
 }
 
-// append writes one record with one write(2).
+// append writes one record with one write(2). When the write fails, what it
+// wrote of the record is cut off again before anything else can follow it, and
+// the journal is failed until a rewrite.
 func (j *journal) append(r record) error {
+	if j.failed != nil {
+		return j.failed
+	}
 	if j.f == nil {
 		return errors.New("journal is not open")
 	}
@@ -423,9 +456,20 @@ func (j *journal) append(r record) error {
 	if err != nil {
 		return err
 	}
-	if _, err := j.f.Write(b); err != nil {
-		return err
+	n, err := j.f.Write(b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
 	}
+	if err != nil {
+		j.failed = err
+		if n > 0 {
+			if terr := j.f.Truncate(j.size); terr != nil {
+				j.failed = fmt.Errorf("%w; and cutting off the part of a record it left failed too: %v", err, terr)
+			}
+		}
+		return j.failed
+	}
+	j.size += int64(n)
 	j.records++
 	return nil
 }

@@ -239,7 +239,7 @@ func (m *Manager) restore() {
 		if e.Deadline != nil {
 			if !now.Before(*e.Deadline) {
 				m.log.Info("lease expired while the daemon was down", "lease", l.ID)
-				m.removeFIFOs(l)
+				m.removeUnheldFIFOsLocked(l)
 				continue
 			}
 			l.deadline = *e.Deadline
@@ -247,7 +247,7 @@ func (m *Manager) restore() {
 			p, _, err := procwatch.Open(l.Owner.PID, l.startTime)
 			if err != nil {
 				m.log.Info("lease holder exited while the daemon was down", "lease", l.ID, "pid", l.Owner.PID)
-				m.removeFIFOs(l)
+				m.removeUnheldFIFOsLocked(l)
 				continue
 			}
 			l.proc = p
@@ -269,7 +269,7 @@ func (m *Manager) restore() {
 	}
 	m.rescanLocked()
 	if err := m.journal.rewrite(m.entriesLocked()); err != nil {
-		m.log.Error("cannot write lease journal", "err", err)
+		m.log.Error("cannot write the lease journal: no grants, releases or renewals until it can be written; the old one is kept", "err", err)
 	}
 }
 
@@ -385,7 +385,11 @@ func (m *Manager) rollLinesLocked() {
 func (m *Manager) Tick() {
 	m.mu.Lock()
 	m.rollLinesLocked()
+	repaired := !m.closed && m.repairJournalLocked()
 	m.unlock()
+	if repaired {
+		m.cfg.OnChange()
+	}
 	m.ProbeOffline()
 }
 
@@ -739,6 +743,9 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 	if cond != nil && cond.Draining {
 		return nil, api.Errorf(api.ErrUnavailable, "the node is draining: no new leases")
 	}
+	if m.journal.failed != nil {
+		return nil, unrecorded("no lease is granted", m.journal.failed)
+	}
 	for {
 		c, why := m.placeLocked(peer, req, cond)
 		if why != "" {
@@ -775,7 +782,7 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 			// served later): dropping the lease must not close its pidfd.
 			l.proc = nil
 			m.dropLocked(l)
-			return nil, fmt.Errorf("cannot record the lease: %w", err)
+			return nil, unrecorded("the lease is not granted", err)
 		}
 		m.armLocked(l)
 		m.granted++
@@ -1002,7 +1009,7 @@ func (m *Manager) expire(id string) {
 		m.unlock()
 		return
 	}
-	m.dropAndRecordLocked(l, "ttl expired")
+	m.dropAndRecordLocked(l, "ttl expired", true)
 	m.unlock()
 	m.cfg.OnChange()
 }
@@ -1014,7 +1021,7 @@ func (m *Manager) end(id, reason string) {
 	}
 	l, ok := m.leases[id]
 	if ok {
-		m.dropAndRecordLocked(l, reason)
+		m.dropAndRecordLocked(l, reason, true)
 	}
 	m.unlock()
 	if ok {
@@ -1022,14 +1029,27 @@ func (m *Manager) end(id, reason string) {
 	}
 }
 
-func (m *Manager) dropAndRecordLocked(l *lease, reason string) {
-	m.dropLocked(l)
+// dropAndRecordLocked ends l for reason: it records the end, then drops the
+// lease. When the end cannot be recorded, force (the holder exited, the ttl
+// ran out) drops it anyway, and the failed journal is written anew from the
+// table before it takes another record; a restart meanwhile replays the grant
+// and finds the holder gone or the deadline passed. Without force the lease
+// is kept and the error returned.
+func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error {
+	// Out of the table first: a rewrite due after this record must not hold it.
+	delete(m.leases, l.ID)
 	if err := m.recordLocked(record{Op: opEnd, ID: l.ID}); err != nil {
-		m.log.Error("cannot write lease journal", "err", err)
+		if !force {
+			m.leases[l.ID] = l
+			return err
+		}
+		m.log.Error("cannot record the end of a lease; it ends anyway", "lease", l.ID, "reason", reason, "err", err)
 	}
+	m.dropLocked(l)
 	m.ended++
 	m.leaseLineLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
 	m.serveWaitersLocked()
+	return nil
 }
 
 // dropLocked removes a lease from the table and the ledger.
@@ -1132,7 +1152,11 @@ func (m *Manager) Release(peer Peer, id string) error {
 		m.unlock()
 		return api.Errorf(api.ErrNotFound, "no lease %q", id)
 	}
-	m.dropAndRecordLocked(l, "released")
+	if err := m.dropAndRecordLocked(l, "released", false); err != nil {
+		m.unlock()
+		// A 204 would be undone by a restart, which replays the grant.
+		return unrecorded("the lease is not released and stays", err)
+	}
 	m.unlock()
 	m.cfg.OnChange()
 	return nil
@@ -1152,12 +1176,16 @@ func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 		m.unlock()
 		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
 	}
+	was, wasExp := l.deadline, l.Expires
 	l.deadline = m.cfg.Now().UTC().Add(l.ttl)
 	exp := l.deadline
 	l.Expires = &exp
 	l.encode()
 	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
-		m.log.Error("cannot write lease journal", "err", err)
+		l.deadline, l.Expires = was, wasExp
+		l.encode()
+		m.unlock()
+		return api.Lease{}, unrecorded("the lease is not renewed", err)
 	}
 	m.scheduleExpiryLocked(l)
 	out := l.Lease
@@ -1223,14 +1251,17 @@ func (m *Manager) View() View {
 	return v
 }
 
-// recordLocked appends r to the journal, rewriting it when it has grown.
+// recordLocked appends r to the journal, rewriting it when it has grown; the
+// table holds the change already. When r cannot be recorded, the caller undoes
+// the change or, for an end, keeps the lease out of the table for the repair
+// (repairJournalLocked) to leave out of the journal.
 func (m *Manager) recordLocked(r record) error {
+	first := m.journal.failed == nil
 	if err := m.journal.append(r); err != nil {
-		// A failed or short write may have left part of a line, which would
-		// stop every later replay there: write the journal anew from the
-		// table, which already holds this change.
-		m.log.Error("lease journal append failed; rewriting it", "err", err)
-		return m.journal.rewrite(m.entriesLocked())
+		if first {
+			m.log.Error("cannot record leases: no grants, releases or renewals until the lease journal can be written again", "err", err)
+		}
+		return err
 	}
 	if m.journal.due(len(m.leases)) {
 		if err := m.journal.rewrite(m.entriesLocked()); err != nil {
