@@ -24,6 +24,9 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 	if a.draining.Load() {
 		s.State = api.NodeDraining
 	}
+	if view.Unrecorded != "" {
+		s.State, s.Reason = api.NodeDegraded, view.Unrecorded
+	}
 	s.View = a.view.Load()
 	U := a.cfg.Model.UnitsPerGPU
 	for i, d := range a.devs {

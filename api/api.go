@@ -12,10 +12,12 @@ const DefaultSocket = "/run/gpulet/gpulet.sock"
 
 const SnapshotSchema = "gpulet.snapshot/v1"
 
-// Node states.
+// Node states. A degraded node grants no leases because of a fault of its own
+// (it cannot record leases); Snapshot.Reason says why.
 const (
 	NodeWorking  = "working"
 	NodeDraining = "draining"
+	NodeDegraded = "degraded"
 )
 
 // GPU states.
@@ -56,6 +58,8 @@ type Snapshot struct {
 	GPUs          []GPU     `json:"gpus"`
 	// View says whether the FUSE view is mounted; absent when none was asked for.
 	View *ViewStatus `json:"view,omitempty"`
+	// Reason says why the node is degraded; absent otherwise.
+	Reason string `json:"reason,omitempty"`
 }
 
 // ViewStatus is the state of the FUSE view.

@@ -90,18 +90,22 @@ func TestDecodeJournalReplays(t *testing.T) {
 		record{Op: opLease, Entry: &a},
 		record{Op: opLease, Entry: &b},
 		record{Op: opRenew, ID: b.Lease.ID, Deadline: &later},
-		record{Op: opLease, Entry: &c}, // shares unit 1 with a: dropped
+		// c shares unit 1 with a: granted after it, so a had ended.
+		record{Op: opLease, Entry: &c},
 	)
-	entries, dropped, err := decodeJournal([]byte(text), shapes)
-	if err != nil || len(entries) != 2 || len(dropped) != 1 || !entries[1].Deadline.Equal(later) {
-		t.Fatalf("entries %+v dropped %v err %v", entries, dropped, err)
+	rep, err := decodeJournal([]byte(text), shapes)
+	if err != nil || len(rep.entries) != 2 || rep.entries[0].Lease.ID != b.Lease.ID || !rep.entries[0].Deadline.Equal(later) ||
+		len(rep.dropped) != 1 || rep.dropped[0].Lease != a.Lease.ID || rep.dropped[0].Record != 2 {
+		t.Fatalf("replay %+v, err %v", rep, err)
 	}
-	// An end removes a (so c's unit is its own again); a damaged record stops
-	// the replay and keeps what came before.
-	text2 := text + journalText(t, record{Op: opEnd, ID: a.Lease.ID}) + "deadbeef {\"op\":\"end\",\"id\":\"" + b.Lease.ID + "\"}\n"
-	entries, _, err = decodeJournal([]byte(text2), shapes)
-	if err == nil || len(entries) != 2 || entries[0].Lease.ID != b.Lease.ID || entries[1].Lease.ID != c.Lease.ID {
-		t.Fatalf("after end and damage: %+v %v", entries, err)
+	// An end removes a (so c's unit is its own again); a damaged record is
+	// skipped and named, and the records after it still count.
+	text2 := text + journalText(t, record{Op: opEnd, ID: a.Lease.ID}) + "deadbeef {\"op\":\"end\",\"id\":\"" + b.Lease.ID + "\"}\n" +
+		journalText(t, record{Op: opRenew, ID: b.Lease.ID, Deadline: &deadline})
+	rep, err = decodeJournal([]byte(text2), shapes)
+	if err != nil || len(rep.entries) != 2 || rep.entries[0].Lease.ID != b.Lease.ID || rep.entries[1].Lease.ID != c.Lease.ID ||
+		!rep.entries[0].Deadline.Equal(deadline) || len(rep.skipped) != 1 || rep.skipped[0].Record != 7 || rep.skipped[0].Lease != b.Lease.ID {
+		t.Fatalf("after end and damage: %+v %v", rep, err)
 	}
 }
 
@@ -114,9 +118,9 @@ func FuzzDecodeJournal(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b string) {
-		entries, _, _ := decodeJournal([]byte(b), shapes)
+		rep, _ := decodeJournal([]byte(b), shapes)
 		seen := map[int]bool{}
-		for _, e := range entries {
+		for _, e := range rep.entries {
 			if !validID(e.Lease.ID) || e.Lease.GPU.UUID != "GPU-a" || len(e.Lease.Units) == 0 || len(e.Lease.Units) > 2 {
 				t.Fatalf("accepted a bad entry %+v", e)
 			}

@@ -25,7 +25,7 @@ func (m *Manager) expire(id string) {
 		b.armLocked(m, l)
 		return
 	}
-	m.dropAndRecordLocked(l, "ttl expired")
+	m.dropAndRecordLocked(l, "ttl expired", true)
 }
 
 // end ends lease id for reason; unknown ids are ignored.
@@ -34,7 +34,7 @@ func (m *Manager) end(id, reason string) {
 		return
 	}
 	if l, ok := m.leases[id]; ok {
-		m.dropAndRecordLocked(l, reason)
+		m.dropAndRecordLocked(l, reason, true)
 	}
 	m.unlock()
 }
@@ -49,7 +49,9 @@ func (m *Manager) Release(peer Peer, id string) error {
 	if !ok || !m.visible(peer, l) {
 		return api.Errorf(api.ErrNotFound, "no lease %q", id)
 	}
-	m.dropAndRecordLocked(l, "released")
+	if err := m.dropAndRecordLocked(l, "released", false); err != nil {
+		return unrecorded("the lease is not released and stays", err)
+	}
 	return nil
 }
 
@@ -67,26 +69,39 @@ func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 	if !ok {
 		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
 	}
-	b.deadline = m.clock.Now().UTC().Add(b.ttl)
-	exp := b.deadline
+	exp := m.clock.Now().UTC().Add(b.ttl)
+	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
+		return api.Lease{}, unrecorded("the lease is not renewed", err)
+	}
+	b.deadline = exp
 	l.Expires = &exp
 	l.encode()
 	m.touchLocked(l.GPU.Index)
-	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
-		m.log.Error("cannot write lease journal", "err", err)
-	}
 	b.armLocked(m, l)
 	return *l.pub, nil
 }
 
-func (m *Manager) dropAndRecordLocked(l *lease, reason string) {
-	m.dropLocked(l)
+// dropAndRecordLocked ends l for reason: it records the end, then drops the
+// lease. When the end cannot be recorded, force (the holder exited, the ttl
+// ran out) drops it anyway, and the failed journal is written anew from the
+// table before it takes another record; a restart meanwhile replays the grant
+// and finds the holder gone or the deadline passed. Without force the lease
+// is kept and the error returned.
+func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error {
+	// Out of the table first: a rewrite due after this record must not hold it.
+	delete(m.leases, l.ID)
 	if err := m.recordLocked(record{Op: opEnd, ID: l.ID}); err != nil {
-		m.log.Error("cannot write lease journal", "err", err)
+		if !force {
+			m.leases[l.ID] = l
+			return err
+		}
+		m.log.Error("cannot record the end of a lease; it ends anyway", "lease", l.ID, "reason", reason, "err", err)
 	}
+	m.dropLocked(l)
 	m.ended++
 	m.leaseLineLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
 	m.serveWaitersLocked()
+	return nil
 }
 
 // dropLocked removes a lease from the table and the ledger and lets go of its

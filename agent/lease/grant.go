@@ -179,6 +179,9 @@ func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
 
 // tryGrantLocked places and grants req, or says why it cannot now.
 func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, error) {
+	if m.journal.failed != nil {
+		return nil, unrecorded("no lease is granted", m.journal.failed)
+	}
 	if pb, ok := bind.(*pidBinding); ok {
 		if held := m.held[pb.key()]; held+req.Units > m.cfg.Model.UnitsPerClient {
 			return nil, api.Errorf(api.ErrBadRequest, "units: process %d holds %d unit(s) already; one process may hold at most %d (--units-per-client)", pb.pid, held, m.cfg.Model.UnitsPerClient)
@@ -202,7 +205,7 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 			// served later): dropping the lease must not release it.
 			l.bind = nil
 			m.dropLocked(l)
-			return nil, fmt.Errorf("cannot record the lease: %w", err)
+			return nil, unrecorded("the lease is not granted", err)
 		}
 		bind.armLocked(m, l)
 		m.granted++

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -24,6 +26,12 @@ const JournalSchema = "gpulet.journal/v2"
 // keeps it short. It lives in the run dir (tmpfs in production) because leases
 // cannot outlive a reboot, and it is not fsynced: it must survive the daemon's
 // crash, not the kernel's.
+//
+// What cannot be recorded is not promised: when an append fails (a full run
+// dir), the part it wrote is cut off, and the journal takes no record until it
+// has been written anew from the table; meanwhile the Manager grants, releases
+// and renews nothing. Replay reads every line on its own, so one damaged
+// record costs that record, never the ones after it.
 type record struct {
 	Op string `json:"op"`
 	// Schema is set on the "schema" record that opens a file.
@@ -117,14 +125,68 @@ func appendHex32(b []byte, v uint32) []byte {
 	return b
 }
 
+// replay is what a journal's records leave.
+type replay struct {
+	// entries are the leases the journal holds, in the order of their grants.
+	entries []journalEntry
+	// skipped names the records that could not be used and why, the first
+	// maxNotes of them; skippedMore counts the rest.
+	skipped     []replayNote
+	skippedMore int
+	// dropped names every lease the journal holds that is not taken back,
+	// and why.
+	dropped []replayNote
+}
+
+// replayNote is one record skipped or one lease dropped.
+type replayNote struct {
+	// Record is the line of the record, counting from 1.
+	Record int
+	// Lease is the lease's id: of a dropped lease, or what a damaged record
+	// seems to name (a hint: its bytes are not to be trusted).
+	Lease string
+	Why   string
+	// op is the operation a damaged record seems to be.
+	op string
+}
+
+// maxNotes bounds the skipped records named one by one.
+const maxNotes = 100
+
 // decodeJournal replays a journal and checks the leases it leaves against the
-// node's GPUs. A damaged record (bad checksum, malformed JSON, unknown
-// operation) stops the replay: what came before it is kept and err says where
-// it stopped. Leases that do not fit the node (unknown GPU, bad units, a unit
-// in two leases) are dropped and listed in dropped.
-func decodeJournal(b []byte, gpus []gpuShape) (entries []journalEntry, dropped []string, err error) {
-	live := map[string]journalEntry{}
+// node's GPUs. Every line is a record of its own, so a damaged one (bad
+// checksum, malformed, too long, an unknown operation) is skipped and named,
+// and every other record still counts. An end wins over the grant of the same
+// lease wherever the two stand: a lease whose end is recorded never comes
+// back. Leases that do not fit the node (unknown GPU, bad units) are dropped
+// and named; of two leases on one unit, the one created later is kept, since
+// it could only be granted once the other had ended. err is set only for a
+// journal of another format, which is not replayed at all.
+func decodeJournal(b []byte, gpus []gpuShape) (replay, error) {
+	var out replay
+	skip := func(n int, line []byte, why string) {
+		if len(out.skipped) == maxNotes {
+			out.skippedMore++
+			return
+		}
+		id, op := recordHint(line)
+		out.skipped = append(out.skipped, replayNote{Record: n, Lease: id, Why: why, op: op})
+	}
+	type granted struct {
+		e    journalEntry
+		line int
+		// at is the line of the record that set e.Deadline last.
+		at int
+	}
+	grants := map[string]*granted{}
 	var order []string
+	ended := map[string]bool{}
+	type renewal struct {
+		id       string
+		line     int
+		deadline time.Time
+	}
+	var renewals []renewal
 	for n := 1; len(b) > 0; n++ {
 		line := b
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
@@ -132,39 +194,136 @@ func decodeJournal(b []byte, gpus []gpuShape) (entries []journalEntry, dropped [
 		} else {
 			b = nil
 		}
-		r, rerr := decodeRecord(line)
-		if rerr == nil && n == 1 && (r.Op != opSchema || r.Schema != JournalSchema) {
-			rerr = fmt.Errorf("not a %s journal", JournalSchema)
+		r, err := decodeRecord(line)
+		if err != nil {
+			skip(n, line, err.Error())
+			continue
 		}
-		if rerr == nil && n > 1 {
-			rerr = applyRecord(live, &order, r)
+		switch r.Op {
+		case opSchema:
+			if r.Schema != JournalSchema {
+				return replay{}, fmt.Errorf("journal record %d: the journal is %q, not %s", n, r.Schema, JournalSchema)
+			}
+		case opLease:
+			if r.Entry == nil || !validID(r.Entry.Lease.ID) {
+				skip(n, line, "lease record without a valid lease")
+				continue
+			}
+			id := r.Entry.Lease.ID
+			if _, dup := grants[id]; dup {
+				skip(n, line, "a second grant of the same lease")
+				continue
+			}
+			grants[id] = &granted{e: *r.Entry, line: n, at: n}
+			order = append(order, id)
+		case opEnd:
+			if !validID(r.ID) {
+				skip(n, line, "end record without a valid lease id")
+				continue
+			}
+			ended[r.ID] = true
+		case opRenew:
+			if !validID(r.ID) || r.Deadline == nil {
+				skip(n, line, "renewal record without a valid lease id and deadline")
+				continue
+			}
+			renewals = append(renewals, renewal{r.ID, n, *r.Deadline})
+		default:
+			skip(n, line, fmt.Sprintf("unknown operation %q", r.Op))
 		}
-		if rerr != nil {
-			err = fmt.Errorf("journal record %d: %w", n, rerr)
+	}
+	for _, rn := range renewals {
+		g, ok := grants[rn.id]
+		switch {
+		case ended[rn.id]:
+		case !ok:
+			// Its grant was damaged: the renewal is what names the lease.
+			out.dropped = append(out.dropped, replayNote{Record: rn.line, Lease: rn.id, Why: "its grant record is damaged or missing (renewed at this line)"})
+			ended[rn.id] = true // named once
+		case rn.line > g.at:
+			// The last deadline in the file counts, as it was written.
+			d := rn.deadline
+			g.e.Deadline, g.at = &d, rn.line
+			exp := d
+			g.e.Lease.Expires = &exp
+		}
+	}
+	var live []*granted
+	for _, id := range order {
+		if !ended[id] {
+			live = append(live, grants[id])
+		}
+	}
+	// Newest first, so that a lease whose end was lost yields its units to
+	// the one granted after it; equal times go by place in the file.
+	byAge := slices.Clone(live)
+	slices.SortStableFunc(byAge, func(a, b *granted) int {
+		if c := b.e.Lease.Created.Compare(a.e.Lease.Created); c != 0 {
+			return c
+		}
+		return b.line - a.line
+	})
+	taken := map[[2]int]string{}
+	kept := map[*granted]bool{}
+	for _, g := range byAge {
+		if why := checkEntry(g.e, gpus, taken); why != "" {
+			out.dropped = append(out.dropped, replayNote{Record: g.line, Lease: g.e.Lease.ID, Why: why})
+			continue
+		}
+		for _, u := range g.e.Lease.Units {
+			taken[[2]int{g.e.Lease.GPU.Index, u}] = g.e.Lease.ID
+		}
+		kept[g] = true
+	}
+	for _, g := range live {
+		if kept[g] {
+			out.entries = append(out.entries, g.e)
+		}
+	}
+	// Name what the damage seems to have cost: a lease whose grant is
+	// damaged is lost; one whose end is damaged may be back.
+	for i, sk := range out.skipped {
+		g, granted := grants[sk.Lease]
+		switch {
+		case sk.Lease == "":
+		case sk.op == opLease && !granted && !ended[sk.Lease]:
+			out.dropped = append(out.dropped, replayNote{Record: sk.Record, Lease: sk.Lease, Why: "its grant record is damaged"})
+			ended[sk.Lease] = true // named once
+		case sk.op == opEnd && granted && kept[g]:
+			out.skipped[i].Why += "; it may have ended lease " + sk.Lease + ", which is kept"
+		}
+	}
+	slices.SortStableFunc(out.dropped, func(a, b replayNote) int { return a.Record - b.Record })
+	return out, nil
+}
+
+// recordHint returns the operation and the first lease id a damaged line seems
+// to hold, each "" when it shows none.
+func recordHint(line []byte) (id, op string) {
+	for _, o := range []string{opLease, opEnd, opRenew} {
+		if bytes.Contains(line, []byte(`{"op":"`+o+`"`)) {
+			op = o
 			break
 		}
 	}
-	taken := map[[2]int]bool{}
-	for _, id := range order {
-		e, ok := live[id]
-		if !ok {
-			continue
-		}
-		if why := checkEntry(e, gpus, taken); why != "" {
-			dropped = append(dropped, fmt.Sprintf("lease %q: %s", id, why))
-			continue
-		}
-		for _, u := range e.Lease.Units {
-			taken[[2]int{e.Lease.GPU.Index, u}] = true
-		}
-		entries = append(entries, e)
+	const key = `"id":"`
+	i := bytes.Index(line, []byte(key))
+	if i < 0 {
+		return "", op
 	}
-	return entries, dropped, err
+	rest := line[i+len(key):]
+	if n := len(idPrefix) + idHexLen; len(rest) >= n && validID(string(rest[:n])) {
+		id = string(rest[:n])
+	}
+	return id, op
 }
 
 func decodeRecord(line []byte) (record, error) {
 	var r record
-	if len(line) < 10 || line[8] != ' ' || len(line) > maxRecord {
+	switch {
+	case len(line) > maxRecord:
+		return r, fmt.Errorf("line of %d bytes, longer than a record may be (%d)", len(line), maxRecord)
+	case len(line) < 10 || line[8] != ' ':
 		return r, errors.New("malformed line")
 	}
 	var sum uint32
@@ -183,36 +342,7 @@ func decodeRecord(line []byte) (record, error) {
 	return r, nil
 }
 
-func applyRecord(live map[string]journalEntry, order *[]string, r record) error {
-	switch r.Op {
-	case opLease:
-		if r.Entry == nil || !validID(r.Entry.Lease.ID) {
-			return errors.New("lease record without a valid lease")
-		}
-		id := r.Entry.Lease.ID
-		if _, dup := live[id]; !dup {
-			*order = append(*order, id)
-		}
-		live[id] = *r.Entry
-	case opEnd:
-		delete(live, r.ID)
-	case opRenew:
-		e, ok := live[r.ID]
-		if !ok || r.Deadline == nil {
-			return errors.New("renewal of an unknown lease")
-		}
-		d := *r.Deadline
-		e.Deadline = &d
-		exp := d
-		e.Lease.Expires = &exp
-		live[r.ID] = e
-	default:
-		return fmt.Errorf("unknown operation %q", r.Op)
-	}
-	return nil
-}
-
-func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]bool) string {
+func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string {
 	l := e.Lease
 	if l.GPU.Index < 0 || l.GPU.Index >= len(gpus) || gpus[l.GPU.Index].UUID != l.GPU.UUID {
 		return "GPU not on this node"
@@ -222,8 +352,11 @@ func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]bool) string {
 		return "bad unit count"
 	}
 	for _, u := range l.Units {
-		if u < 0 || u >= g.UnitsTotal || g.InstanceOf(u) != l.Instance || taken[[2]int{l.GPU.Index, u}] {
-			return "bad or shared unit"
+		if u < 0 || u >= g.UnitsTotal || g.InstanceOf(u) != l.Instance {
+			return fmt.Sprintf("unit %d is not one of instance %d's", u, l.Instance)
+		}
+		if other := taken[[2]int{l.GPU.Index, u}]; other != "" {
+			return fmt.Sprintf("unit %d is also in lease %s, created later: this one had ended", u, other)
 		}
 	}
 	if (e.Deadline == nil) == (l.Owner.PID == 0) {
@@ -248,16 +381,33 @@ func validID(id string) bool {
 	return true
 }
 
-// journal is the open log.
+// journalFile is what the journal appends through: the open file, or a
+// test's stand-in that fails where the test wants.
+type journalFile interface {
+	io.Writer
+	Truncate(size int64) error
+	Close() error
+}
+
+// journal is the open log. Nothing is appended while failed is set: the file
+// may then be behind the table (an end that could not be recorded) or end in
+// part of a record, and only a rewrite from the table puts it right.
 type journal struct {
 	path string
-	f    *os.File
+	f    journalFile
+	// size is the file's length up to the end of its last whole record, where
+	// a failed append is cut back to.
+	size int64
 	// records counts the records appended since the last rewrite.
 	records int
+	// failed says why records cannot be written; nil when they can.
+	failed error
 }
 
 // rewrite replaces the journal with one holding just entries, and opens it for
-// appending.
+// appending. When the new file cannot be written the old one stays in place,
+// whole: a journal that was working goes on appending to it (and tries again a
+// period later), a failed one stays failed.
 func (j *journal) rewrite(entries []journalEntry) error {
 	var buf bytes.Buffer
 	recs := []record{{Op: opSchema, Schema: JournalSchema}}
@@ -272,21 +422,33 @@ func (j *journal) rewrite(entries []journalEntry) error {
 		buf.Write(b)
 	}
 	if err := ledger.WriteFileAtomic(j.path, buf.Bytes(), 0o600); err != nil {
+		err = fmt.Errorf("writing %s anew: %w", j.path, err)
+		if j.f == nil || j.failed != nil {
+			j.failed = err
+		}
+		j.records = 0
 		return err
 	}
 	f, err := os.OpenFile(j.path, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
-		return err
+		// The old descriptor names the file just replaced: appending there
+		// would record nothing.
+		j.close()
+		j.failed = fmt.Errorf("opening %s: %w", j.path, err)
+		return j.failed
 	}
-	if j.f != nil {
-		j.f.Close()
-	}
-	j.f, j.records = f, 0
+	j.close()
+	j.f, j.size, j.records, j.failed = f, int64(buf.Len()), 0, nil
 	return nil
 }
 
-// append writes one record with one write(2).
+// append writes one record with one write(2). When the write fails, what it
+// wrote of the record is cut off again before anything else can follow it, and
+// the journal is failed until a rewrite.
 func (j *journal) append(r record) error {
+	if j.failed != nil {
+		return j.failed
+	}
 	if j.f == nil {
 		return errors.New("journal is not open")
 	}
@@ -294,9 +456,20 @@ func (j *journal) append(r record) error {
 	if err != nil {
 		return err
 	}
-	if _, err := j.f.Write(b); err != nil {
-		return err
+	n, err := j.f.Write(b)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
 	}
+	if err != nil {
+		j.failed = err
+		if n > 0 {
+			if terr := j.f.Truncate(j.size); terr != nil {
+				j.failed = fmt.Errorf("%w; and cutting off the part of a record it left failed too: %v", err, terr)
+			}
+		}
+		return j.failed
+	}
+	j.size += int64(n)
 	j.records++
 	return nil
 }

@@ -222,13 +222,15 @@ func (m *Manager) unlock() {
 	}
 }
 
-// Tick does what the agent does every sample interval: it probes offline
-// claims and says how many lease lines the last second left out.
+// Tick does what the agent does every sample interval: it writes a failed
+// journal anew, probes offline claims and says how many lease lines the last
+// second left out.
 func (m *Manager) Tick() {
 	if !m.lockOpen() {
 		return
 	}
 	m.rollLinesLocked()
+	m.repairJournalLocked()
 	m.unlock()
 	m.probeOffline()
 	m.claimLines.Flush()

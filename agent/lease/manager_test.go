@@ -40,8 +40,15 @@ func newFixture(t *testing.T, m, n, k int) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fixtureAt(t, runDir(t), model)
+}
+
+// fixtureAt is a fixture whose run dir is dir.
+func fixtureAt(t *testing.T, dir string, model units.Model) *fixture {
+	t.Helper()
 	sim := inventory.NewSim("test", []inventory.Model{inventory.Models[5], inventory.Models[0]})
-	f := &fixture{dir: runDir(t), model: model, devs: sim.Devices()}
+	f := &fixture{dir: dir, model: model, devs: sim.Devices()}
+	var err error
 	var gpus []ledger.GPU
 	for _, d := range f.devs {
 		gpus = append(gpus, ledger.GPU{Index: d.Index, UUID: d.UUID, Name: d.Name})
@@ -668,9 +675,9 @@ func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	entries, _, err := decodeJournal(b, m.shapes())
-	if err != nil || len(entries) != 2 {
-		t.Fatalf("journal after Close holds %d leases (%v), want 2", len(entries), err)
+	rep, err := decodeJournal(b, m.shapes())
+	if err != nil || len(rep.entries) != 2 {
+		t.Fatalf("journal after Close holds %d leases (%v), want 2", len(rep.entries), err)
 	}
 	// The next start judges them: the holder is dead, the ttl lease lives.
 	m2 := f.manager(t)

@@ -2,14 +2,18 @@ package lease
 
 import "sort"
 
-// recordLocked appends r to the journal, rewriting it when it has grown.
+// recordLocked appends r to the journal, rewriting it when it has grown; the
+// table holds the change already. When r cannot be recorded, the caller undoes
+// the change or, for an end, keeps the lease out of the table for the repair
+// (repairJournalLocked) to leave out of the journal.
 func (m *Manager) recordLocked(r record) error {
+	first := m.journal.failed == nil
 	if err := m.journal.append(r); err != nil {
-		// A failed or short write may have left part of a line, which would
-		// stop every later replay there: write the journal anew from the
-		// table, which already holds this change.
-		m.log.Error("lease journal append failed; rewriting it", "err", err)
-		return m.journal.rewrite(m.entriesLocked())
+		if first {
+			m.log.Error("cannot record leases: no grants, releases or renewals until the lease journal can be written again", "err", err)
+			m.dirty = true
+		}
+		return err
 	}
 	if m.journal.due(len(m.leases)) {
 		if err := m.journal.rewrite(m.entriesLocked()); err != nil {

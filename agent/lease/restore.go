@@ -21,21 +21,14 @@ func (m *Manager) restore() {
 	case err != nil:
 		m.log.Error("lease journal unreadable; rebuilding from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err)
 	default:
-		var dropped []string
-		entries, dropped, err = decodeJournal(b, m.shapes())
-		if err != nil {
-			m.log.Error("lease journal damaged: keeping the leases recorded before the damage, the rest is rebuilt from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err, "kept", len(entries))
-		}
-		for _, d := range dropped {
-			m.log.Warn("lease journal entry dropped", "entry", d)
-		}
+		entries = m.replayLocked(b)
 	}
 	for _, e := range entries {
 		l := &lease{Lease: e.Lease}
 		bind, why := m.rebind(e)
 		if bind == nil {
 			m.log.Info(why, "lease", l.ID, "pid", l.Owner.PID)
-			m.removeFIFOsLocked(l)
+			m.removeUnheldFIFOsLocked(l)
 			continue
 		}
 		l.bind = bind
@@ -52,7 +45,8 @@ func (m *Manager) restore() {
 	}
 	m.rescanLocked()
 	if err := m.journal.rewrite(m.entriesLocked()); err != nil {
-		m.log.Error("cannot write lease journal", "err", err)
+		m.journal.failed = err
+		m.log.Error("cannot write the lease journal: the old one is kept, and no lease is granted, released or renewed until it can be written", "err", err)
 	}
 }
 

@@ -52,6 +52,9 @@ type View struct {
 	GPUs    []GPUView
 	// Granted and Ended count leases since the Manager was made.
 	Granted, Ended uint64
+	// Unrecorded says why leases cannot be recorded now (the run dir is
+	// full); empty when they can.
+	Unrecorded string
 }
 
 // GPUView is one GPU's units.
@@ -113,7 +116,7 @@ func (m *Manager) publishLocked() bool {
 	}
 	m.dirty = false
 	m.version++
-	v := &View{Version: m.version, GPUs: make([]GPUView, len(m.gpus)), Granted: m.granted, Ended: m.ended}
+	v := &View{Version: m.version, GPUs: make([]GPUView, len(m.gpus)), Granted: m.granted, Ended: m.ended, Unrecorded: m.unrecordedLocked()}
 	for gi, g := range m.gpus {
 		if g.dirty {
 			g.view = m.buildGPUViewLocked(g)

@@ -205,7 +205,14 @@ func (l *Ledger) WriteLayout(env func(g, k int) map[string]string) error {
 	if err != nil {
 		return err
 	}
-	return WriteFileAtomic(filepath.Join(l.Root(), pipefile.LayoutFile), append(b, '\n'), 0o644)
+	b = append(b, '\n')
+	path := filepath.Join(l.Root(), pipefile.LayoutFile)
+	// Written only when it changes: a restart on a full run dir must not
+	// fail for want of room to write what is already there.
+	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
+		return nil
+	}
+	return WriteFileAtomic(path, b, 0o644)
 }
 
 // WriteFileAtomic writes data to a temporary file beside path and renames it

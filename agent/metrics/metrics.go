@@ -58,7 +58,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	gauge(descNode, 1, s.Node, s.Backend, s.MPS, s.BootID)
-	for _, st := range []string{api.NodeWorking, api.NodeDraining} {
+	for _, st := range []string{api.NodeWorking, api.NodeDraining, api.NodeDegraded} {
 		gauge(descNodeState, b2f(s.State == st), st)
 	}
 	gauge(descSeq, float64(s.Seq))

@@ -58,6 +58,7 @@ func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
 		{"gpulet_gpu_state", map[string]string{"state": "degraded"}, 1},
 		{"gpulet_gpu_state", map[string]string{"state": "working"}, 0},
 		{"gpulet_node_state", map[string]string{"state": "draining"}, 1},
+		{"gpulet_node_state", map[string]string{"state": "degraded"}, 0},
 		{"gpulet_mps_instance_up", map[string]string{"instance": "0"}, 0},
 		{"gpulet_mps_instance_clients", map[string]string{"instance": "0"}, 3},
 		{"gpulet_leases", nil, 3},

@@ -403,6 +403,9 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 		backend = "simulated (no real GPU)"
 	}
 	fmt.Fprintf(w, "node %s  state: %s  backend: %s  mps: %s\n", s.Node, s.State, backend, s.MPS)
+	if s.Reason != "" {
+		fmt.Fprintf(w, "node %s: %s\n", s.State, s.Reason)
+	}
 	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "USED/OFFLINE/FREE", "UTIL", "MEMORY (MiB)", "MPS")
 	var notes []string
 	for _, g := range s.GPUs {

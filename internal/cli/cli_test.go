@@ -168,6 +168,15 @@ func TestStatusTable(t *testing.T) {
 	}
 }
 
+func TestStatusSaysWhyTheNodeIsDegraded(t *testing.T) {
+	s := &api.Snapshot{Node: "n1", State: api.NodeDegraded, Reason: "cannot record leases (no space left on device)", Backend: api.BackendNVML, MPS: "off"}
+	var b bytes.Buffer
+	WriteStatus(&b, s)
+	if want := "node degraded: cannot record leases (no space left on device)\n"; !strings.Contains(b.String(), want) {
+		t.Errorf("status lacks %q:\n%s", want, b.String())
+	}
+}
+
 func TestUnitBar(t *testing.T) {
 	for _, tc := range []struct {
 		name                          string

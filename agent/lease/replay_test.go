@@ -1,0 +1,152 @@
+package lease
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+// TestReplayKeepsWhatFollowsDamageAndNamesWhatItLost: damage in an old
+// record, a line far too long and an unknown operation, all before the live
+// leases' records, cost nothing but themselves; a lease whose own grant is
+// damaged is lost, and the log names it and every skipped record.
+func TestReplayKeepsWhatFollowsDamageAndNamesWhatItLost(t *testing.T) {
+	f := newFixture(t, 1, 4, 2)
+	m := f.manager(t)
+	old, err := m.Acquire(context.Background(), root, ttlReq(1, "1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Release(root, old.ID); err != nil {
+		t.Fatal(err)
+	}
+	_, proc := processLease(t, m)
+	live := []string{proc.ID}
+	for i := 0; i < 5; i++ {
+		l, err := m.Acquire(context.Background(), root, ttlReq(1, "1h"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, l.ID)
+	}
+	m.Close()
+	path := filepath.Join(f.dir, "leases.journal")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(b), "\n")
+	// lines: schema, old's grant, old's end, proc, then the five.
+	if len(lines) != 10 || lines[9] != "" || !strings.Contains(lines[1], old.ID) || !strings.Contains(lines[8], live[5]) {
+		t.Fatalf("journal not as expected:\n%s", b)
+	}
+	flip := []byte(lines[1])
+	flip[len(flip)-10] ^= 0x20
+	lost := live[4]
+	damagedGrant := []byte(lines[7])
+	damagedGrant[len(damagedGrant)/2] ^= 0x01
+	out := lines[0] + string(flip) +
+		strings.Repeat("x", 2<<20) + "\n" +
+		journalText(t, record{Op: "compact"}) +
+		lines[2] + lines[3] + lines[4] + lines[5] + lines[6] + string(damagedGrant) + lines[8]
+	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var log e2e.SyncBuffer
+	m2 := f.manager(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&log, nil)) })
+	want := slices.DeleteFunc(slices.Clone(live), func(id string) bool { return id == lost })
+	if got := leaseIDs(m2.View()); !slices.Equal(got, sortedIDs(want...)) {
+		t.Fatalf("after replay %v, want %v\nlog:\n%s", got, want, log.String())
+	}
+	for _, s := range []string{
+		`line=2 why="checksum mismatch" names_lease=` + old.ID,
+		`line=3 why="line of 2097152 bytes, longer than a record may be (1048576)"`,
+		`line=4 why="unknown operation \"compact\""`,
+		`line=10 why="checksum mismatch" names_lease=` + lost,
+		`msg="lease dropped at replay" lease=` + lost + ` line=10 why="its grant record is damaged"`,
+	} {
+		if !strings.Contains(log.String(), s) {
+			t.Errorf("log does not say %s:\n%s", s, log.String())
+		}
+	}
+	// The lost lease's FIFO is nobody's now: it goes, and its unit is free.
+	e2e.Eventually(t, "the lost lease's FIFO to go", func() bool {
+		m2.probeOffline()
+		return m2.View().GPUs[0].Used+m2.View().GPUs[1].Used == len(want)
+	})
+}
+
+// TestEndWinsWhereverItStands: an end record before its lease's grant, or a
+// grant after the end, never brings the lease back; and the log-free parts of
+// the replay hold for an empty and a schema-only journal.
+func TestEndWinsWhereverItStands(t *testing.T) {
+	shapes, entries := replayShapes(), replayLeases()
+	a, b := entries[0], entries[1]
+	schema := record{Op: opSchema, Schema: JournalSchema}
+	tests := []struct {
+		name string
+		recs []record
+		want []string
+	}{
+		{"end after grant", []record{schema, {Op: opLease, Entry: &a}, {Op: opEnd, ID: a.Lease.ID}, {Op: opLease, Entry: &b}}, []string{b.Lease.ID}},
+		{"end before grant", []record{schema, {Op: opEnd, ID: a.Lease.ID}, {Op: opLease, Entry: &a}, {Op: opLease, Entry: &b}}, []string{b.Lease.ID}},
+		{"renewal after end", []record{schema, {Op: opLease, Entry: &a}, {Op: opEnd, ID: a.Lease.ID}, {Op: opRenew, ID: a.Lease.ID, Deadline: b.Deadline}}, nil},
+		{"no schema record", []record{{Op: opLease, Entry: &a}}, []string{a.Lease.ID}},
+		{"schema only", []record{schema}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rep, err := decodeJournal([]byte(journalText(t, tc.recs...)), shapes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, e := range rep.entries {
+				got = append(got, e.Lease.ID)
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("kept %v, want %v (%+v)", got, tc.want, rep)
+			}
+		})
+	}
+	if _, err := decodeJournal([]byte(journalText(t, record{Op: opSchema, Schema: "gpulet.journal/v9"})), shapes); err == nil {
+		t.Fatal("a journal of another format was replayed")
+	}
+}
+
+// replayShapes is the node replay tests check leases against: one GPU of 16
+// units in two instances, two units at most per lease.
+func replayShapes() []gpuShape {
+	return []gpuShape{{UUID: "GPU-a", UnitsTotal: 16, InstanceOf: func(u int) int { return u / 8 }, UnitsPerMax: 2}}
+}
+
+// replayLeases is two leases that fit replayShapes, one of each binding.
+func replayLeases() []journalEntry {
+	created := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	deadline := created.Add(time.Hour)
+	return []journalEntry{
+		{Lease: api.Lease{ID: "l-00000000000000aa", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{0}, Owner: api.Owner{PID: 7}, Created: created}, StartTime: 9},
+		{Lease: api.Lease{ID: "l-00000000000000bb", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{1}, Created: created, Expires: &deadline, TTL: "1h0m0s"}, Deadline: &deadline, TTLNanos: int64(time.Hour)},
+	}
+}
+
+func leaseIDs(v *View) []string {
+	var ids []string
+	for _, l := range v.Leases() {
+		ids = append(ids, l.ID)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+func sortedIDs(ids ...string) []string {
+	return slices.Sorted(slices.Values(ids))
+}
