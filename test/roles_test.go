@@ -25,6 +25,8 @@ func runHelperRole(role string) int {
 		return claimRole()
 	case "user":
 		return userRole()
+	case "bound":
+		return boundRole()
 	case "intrude":
 		return intrudeRole()
 	}
@@ -153,4 +155,28 @@ func intrudeRole() int {
 	_, err = os.ReadDir(dir)
 	fmt.Println("list=" + result(err))
 	return 0
+}
+
+// boundRole asks gpuletd at GPULET_SOCKET for three one-unit leases bound to
+// its own process, then one bound to time, and prints what each gave, one per
+// line.
+func boundRole() int {
+	ctx := context.Background()
+	var c client.Client
+	for i := range 3 {
+		_, err := c.Lease(ctx, api.LeaseRequest{Units: 1})
+		fmt.Printf("bound%d=%s\n", i, outcome(err))
+	}
+	_, err := c.Lease(ctx, api.LeaseRequest{Units: 1, TTL: "1m"})
+	fmt.Printf("ttl=%s\n", outcome(err))
+	return 0
+}
+
+// outcome is "ok" or the API's error code of err.
+func outcome(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	_, code := api.StatusOf(err)
+	return code
 }
