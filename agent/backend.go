@@ -9,9 +9,21 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 )
 
+// checkBackend refuses a --backend other than auto, nvml and sim.
+func checkBackend(b string) error {
+	switch b {
+	case "auto", "nvml", "sim":
+		return nil
+	}
+	return fmt.Errorf("--backend %q: must be auto, nvml or sim", b)
+}
+
 // OpenInventory picks the backend: NVML when asked or when it initializes under
 // "auto", else the simulated backend, said loudly.
 func OpenInventory(cfg Config) (inventory.Inventory, error) {
+	if err := checkBackend(cfg.Backend); err != nil {
+		return nil, err
+	}
 	sim := func() (inventory.Inventory, error) {
 		models, err := inventory.ParseSimSpec(cfg.SimGPUs)
 		if err != nil {
@@ -24,19 +36,18 @@ func OpenInventory(cfg Config) (inventory.Inventory, error) {
 		return sim()
 	case "nvml":
 		return inventory.NewNVML(cfg.NVML, cfg.Logger)
-	case "auto":
-		inv, err := inventory.NewNVML(cfg.NVML, cfg.Logger)
-		if err == nil {
-			return inv, nil
-		}
-		s, serr := sim()
-		if serr != nil {
-			return nil, serr
-		}
-		cfg.Logger.Warn("NVML is not usable, so gpuletd runs the SIMULATED backend: its GPUs are not real", "why", err.Error(), "sim-gpus", cfg.SimGPUs)
-		return s, nil
 	}
-	return nil, fmt.Errorf("--backend %q: must be auto, nvml or sim", cfg.Backend)
+	// auto
+	inv, err := inventory.NewNVML(cfg.NVML, cfg.Logger)
+	if err == nil {
+		return inv, nil
+	}
+	s, serr := sim()
+	if serr != nil {
+		return nil, serr
+	}
+	cfg.Logger.Warn("NVML is not usable, so gpuletd runs the SIMULATED backend: its GPUs are not real", "why", err.Error(), "sim-gpus", cfg.SimGPUs)
+	return s, nil
 }
 
 // checkComputeModes refuses several MPS servers per GPU where the compute mode

@@ -69,8 +69,8 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 					in.Error = st.Err.Error()
 				}
 			}
-			anyUp = anyUp || instanceUp(in.State)
-			if g.State == api.GPUWorking && !instanceUp(in.State) {
+			anyUp = anyUp || api.InstanceTakesLeases(in.State)
+			if g.State == api.GPUWorking && !api.InstanceTakesLeases(in.State) {
 				g.State = api.GPUDegraded
 			}
 			g.Instances = append(g.Instances, in)

@@ -47,9 +47,6 @@ func (a *Agent) gpuState(s inventory.Sample) (state, unusable string) {
 	return api.GPUWorking, ""
 }
 
-// instanceUp says whether an MPS instance in state st may take new leases.
-func instanceUp(st string) bool { return st == api.InstanceRunning || st == api.InstanceOff }
-
 // updateConditions publishes what placement must know beyond units: draining,
 // each GPU's eligibility and free memory, each instance's health and server.
 func (a *Agent) updateConditions() {
@@ -64,7 +61,7 @@ func (a *Agent) updateConditions() {
 		gc := lease.GPUCondition{Unusable: unusable, MemoryFreeMiB: free}
 		for _, st := range a.mps.Status(d.UUID) {
 			down := ""
-			if !instanceUp(st.State) {
+			if !api.InstanceTakesLeases(st.State) {
 				down = "is " + st.State
 				if st.Err != nil {
 					down += ": " + st.Err.Error()

@@ -13,6 +13,7 @@ import (
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/mpsctl"
 )
 
 // DefaultRunDir is --run-dir's default (DESIGN section 10).
@@ -67,15 +68,11 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	if cfg.Policy, err = placement.ParsePolicy(policy); err != nil {
 		return Config{}, err
 	}
-	switch cfg.MPS {
-	case "on", "off", "auto":
-	default:
-		return Config{}, fmt.Errorf("--mps %q: must be on, off or auto", cfg.MPS)
+	if err := mpsctl.CheckMode(cfg.MPS); err != nil {
+		return Config{}, err
 	}
-	switch cfg.Backend {
-	case "auto", "nvml", "sim":
-	default:
-		return Config{}, fmt.Errorf("--backend %q: must be auto, nvml or sim", cfg.Backend)
+	if err := checkBackend(cfg.Backend); err != nil {
+		return Config{}, err
 	}
 	if _, err := inventory.ParseSimSpec(cfg.SimGPUs); err != nil {
 		return Config{}, err

@@ -35,6 +35,10 @@ const (
 	InstanceOff      = "off"
 )
 
+// InstanceTakesLeases says whether an MPS instance in state may take new
+// leases: one that runs, or any when MPS is off.
+func InstanceTakesLeases(state string) bool { return state == InstanceRunning || state == InstanceOff }
+
 // Backend names as the snapshot reports them.
 const (
 	BackendNVML      = "nvml"

@@ -21,12 +21,11 @@ const (
 // binary is found; "on" without it is an error wrapping [ErrNotFound]; any other mode
 // is an error wrapping [ErrBadMode].
 func Resolve(mode, control string) (path string, enabled bool, err error) {
-	switch mode {
-	case ModeOff:
+	if err := CheckMode(mode); err != nil {
+		return "", false, err
+	}
+	if mode == ModeOff {
 		return "", false, nil
-	case ModeOn, ModeAuto:
-	default:
-		return "", false, fmt.Errorf("%w: --mps=%q: want %s, %s or %s", ErrBadMode, mode, ModeOn, ModeOff, ModeAuto)
 	}
 	p, err := exec.LookPath(control)
 	if err != nil {
@@ -85,4 +84,13 @@ func Open(ctx context.Context, mode string, cfg Config, gpuUUIDs []string) (*Dae
 	log.Warn("MPS does not work here, so gpuletd runs without it (--mps=auto; --mps=on would stop instead)", "why", err.Error())
 	cfg.Control = ""
 	return New(cfg, gpuUUIDs)
+}
+
+// CheckMode refuses an --mps value other than on, off and auto.
+func CheckMode(mode string) error {
+	switch mode {
+	case ModeOn, ModeOff, ModeAuto:
+		return nil
+	}
+	return fmt.Errorf("%w: --mps=%q: want %s, %s or %s", ErrBadMode, mode, ModeOn, ModeOff, ModeAuto)
 }

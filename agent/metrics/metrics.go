@@ -82,7 +82,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, in := range g.Instances {
 			k := strconv.Itoa(in.Instance)
-			gauge(descInstUp, b2f(in.State == api.InstanceRunning || in.State == api.InstanceOff), l[0], g.UUID, k, in.State)
+			gauge(descInstUp, b2f(api.InstanceTakesLeases(in.State)), l[0], g.UUID, k, in.State)
 			gauge(descInstClient, float64(in.Clients), l[0], g.UUID, k)
 		}
 	}
