@@ -143,7 +143,7 @@ func OpenOwned(pid int, uid uint32) (*Process, uint64, error) {
 // ErrGone.
 func Adopt(f *os.File, pid int) (*Process, uint64, error) {
 	if pid <= 0 || pid > MaxPID {
-		return nil, 0, fmt.Errorf("procwatch: invalid pid %d", pid)
+		return nil, 0, ErrGone
 	}
 	rc, err := f.SyscallConn()
 	if err != nil {
@@ -162,7 +162,8 @@ func Adopt(f *os.File, pid int) (*Process, uint64, error) {
 
 func pidfdOpen(pid int) (int, error) {
 	if pid <= 0 || pid > MaxPID {
-		return -1, fmt.Errorf("procwatch: invalid pid %d", pid)
+		// No process has such an id.
+		return -1, ErrGone
 	}
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	switch {
