@@ -61,11 +61,19 @@ type GPUCondition struct {
 	ServerUID []*uint32
 }
 
-// Peer is who calls, as SO_PEERCRED told.
+// Peer is who calls, as SO_PEERCRED and SO_PEERGROUPS told when it connected.
 type Peer struct {
 	UID, GID uint32
 	PID      int
 	Admin    bool
+
+	// Groups are the caller's supplementary groups.
+	Groups []uint32
+	// PIDFD, when not nil, holds the process that connected (SO_PEERPIDFD):
+	// a lease bound to the caller's own process is bound to exactly it. Who
+	// made the Peer closes it (the API server, when the request is done);
+	// Acquire keeps a duplicate of what it needs.
+	PIDFD *os.File
 }
 
 // Config wires a Manager.
@@ -686,37 +694,26 @@ func (m *Manager) bindingFor(peer Peer, req Request) (binding, error) {
 	if req.TTL > 0 {
 		return binding{ttl: req.TTL}, nil
 	}
-	pid := peer.PID
-	if req.PID != 0 {
+	pid, admin := peer.PID, peer.Admin || peer.UID == 0
+	var p *procwatch.Process
+	var st uint64
+	var err error
+	switch {
+	case req.PID != 0 && admin:
 		pid = req.PID
+		p, st, err = procwatch.Open(pid, 0)
+	case req.PID != 0:
+		pid = req.PID
+		p, st, err = procwatch.OpenOwned(pid, peer.UID)
+	case peer.PIDFD != nil:
+		p, st, err = procwatch.Adopt(peer.PIDFD, pid)
+	default:
+		// Without SO_PEERPIDFD the pid may name another process than the
+		// one that connected; it must at least be the caller's user's.
+		p, st, err = procwatch.OpenOwned(pid, peer.UID)
 	}
-	// The pidfd first: the owner check below is then about the held process,
-	// not whatever the pid names by then.
-	p, st, err := procwatch.Open(pid, 0)
 	if err != nil {
-		if errors.Is(err, procwatch.ErrGone) {
-			return binding{}, api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
-		}
-		return binding{}, fmt.Errorf("cannot watch process %d: %w", pid, err)
-	}
-	if req.PID != 0 && !peer.Admin && peer.UID != 0 {
-		uid, err := procwatch.OwnerUID(pid)
-		if err == nil {
-			// Still the process the pidfd holds (same start time after the
-			// look), so uid is its owner.
-			var now uint64
-			if now, err = procwatch.StartTime(pid); err == nil && now != st {
-				err = procwatch.ErrGone
-			}
-		}
-		if err != nil {
-			p.Close()
-			return binding{}, api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
-		}
-		if uid != peer.UID {
-			p.Close()
-			return binding{}, api.Errorf(api.ErrForbidden, "pid: process %d belongs to another user", pid)
-		}
+		return binding{}, pidError(pid, req.PID != 0, admin, err)
 	}
 	return binding{proc: p, pid: pid, startTime: st}, nil
 }
