@@ -99,6 +99,10 @@ type Config struct {
 	OnChange func()
 	Logger   *slog.Logger
 	Now      func() time.Time
+
+	// MaxWaitersPerUID caps the requests one uid (root aside) may have
+	// queued for units; 0: no cap.
+	MaxWaitersPerUID int
 }
 
 type slotState uint8
@@ -170,6 +174,8 @@ type Manager struct {
 	leases map[string]*lease
 	// waiters are requests waiting for units, oldest first.
 	waiters []*waiter
+	// waitCap counts waiters per uid.
+	waitCap uidCap
 	// journal records live leases; written under mu.
 	journal journal
 	// pendingLogs are log lines made under mu, written by unlock once mu is
@@ -602,6 +608,13 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 		m.cfg.OnChange()
 		return g, nil
 	}
+	release, err := m.waitCap.take(peer.UID, m.cfg.MaxWaitersPerUID)
+	if err != nil {
+		m.unlock()
+		bind.close()
+		return Grant{}, err
+	}
+	defer release()
 	w := &waiter{peer: peer, req: req, bind: bind, done: make(chan *Grant, 1)}
 	m.waiters = append(m.waiters, w)
 	m.unlock()
