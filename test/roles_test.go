@@ -25,6 +25,18 @@ func runHelperRole(role string) int {
 		return claimRole()
 	case "user":
 		return userRole()
+	case "connector":
+		return connectorRole()
+	case "holder":
+		return holderRole()
+	case "request":
+		return requestRole()
+	case "block":
+		return blockRole()
+	case "hog":
+		return hogRole()
+	case "waiters":
+		return waitersRole()
 	}
 	fmt.Fprintln(os.Stderr, "unknown role", role)
 	return 2
