@@ -66,6 +66,8 @@ func testListener(t *testing.T, perUID int, uid func() uint32, usage func() (int
 	if usage != nil {
 		l.fdUsage = usage
 	}
+	// Count at every accept unless a test says otherwise.
+	l.countEvery, l.countNear = 0, 0
 	return l, sock, logBuf
 }
 
@@ -369,6 +371,64 @@ func TestInGroup(t *testing.T) {
 	for gid, want := range map[uint32]bool{1000: true, 27: true, 1001: true, 0: false, 4: false} {
 		if inGroup(p, gid) != want {
 			t.Errorf("inGroup(%d) = %v, want %v", gid, !want, want)
+		}
+	}
+}
+
+// TestLimitListenerEstimatesBetweenCounts: between two counts of the open
+// descriptors, the connections accepted and closed move the estimate, so that
+// a flood of connections is refused without a count per accept.
+func TestLimitListenerEstimatesBetweenCounts(t *testing.T) {
+	var counts atomic.Int64
+	const limit, atCount = 1000, 900
+	l, sock, _ := testListener(t, 0, nil, func() (int, uint64, error) { counts.Add(1); return atCount, limit, nil })
+	l.countEvery, l.countNear = time.Hour, time.Hour
+	accepted := make(chan net.Conn, 100)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	var kept []net.Conn
+	refused := 0
+	for range 40 {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		select {
+		case a := <-accepted:
+			kept = append(kept, a)
+		case <-time.After(200 * time.Millisecond):
+			if !closedByServer(t, c) {
+				t.Fatal("a connection was neither accepted nor closed")
+			}
+			refused++
+		}
+	}
+	// 900 open with the first connection; each more adds one, up to 1000
+	// less the reserve of 64.
+	if len(kept) != 37 || refused != 3 || counts.Load() != 1 {
+		t.Fatalf("kept %d, refused %d, with %d counts; want 37, 3 and 1", len(kept), refused, counts.Load())
+	}
+	for _, c := range kept[:5] {
+		c.Close()
+	}
+	for range 5 {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		select {
+		case <-accepted:
+		case <-time.After(5 * time.Second):
+			t.Fatal("not accepted after 5 connections closed")
 		}
 	}
 }
