@@ -4,13 +4,18 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
@@ -252,5 +257,72 @@ func TestWaitersPerUIDAreCapped(t *testing.T) {
 	}
 	if got := request(t, d, other, "POST", "/v1/leases", `{"units":1,"ttl":"1m","wait":"300ms"}`); !strings.HasPrefix(got, "409 insufficient_units") || !strings.Contains(got, "after waiting 300ms") {
 		t.Fatalf("another user's waiter: %s", got)
+	}
+}
+
+// TestDescriptorsUnderALowLimit: with gpuletd's limit on open files cut to
+// 64, one user's idle connections used to lock everyone out. Now that user
+// keeps --max-conns-per-uid of them, another user still leases, and even
+// root's connections stop at the reserve the daemon keeps for itself.
+func TestDescriptorsUnderALowLimit(t *testing.T) {
+	needUserTools(t)
+	sock := addGroup(t)
+	hog, other := addUser(t, sock), addUser(t, sock)
+	d := startForUsers(t, sock, "--max-conns-per-uid", "8")
+	if err := unix.Prlimit(d.Pid(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: 64, Max: 64}, nil); err != nil {
+		t.Fatal(err)
+	}
+	stdin, _, got := startRole(t, d, hog, "hog", "GPULET_E2E_CONNS=50")
+	if got != "open=8 closed=42" {
+		t.Fatalf("50 connections with a cap of 8: %s", got)
+	}
+	if got := request(t, d, other, "POST", "/v1/leases", `{"units":1,"ttl":"1m"}`); got != "201" {
+		t.Fatalf("another user's lease while the first holds its connections: %s", got)
+	}
+	stdin.Close()
+
+	// Root is not capped per uid, but the reserve (a quarter of 64) holds.
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	for range 80 {
+		c, err := net.Dial("unix", d.Socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+	}
+	// Read all at once: a kept connection is closed by the server's own
+	// timeout for a request's header after 5 seconds.
+	var closed atomic.Int64
+	var wg sync.WaitGroup
+	for _, c := range conns {
+		wg.Go(func() {
+			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			if _, err := c.Read(make([]byte, 1)); err == io.EOF {
+				closed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("root: %d of %d connections closed at once; gpuletd holds %d descriptors", closed.Load(), len(conns), len(fds))
+	if n := int(closed.Load()); n == 0 || n == len(conns) || len(fds) > 64-16 {
+		t.Fatalf("%d of %d connections closed, gpuletd holds %d descriptors; want some kept, the rest closed, and at least 16 of 64 free", n, len(conns), len(fds))
+	}
+	for _, c := range conns {
+		c.Close()
+	}
+	e2e.Eventually(t, "a lease once root's connections closed", func() bool {
+		return request(t, d, other, "POST", "/v1/leases", `{"units":1,"ttl":"1m"}`) == "201"
+	})
+	if log := d.Log.String(); !strings.Contains(log, "open file descriptors are near the limit") || strings.Contains(log, "too many open files") {
+		t.Fatalf("want refusals at the reserve and no descriptor exhaustion in the log:\n%s", log)
 	}
 }
