@@ -100,7 +100,15 @@ func TestRightsStayWithTheProcessThatConnected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { inW.Close(); outR.Close() })
+	t.Cleanup(func() {
+		// The holder runs on until it has answered or its input closes;
+		// its user can be removed only once it has exited, which closes
+		// the output.
+		inW.Close()
+		outR.SetReadDeadline(time.Now().Add(10 * time.Second))
+		io.Copy(io.Discard, outR)
+		outR.Close()
+	})
 	connector := plain.role(t, d, "connector")
 	connector.Stdin, connector.Stdout, connector.Stderr = inR, outW, outW
 	if err := connector.Start(); err != nil {

@@ -68,7 +68,9 @@ func addUser(t *testing.T, groups ...string) testUser {
 		t.Fatalf("useradd %s: %v\n%s", name, err, out)
 	}
 	t.Cleanup(func() {
-		exec.Command("userdel", name).Run()
+		if out, err := exec.Command("userdel", name).CombinedOutput(); err != nil {
+			t.Logf("userdel %s: %v: %s", name, err, out)
+		}
 		exec.Command("groupdel", name).Run()
 	})
 	u, err := user.Lookup(name)
