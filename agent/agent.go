@@ -55,6 +55,10 @@ type Config struct {
 	// MPS is "on", "off" or "auto"; MPSControl the control binary.
 	MPS        string
 	MPSControl string
+	// MaxConnsPerUID and MaxWaitersPerUID cap the connections and the
+	// requests queued for units of one uid; root is not capped.
+	MaxConnsPerUID   int
+	MaxWaitersPerUID int
 	// NVML is the library the nvml backend uses (nvml.New() in production).
 	NVML   nvml.Interface
 	Logger *slog.Logger
@@ -95,6 +99,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	signal.Notify(hangup, syscall.SIGHUP)
 	defer signal.Stop(hangup)
 	log := cfg.Logger
+	raiseFileLimit(log)
 	inv, err := OpenInventory(cfg)
 	if err != nil {
 		return err
@@ -147,7 +152,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	a.sample()
 	a.leases, err = lease.New(lease.Config{
-		Model: cfg.Model, Devices: a.devs, Ledger: a.ledger,
+		Model: cfg.Model, Devices: a.devs, Ledger: a.ledger, MaxWaitersPerUID: cfg.MaxWaitersPerUID,
 		JournalPath: filepath.Join(cfg.RunDir, "leases.journal"),
 		Policy:      cfg.Policy,
 		Conditions:  a.conditions.Load,
@@ -180,7 +185,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	srv := server.New(a, a.adminGID(), log).HTTPServer()
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
+	go func() { serveErr <- srv.Serve(server.LimitListener(ln, cfg.MaxConnsPerUID, log)) }()
 	closers = append(closers, func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

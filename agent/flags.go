@@ -50,6 +50,8 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")
 	fs.StringVar(&cfg.NodeName, "node-name", host, "the node's name in snapshots")
 	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API")
+	fs.IntVar(&cfg.MaxConnsPerUID, "max-conns-per-uid", 64, "most API connections one uid may hold open; more are closed at once (root is not capped)")
+	fs.IntVar(&cfg.MaxWaitersPerUID, "max-waiters-per-uid", 16, "most lease requests one uid may have waiting for units (\"wait\"); more get too_many_requests (root is not capped)")
 	fs.StringVar(&cfg.MPS, "mps", "auto", "MPS: on (fail without nvidia-cuda-mps-control), off, or auto (on when the binary is found)")
 	fs.StringVar(&cfg.MPSControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary (looked up in PATH)")
 	fs.Usage = func() {
@@ -79,6 +81,14 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	}
 	if cfg.MaxUtilization < 0 || cfg.MaxUtilization > 100 {
 		return Config{}, fmt.Errorf("--max-utilization %d: must be a percentage from 0 to 100", cfg.MaxUtilization)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--max-conns-per-uid", cfg.MaxConnsPerUID}, {"--max-waiters-per-uid", cfg.MaxWaitersPerUID}} {
+		if f.v < 1 || f.v > 1<<20 {
+			return Config{}, fmt.Errorf("%s %d: must be from 1 to %d", f.name, f.v, 1<<20)
+		}
 	}
 	if cfg.SampleInterval < 10*time.Millisecond || cfg.SampleInterval > time.Hour {
 		return Config{}, fmt.Errorf("--sample-interval %s: must be between 10ms and 1h", cfg.SampleInterval)

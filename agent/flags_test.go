@@ -18,8 +18,12 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{"defaults", nil, func(c Config) bool {
 			return c.Socket == api.DefaultSocket && c.RunDir == DefaultRunDir && c.Mount == "/run/gpulet/view" &&
-				c.Model.UnitsPerGPU == 16 && c.Backend == "auto" && c.SampleInterval == time.Second && c.MaxUtilization == 90
+				c.Model.UnitsPerGPU == 16 && c.Backend == "auto" && c.SampleInterval == time.Second && c.MaxUtilization == 90 &&
+				c.MaxConnsPerUID == 64 && c.MaxWaitersPerUID == 16
 		}, ""},
+		{"per-uid caps", []string{"--max-conns-per-uid", "8", "--max-waiters-per-uid", "2"}, func(c Config) bool { return c.MaxConnsPerUID == 8 && c.MaxWaitersPerUID == 2 }, ""},
+		{"no connections", []string{"--max-conns-per-uid", "0"}, nil, "--max-conns-per-uid 0: must be from 1"},
+		{"negative waiters", []string{"--max-waiters-per-uid", "-1"}, nil, "--max-waiters-per-uid -1: must be from 1"},
 		{"mount follows run dir", []string{"--run-dir", "/tmp/x"}, func(c Config) bool { return c.Mount == "/tmp/x/view" }, ""},
 		{"no view", []string{"--mount", ""}, func(c Config) bool { return c.Mount == "" }, ""},
 		{"unit model", []string{"--units-per-client", "2", "--clients-per-instance", "4", "--instances-per-gpu", "2"}, func(c Config) bool { return c.Model.UnitsPerGPU == 16 }, ""},
@@ -55,7 +59,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if !errors.Is(err, ErrHelp) {
 		t.Fatalf("err = %v", err)
 	}
-	for _, f := range []string{"--socket", "--socket-group", "--run-dir", "--state-dir", "--mount", "--backend", "--sim-gpus", "--units-per-client", "--clients-per-instance", "--instances-per-gpu", "--units-per-gpu", "--max-utilization", "--policy", "--sample-interval", "--node-name", "--admin-group", "--mps", "--mps-control"} {
+	for _, f := range []string{"--socket", "--socket-group", "--run-dir", "--state-dir", "--mount", "--backend", "--sim-gpus", "--units-per-client", "--clients-per-instance", "--instances-per-gpu", "--units-per-gpu", "--max-utilization", "--policy", "--sample-interval", "--node-name", "--admin-group", "--max-conns-per-uid", "--max-waiters-per-uid", "--mps", "--mps-control"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}

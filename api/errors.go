@@ -16,7 +16,10 @@ const (
 	CodeUnavailable       = "unavailable"
 	CodeMethodNotAllowed  = "method_not_allowed"
 	CodeRequestTooLarge   = "request_too_large"
-	CodeInternal          = "internal"
+	// CodeTooManyRequests: the caller's user has as many requests under way
+	// as one user may; retry once one has ended.
+	CodeTooManyRequests = "too_many_requests"
+	CodeInternal        = "internal"
 )
 
 // Sentinel errors. The daemon wraps them with %w to add a message; the client
@@ -30,6 +33,7 @@ var (
 	ErrUnavailable       = errors.New(CodeUnavailable)
 	ErrMethodNotAllowed  = errors.New(CodeMethodNotAllowed)
 	ErrRequestTooLarge   = errors.New(CodeRequestTooLarge)
+	ErrTooManyRequests   = errors.New(CodeTooManyRequests)
 )
 
 var codes = []struct {
@@ -45,6 +49,7 @@ var codes = []struct {
 	{ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
 	{ErrMethodNotAllowed, CodeMethodNotAllowed, http.StatusMethodNotAllowed},
 	{ErrRequestTooLarge, CodeRequestTooLarge, http.StatusRequestEntityTooLarge},
+	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
 }
 
 // ErrorBody is the JSON body of every non-2xx answer.

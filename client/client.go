@@ -38,6 +38,9 @@ var (
 	ErrUnavailable       = api.ErrUnavailable
 	ErrMethodNotAllowed  = api.ErrMethodNotAllowed
 	ErrRequestTooLarge   = api.ErrRequestTooLarge
+	// ErrTooManyRequests: the caller's user has as many requests waiting for
+	// units as gpuletd allows one user (--max-waiters-per-uid).
+	ErrTooManyRequests = api.ErrTooManyRequests
 	// ErrNoDaemon means nothing answered on the socket.
 	ErrNoDaemon = errors.New("gpuletd not reachable")
 )

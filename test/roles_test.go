@@ -29,6 +29,18 @@ func runHelperRole(role string) int {
 		return boundRole()
 	case "intrude":
 		return intrudeRole()
+	case "connector":
+		return connectorRole()
+	case "holder":
+		return holderRole()
+	case "request":
+		return requestRole()
+	case "block":
+		return blockRole()
+	case "hog":
+		return hogRole()
+	case "waiters":
+		return waitersRole()
 	}
 	fmt.Fprintln(os.Stderr, "unknown role", role)
 	return 2

@@ -1,13 +1,11 @@
 package lease
 
 import (
-	"errors"
-	"fmt"
+	"os"
 	"syscall"
 	"time"
 
 	"github.com/gpulet/gpulet/agent/procwatch"
-	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/clock"
 )
 
@@ -46,18 +44,36 @@ type Process interface {
 	Close() error
 }
 
-// Processes opens processes to bind leases to.
+// Processes opens processes to bind leases to. Each returns the process's
+// start time with it.
 type Processes interface {
 	// Open takes hold of process pid that started at startTime (0: whichever
-	// has the pid now) and returns its start time.
+	// has the pid now).
 	Open(pid int, startTime uint64) (Process, uint64, error)
+	// OpenOwned takes hold of process pid if it belongs to uid.
+	OpenOwned(pid int, uid uint32) (Process, uint64, error)
+	// Adopt takes hold of the process pidfd holds, whose pid is pid.
+	Adopt(pidfd *os.File, pid int) (Process, uint64, error)
 }
 
 // pidfdProcesses is the real Processes: procwatch's pidfds.
 type pidfdProcesses struct{}
 
 func (pidfdProcesses) Open(pid int, startTime uint64) (Process, uint64, error) {
-	p, st, err := procwatch.Open(pid, startTime)
+	return held(procwatch.Open(pid, startTime))
+}
+
+func (pidfdProcesses) OpenOwned(pid int, uid uint32) (Process, uint64, error) {
+	return held(procwatch.OpenOwned(pid, uid))
+}
+
+func (pidfdProcesses) Adopt(pidfd *os.File, pid int) (Process, uint64, error) {
+	return held(procwatch.Adopt(pidfd, pid))
+}
+
+// held turns procwatch's answer into the interface's, keeping a failure's
+// Process a nil interface.
+func held(p *procwatch.Process, st uint64, err error) (Process, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
@@ -120,42 +136,34 @@ func (b *ttlBinding) release() {
 }
 
 // bindingFor decides what the lease will be bound to and takes hold of the
-// process.
+// process: the caller's own (through the pidfd of its connection where the
+// kernel gives one), or the one "pid" names, which must be the caller's
+// unless it is an admin.
 func (m *Manager) bindingFor(peer Peer, req Request) (binding, error) {
 	if req.TTL > 0 {
 		return &ttlBinding{ttl: req.TTL}, nil
 	}
-	pid := peer.PID
-	if req.PID != 0 {
+	pid, admin := peer.PID, peer.Admin || peer.UID == 0
+	var p Process
+	var st uint64
+	var err error
+	procs := m.cfg.Processes
+	switch {
+	case req.PID != 0 && admin:
 		pid = req.PID
+		p, st, err = procs.Open(pid, 0)
+	case req.PID != 0:
+		pid = req.PID
+		p, st, err = procs.OpenOwned(pid, peer.UID)
+	case peer.PIDFD != nil:
+		p, st, err = procs.Adopt(peer.PIDFD, pid)
+	default:
+		// Without SO_PEERPIDFD the pid may name another process than the
+		// one that connected; it must at least be the caller's user's.
+		p, st, err = procs.OpenOwned(pid, peer.UID)
 	}
-	// The pidfd first: the owner check below is then about the held process,
-	// not whatever the pid names by then.
-	p, st, err := m.cfg.Processes.Open(pid, 0)
 	if err != nil {
-		if errors.Is(err, procwatch.ErrGone) {
-			return nil, api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
-		}
-		return nil, fmt.Errorf("cannot watch process %d: %w", pid, err)
-	}
-	if req.PID != 0 && !peer.Admin && peer.UID != 0 {
-		uid, err := procwatch.OwnerUID(pid)
-		if err == nil {
-			// Still the process the pidfd holds (same start time after the
-			// look), so uid is its owner.
-			var now uint64
-			if now, err = procwatch.StartTime(pid); err == nil && now != st {
-				err = procwatch.ErrGone
-			}
-		}
-		if err != nil {
-			p.Close()
-			return nil, api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
-		}
-		if uid != peer.UID {
-			p.Close()
-			return nil, api.Errorf(api.ErrForbidden, "pid: process %d belongs to another user", pid)
-		}
+		return nil, pidError(pid, req.PID != 0, admin, err)
 	}
 	return &pidBinding{proc: p, pid: pid, startTime: st}, nil
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 )
@@ -30,6 +31,11 @@ func TestDecodeRequest(t *testing.T) {
 		{"trailing", `{"units":1} x`, "more than one JSON value"},
 		{"control chars", `{"units":1,"task":"a\u0000b"}`, "task: control characters"},
 		{"array", `[1]`, "must be an object"},
+		{"pid negative", `{"units":1,"pid":-1}`, "pid: must be a process id"},
+		{"pid above pid_max", `{"units":1,"pid":4194304}`, "pid: must be a process id from 1 to 4194303"},
+		{"pid of 2^31", `{"units":1,"pid":2147483648}`, "pid: must be a process id"},
+		{"pid of 2^32+1", `{"units":1,"pid":4294967297}`, "pid: must be a process id"},
+		{"pid beyond int64", `{"units":1,"pid":9223372036854775808}`, "pid: must be a whole number"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,7 +54,8 @@ func TestDecodeRequest(t *testing.T) {
 }
 
 func FuzzDecodeRequest(f *testing.F) {
-	for _, s := range []string{`{"units":1}`, `{"units":2,"gpu":"GPU-x","ttl":"30s","wait":"1s","labels":{"k":"v"}}`, `{"units":1,"pid":1}`, `{`, `null`, `{"units":1e99}`, `{"labels":{"":""}}`} {
+	for _, s := range []string{`{"units":1}`, `{"units":2,"gpu":"GPU-x","ttl":"30s","wait":"1s","labels":{"k":"v"}}`, `{"units":1,"pid":1}`, `{`, `null`, `{"units":1e99}`, `{"labels":{"":""}}`,
+		`{"units":1,"pid":4194303}`, `{"units":1,"pid":4194304}`, `{"units":1,"pid":2147483648}`, `{"units":1,"pid":-2147483648}`, `{"units":1,"pid":4294967297}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
@@ -59,7 +66,7 @@ func FuzzDecodeRequest(f *testing.F) {
 			}
 			return
 		}
-		if req.Units < 1 || (req.TTL > 0 && req.PID != 0) || len(req.Labels) > maxLabels {
+		if req.Units < 1 || (req.TTL > 0 && req.PID != 0) || len(req.Labels) > maxLabels || req.PID < 0 || req.PID > procwatch.MaxPID {
 			t.Fatalf("accepted an invalid request %+v", req)
 		}
 	})

@@ -107,6 +107,13 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 		}
 		return g, nil
 	}
+	release, err := m.waitCap.take(peer.UID, m.cfg.MaxWaitersPerUID)
+	if err != nil {
+		m.unlock()
+		bind.release()
+		return Grant{}, err
+	}
+	defer release()
 	w := &waiter{peer: peer, req: req, bind: bind, done: make(chan *Grant, 1)}
 	m.waiters = append(m.waiters, w)
 	m.unlock()

@@ -16,6 +16,7 @@ package lease
 import (
 	"context"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,6 +54,14 @@ type Peer struct {
 	UID, GID uint32
 	PID      int
 	Admin    bool
+
+	// Groups are the caller's supplementary groups.
+	Groups []uint32
+	// PIDFD, when not nil, holds the process that connected (SO_PEERPIDFD):
+	// a lease bound to the caller's own process is bound to exactly it. Who
+	// made the Peer closes it (the API server, when the request is done);
+	// Acquire keeps a duplicate of what it needs.
+	PIDFD *os.File
 }
 
 // Config wires a Manager.
@@ -83,6 +92,9 @@ type Config struct {
 	// Processes opens the processes that leases are bound to; the real pidfd
 	// watcher when nil.
 	Processes Processes
+	// MaxWaitersPerUID caps the requests one uid (root aside) may have
+	// waiting for units at once; 0: no cap.
+	MaxWaitersPerUID int
 }
 
 // Manager owns the unit table.
@@ -111,8 +123,10 @@ type Manager struct {
 	// held counts the units of process-bound leases per process: one process
 	// may hold at most M.
 	held map[procKey]int
-	// waiters are requests waiting for units, oldest first.
+	// waiters are requests waiting for units, oldest first; waitCap counts
+	// them per uid.
 	waiters []*waiter
+	waitCap uidCap
 	// journal records live leases.
 	journal journal
 	// pendingLogs are log lines made under mu, written by unlock once mu is

@@ -11,8 +11,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -288,13 +290,92 @@ func TestProcessBoundLeaseEndsWithItsProcess(t *testing.T) {
 	}
 }
 
-func TestPidOfAnotherUserIsForbidden(t *testing.T) {
+// TestPidRefusalsLookAlike: a caller who is not an admin gets one answer for
+// another user's process, a thread of it, and a pid that runs nothing, so that
+// it learns nothing about other users' processes.
+func TestPidRefusalsLookAlike(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to start a process as another user")
+	}
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t)
-	// pid 1 belongs to root; a non-root caller may not bind to it.
-	_, err := m.Acquire(context.Background(), Peer{UID: 4242, PID: os.Getpid()}, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: 1}})
-	if !errors.Is(err, api.ErrForbidden) {
-		t.Fatalf("err = %v, want forbidden", err)
+	// The caller is uid 4242; a sleep of uid 4243 and this test process,
+	// root's, with its threads, are other users'.
+	theirs := exec.Command("sleep", "60")
+	theirs.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 4243, Gid: 4243}}
+	if err := theirs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { theirs.Process.Kill(); theirs.Wait() })
+	thread := 0
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if tid, _ := strconv.Atoi(e.Name()); tid != 0 && tid != os.Getpid() {
+			thread = tid
+		}
+	}
+	if thread == 0 {
+		t.Fatal("no thread besides the leader")
+	}
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	caller := Peer{UID: 4242, GID: 4242, PID: os.Getpid()}
+	for name, pid := range map[string]int{"pid 1": 1, "another user's process": theirs.Process.Pid, "a thread of root's": thread, "no process": gone.Process.Pid} {
+		_, err := m.Acquire(context.Background(), caller, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: pid}})
+		want := fmt.Sprintf("pid: process %d is not running or is not yours (give a process id, not a thread id)", pid)
+		if !errors.Is(err, api.ErrBadRequest) || err.Error() != want {
+			t.Errorf("%s: err = %v, want bad_request %q", name, err, want)
+		}
+	}
+	// An admin is told what the id is.
+	_, err = m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: thread}})
+	if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "is a thread id") {
+		t.Errorf("admin with a thread id: err = %v, want bad_request naming a thread", err)
+	}
+	if len(m.View().Leases()) != 0 {
+		t.Fatal("a refused pid left a lease")
+	}
+}
+
+// TestOwnProcessBindsThroughItsPidfd: with a pidfd of the process that
+// connected, the lease is bound to it; once it has exited, no lease is granted
+// even though its pid may name another process by then.
+func TestOwnProcessBindsThroughItsPidfd(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	cmd := exec.Command("sleep", "60")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pidfd := os.NewFile(uintptr(fd), "pidfd")
+	defer pidfd.Close()
+	// The pid says this test process; the pidfd, which wins, the sleep. (A
+	// real peer's pid and pidfd agree; here they differ to show which one
+	// the lease follows.)
+	peer := Peer{UID: uint32(os.Getuid()), PID: cmd.Process.Pid, PIDFD: pidfd}
+	l, err := m.Acquire(context.Background(), peer, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Owner.PID != cmd.Process.Pid {
+		t.Fatalf("lease bound to pid %d, want %d", l.Owner.PID, cmd.Process.Pid)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	e2e.Eventually(t, "lease to end with the process its pidfd held", func() bool { return len(m.View().Leases()) == 0 })
+	_, err = m.Acquire(context.Background(), peer, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "which connected, is not running") {
+		t.Fatalf("lease for an exited peer: err = %v, want bad_request", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/api"
 )
 
@@ -68,8 +69,10 @@ func (req *Request) validate() error {
 			return err
 		}
 	}
-	if lr.PID < 0 {
-		return api.Errorf(api.ErrBadRequest, "pid: must be a process id, got %d", lr.PID)
+	// Above the kernel's ceiling no process can exist, and the number could be
+	// cut to another pid on its way into a syscall.
+	if lr.PID < 0 || lr.PID > procwatch.MaxPID {
+		return api.Errorf(api.ErrBadRequest, "pid: must be a process id from 1 to %d, got %d", procwatch.MaxPID, lr.PID)
 	}
 	for _, f := range []struct{ name, v string }{{"gpu", lr.GPU}, {"pool", lr.Pool}, {"type", lr.Type}, {"task", lr.Task}, {"reservation", lr.Reservation}} {
 		if len(f.v) > maxTextLen {

@@ -4,9 +4,12 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestWaitSeesExit(t *testing.T) {
@@ -83,6 +86,135 @@ func TestMissingProcessIsGone(t *testing.T) {
 	}
 	if _, _, err := Open(cmd.Process.Pid, 0); !errors.Is(err, ErrGone) {
 		t.Fatalf("Open of a reaped pid: %v, want ErrGone", err)
+	}
+}
+
+// startAs starts a sleep as uid (root may pick any), killed when the test ends.
+func startAs(t *testing.T, uid uint32) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "60")
+	if uid != uint32(os.Getuid()) {
+		if os.Getuid() != 0 {
+			t.Skip("needs root to start a process as another user")
+		}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd
+}
+
+// otherThread is the id of a thread of this process that does not lead it.
+func otherThread(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if tid, _ := strconv.Atoi(e.Name()); tid != 0 && tid != os.Getpid() {
+			return tid
+		}
+	}
+	t.Fatal("no thread besides the leader")
+	return 0
+}
+
+func TestOpenOwned(t *testing.T) {
+	const other = 65534
+	me := uint32(os.Getuid())
+	mine := startAs(t, me)
+	theirs := startAs(t, other)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		pid  int
+		uid  uint32
+		want error // nil: success
+	}{
+		{"own process", mine.Process.Pid, me, nil},
+		{"another user's process", theirs.Process.Pid, me, ErrNotOwner},
+		{"that user asking", theirs.Process.Pid, other, nil},
+		{"reaped process", gone.Process.Pid, me, ErrGone},
+		{"thread of a process", otherThread(t), me, ErrThread},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, st, err := OpenOwned(tc.pid, tc.uid)
+			if tc.want == nil {
+				if err != nil || st == 0 {
+					t.Fatalf("OpenOwned(%d, %d) = start %d, %v", tc.pid, tc.uid, st, err)
+				}
+				p.Close()
+				return
+			}
+			if !errors.Is(err, tc.want) {
+				t.Fatalf("OpenOwned(%d, %d): %v, want %v", tc.pid, tc.uid, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPidBounds(t *testing.T) {
+	// 1<<32 + 1 would be pid 1, which runs, once cut to a pid_t; 1<<31 a
+	// negative pid_t, which pidfd_open refuses with EINVAL.
+	for _, pid := range []int{0, -1, MaxPID + 1, 1 << 31, 1<<32 + 1} {
+		if _, _, err := Open(pid, 0); !errors.Is(err, ErrGone) {
+			t.Errorf("Open(%d): %v, want ErrGone", pid, err)
+		}
+		if _, _, err := OpenOwned(pid, 0); !errors.Is(err, ErrGone) {
+			t.Errorf("OpenOwned(%d): %v, want ErrGone", pid, err)
+		}
+	}
+}
+
+func TestAdoptKeepsItsOwnCopy(t *testing.T) {
+	cmd := startAs(t, uint32(os.Getuid()))
+	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	p, st, err := Adopt(f, cmd.Process.Pid)
+	if err != nil || st == 0 {
+		t.Fatalf("Adopt: start %d, %v", st, err)
+	}
+	defer p.Close()
+	f.Close() // the caller's copy; the Process keeps its own
+	done := make(chan error, 1)
+	go func() { done <- p.Wait() }()
+	cmd.Process.Kill()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Wait: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait on an adopted pidfd did not see the exit")
+	}
+}
+
+// TestAdoptRefusesAnExitedProcess: a pidfd may outlive its process (one from
+// SO_PEERPIDFD names the process that connected even after it died); binding
+// to it must fail, whatever now has its pid.
+func TestAdoptRefusesAnExitedProcess(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "pidfd")
+	defer f.Close()
+	cmd.Wait()
+	if _, _, err := Adopt(f, cmd.Process.Pid); !errors.Is(err, ErrGone) {
+		t.Fatalf("Adopt of an exited process: %v, want ErrGone", err)
 	}
 }
 

@@ -11,11 +11,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +28,7 @@ import (
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
@@ -59,14 +64,20 @@ type Server struct {
 	core   Core
 	routes []route
 	log    *slog.Logger
+	// internal bounds the lines about internal errors and unreadable
+	// credentials, which a caller may be able to cause repeatedly.
+	internal *ratelog.Limiter
 	// AdminGID is the --admin-group's gid; -1 when none.
 	adminGID int
 }
 
+// internalLinesPerSecond bounds the lines of s.internal.
+const internalLinesPerSecond = 10
+
 // New builds the API over core. adminGID is the gid whose members act as
 // admins (-1: only root).
 func New(core Core, adminGID int, log *slog.Logger) *Server {
-	s := &Server{core: core, log: log, adminGID: adminGID}
+	s := &Server{core: core, log: log, adminGID: adminGID, internal: ratelog.New(log, "internal error lines", internalLinesPerSecond, nil)}
 	add := func(method, pattern string, h handlerFunc) {
 		s.routes = append(s.routes, route{method, strings.Split(strings.Trim(pattern, "/"), "/"), h})
 	}
@@ -86,33 +97,63 @@ func New(core Core, adminGID int, log *slog.Logger) *Server {
 	return s
 }
 
-type peerKey struct{}
+type connKey struct{}
 
-// connContext reads the caller's credentials once per connection from
-// SO_PEERCRED, and whether it acts as an admin: at connect time the peer's pid
-// is the process that connected.
+// connInfo is what a connection carries in its context: who connected, and
+// the socket, to ask the kernel for the connected process's pidfd.
+type connInfo struct {
+	peer lease.Peer
+	rc   syscall.RawConn
+}
+
+// connContext reads the caller's credentials once per connection:
+// SO_PEERCRED (uid, gid, pid; the listener may have read it at accept) and
+// SO_PEERGROUPS. Both are what the process had when it connected, so rights
+// never come from whatever process has its pid later (nothing about identity
+// is read from /proc).
 func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		return ctx
-	}
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return ctx
-	}
+	var uc *net.UnixConn
 	var cred *unix.Ucred
-	var cerr error
-	raw.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
-	if cerr != nil || cred == nil {
+	switch c := c.(type) {
+	case *peerConn:
+		uc, cred = c.UnixConn, &c.cred
+	case *net.UnixConn:
+		uc = c
+	default:
+		return ctx
+	}
+	rc, err := uc.SyscallConn()
+	if err == nil && cred == nil {
+		cred, err = peerCred(rc)
+	}
+	if err != nil {
+		s.internal.Log(slog.LevelWarn, "cannot read a caller's credentials; its requests are refused", "err", err)
 		return ctx
 	}
 	peer := lease.Peer{UID: cred.Uid, GID: cred.Gid, PID: int(cred.Pid)}
+	if peer.Groups, err = peerGroups(rc); err != nil {
+		// Fail closed: without its groups the caller is admin only by its
+		// uid or its primary group.
+		s.internal.Log(slog.LevelWarn, "cannot read a caller's groups", "uid", peer.UID, "err", err)
+	}
 	peer.Admin = peer.UID == 0 || (s.adminGID >= 0 && inGroup(peer, uint32(s.adminGID)))
-	return context.WithValue(ctx, peerKey{}, peer)
+	return context.WithValue(ctx, connKey{}, &connInfo{peer: peer, rc: rc})
 }
 
+// inGroup reports whether the caller had gid as its group or among its
+// supplementary groups when it connected.
+func inGroup(peer lease.Peer, gid uint32) bool {
+	return peer.GID == gid || slices.Contains(peer.Groups, gid)
+}
+
+// httpErrorsPerSecond bounds the lines of http.Server's own errors (accept
+// errors, bad TLS, a handler's panic): a caller can cause them by the
+// thousand.
+const httpErrorsPerSecond = 5
+
 // HTTPServer returns an http.Server for s with timeouts that keep slow or idle
-// clients from holding connections.
+// clients from holding connections, and its own error lines going through the
+// structured log within a budget.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
 		Handler:           s,
@@ -121,11 +162,21 @@ func (s *Server) HTTPServer() *http.Server {
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          log.New(budgetWriter{ratelog.New(s.log, "http server errors", httpErrorsPerSecond, nil)}, "", 0),
 	}
 }
 
+// budgetWriter turns the lines of a *log.Logger into structured log lines
+// within a budget.
+type budgetWriter struct{ l *ratelog.Limiter }
+
+func (w budgetWriter) Write(p []byte) (int, error) {
+	w.l.Log(slog.LevelWarn, "http server error", "err", strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	peer, ok := r.Context().Value(peerKey{}).(lease.Peer)
+	ci, ok := r.Context().Value(connKey{}).(*connInfo)
 	if !ok {
 		s.writeError(w, api.Errorf(api.ErrForbidden, "caller identity unknown: the API is served only on the Unix socket"))
 		return
@@ -146,7 +197,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			allowed = append(allowed, rt.method)
 			continue
 		}
-		if err := rt.handle(w, r, peer, params); err != nil {
+		if err := rt.handle(w, r, ci.peer, params); err != nil {
 			s.writeError(w, err)
 		}
 		return
@@ -178,33 +229,12 @@ func match(pattern, segs []string) ([]string, bool) {
 	return params, true
 }
 
-// inGroup reports whether the calling process has gid among its groups.
-func inGroup(peer lease.Peer, gid uint32) bool {
-	if peer.GID == gid {
-		return true
-	}
-	b, err := readProcStatus(peer.PID)
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(b, "\n") {
-		if rest, ok := strings.CutPrefix(line, "Groups:"); ok {
-			for _, f := range strings.Fields(rest) {
-				if f == strconv.FormatUint(uint64(gid), 10) {
-					return true
-				}
-			}
-		}
-	}
-	return false
-}
-
 // writeError is the one place errors become status and body.
 func (s *Server) writeError(w http.ResponseWriter, err error) {
 	status, code := api.StatusOf(err)
 	msg := err.Error()
 	if status == http.StatusInternalServerError {
-		s.log.Error("internal error answering a request", "err", err)
+		s.internal.Log(slog.LevelError, "internal error answering a request", "err", err)
 	}
 	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
 }
@@ -275,6 +305,15 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.
 	if err != nil {
 		return err
 	}
+	if req.TTL == 0 && req.PID == 0 {
+		// Bound to the caller's own process: exactly the one that connected.
+		if peer.PIDFD, err = s.callerPidfd(r.Context(), peer); err != nil {
+			return err
+		}
+		if peer.PIDFD != nil {
+			defer peer.PIDFD.Close()
+		}
+	}
 	l, err := s.core.Acquire(r.Context(), peer, req)
 	if err != nil {
 		return err
@@ -282,6 +321,25 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
 	writeEncoded(w, http.StatusCreated, l.JSON)
 	return nil
+}
+
+// callerPidfd is a pidfd for the process that connected, or nil where the
+// kernel cannot give one (the lease manager then checks the pid's owner).
+// The caller closes it.
+func (s *Server) callerPidfd(ctx context.Context, peer lease.Peer) (*os.File, error) {
+	f, err := peerPidfd(ctx.Value(connKey{}).(*connInfo).rc)
+	switch {
+	case err == nil:
+		return f, nil
+	case errors.Is(err, errNoPeerPidfd), errors.Is(err, unix.ENODATA):
+		return nil, nil
+	case errors.Is(err, unix.ESRCH), errors.Is(err, unix.EINVAL):
+		// Older kernels give no pidfd for a process that has been reaped
+		// (EINVAL or ESRCH, by version); newer ones give one, which the
+		// lease manager finds dead.
+		return nil, api.Errorf(api.ErrBadRequest, "pid: process %d, which connected, is not running", peer.PID)
+	}
+	return nil, err
 }
 
 func (s *Server) getLease(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {

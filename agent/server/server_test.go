@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -17,16 +18,20 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
 // fakeCore is a map-backed Core that records who called.
 type fakeCore struct {
-	mu       sync.Mutex
-	leases   map[string]api.Lease
-	peers    []lease.Peer
-	draining bool
+	mu     sync.Mutex
+	leases map[string]api.Lease
+	peers  []lease.Peer
+	// pidfdStart is, per request that came with a pidfd, the start time of
+	// its process (0: not a live process).
+	pidfdStart []uint64
+	draining   bool
 	// cleared lists the GPUs ClearXid was asked for.
 	cleared []string
 	sim     bool
@@ -44,6 +49,16 @@ func (f *fakeCore) Acquire(_ context.Context, p lease.Peer, r lease.Request) (le
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.peers = append(f.peers, p)
+	if p.PIDFD != nil {
+		// While the request lasts, the pidfd holds the process that
+		// connected (this one, alive).
+		var st uint64
+		if proc, st2, err := procwatch.Adopt(p.PIDFD, p.PID); err == nil {
+			st = st2
+			proc.Close()
+		}
+		f.pidfdStart = append(f.pidfdStart, st)
+	}
 	if r.Units > 4 {
 		return lease.Grant{}, api.Errorf(api.ErrInsufficientUnits, "no GPU can take %d", r.Units)
 	}
@@ -175,6 +190,27 @@ func TestPeerCredentialsComeFromTheSocket(t *testing.T) {
 	}
 }
 
+// TestProcessBoundLeaseGetsTheCallersPidfd: a lease bound to the caller's own
+// process comes to the core with a pidfd of the process that connected,
+// closed once the request is done; a ttl lease or a "pid" gets none.
+func TestProcessBoundLeaseGetsTheCallersPidfd(t *testing.T) {
+	core := newFakeCore(t)
+	c := serve(t, core)
+	do(t, c, "POST", "/v1/leases", `{"units":1}`)
+	do(t, c, "POST", "/v1/leases", `{"units":1,"ttl":"1m"}`)
+	do(t, c, "POST", "/v1/leases", fmt.Sprintf(`{"units":1,"pid":%d}`, os.Getpid()))
+	me, err := procwatch.StartTime(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(core.peers) != 3 || len(core.pidfdStart) != 1 || core.pidfdStart[0] != me {
+		t.Fatalf("pidfds with start times %v over %d requests, want one of this process (start %d)", core.pidfdStart, len(core.peers), me)
+	}
+	if fd := core.peers[0].PIDFD.Fd(); fd != ^uintptr(0) {
+		t.Fatalf("the request's pidfd (fd %d) is still open after the answer", fd)
+	}
+}
+
 func TestBodyLimit(t *testing.T) {
 	c := serve(t, newFakeCore(t))
 	big := `{"units":1,"task":"` + strings.Repeat("a", lease.MaxRequestBody) + `"}`
@@ -248,7 +284,7 @@ func TestUndrainIsForAdmins(t *testing.T) {
 	srv := New(core, -1, slog.New(slog.DiscardHandler))
 	for _, body := range []string{"", `{"gpu":"0"}`} {
 		req := httptest.NewRequest("POST", "/v1/node/undrain", strings.NewReader(body))
-		req = req.WithContext(context.WithValue(req.Context(), peerKey{}, lease.Peer{UID: 1000, GID: 1000, PID: 1}))
+		req = req.WithContext(context.WithValue(req.Context(), connKey{}, &connInfo{peer: lease.Peer{UID: 1000, GID: 1000, PID: 1}}))
 		rec := httptest.NewRecorder()
 		srv.ServeHTTP(rec, req)
 		if rec.Code != 403 || !strings.Contains(rec.Body.String(), api.CodeForbidden) {
@@ -284,4 +320,39 @@ func FuzzDecodeUndrain(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestServerErrorsAreStructuredAndBudgeted: http.Server's own lines ("http:
+// Accept error: ...") and internal-error lines go through the structured log,
+// at most a budget a second, however many a caller causes.
+func TestServerErrorsAreStructuredAndBudgeted(t *testing.T) {
+	var buf syncBuffer
+	s := New(newFakeCore(t), -1, slog.New(slog.NewJSONHandler(&buf, nil)))
+	srv := s.HTTPServer()
+	for range 1000 {
+		srv.ErrorLog.Printf("http: Accept error: accept unix /run/gpulet/gpulet.sock: accept4: too many open files; retrying in 5ms")
+	}
+	for range 1000 {
+		s.writeError(httptest.NewRecorder(), errors.New("disk full"))
+	}
+	var accept, internal int
+	for line := range strings.SplitSeq(strings.TrimSpace(buf.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not a structured line: %q", line)
+		}
+		switch rec["msg"] {
+		case "http server error":
+			if !strings.HasPrefix(rec["err"].(string), "http: Accept error") {
+				t.Fatalf("line %q", line)
+			}
+			accept++
+		case "internal error answering a request":
+			internal++
+		}
+	}
+	// Two seconds' budget at most, should a slow machine cross a second.
+	if accept < 1 || accept > 2*httpErrorsPerSecond || internal < 1 || internal > 2*internalLinesPerSecond {
+		t.Fatalf("%d accept-error lines (budget %d) and %d internal-error lines (budget %d) from 1000 each", accept, httpErrorsPerSecond, internal, internalLinesPerSecond)
+	}
 }

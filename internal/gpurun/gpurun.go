@@ -301,8 +301,8 @@ func lookCommand(name string) (string, int, error) {
 // to give the units back if the command does not start.
 func lease(ctx context.Context, o Options, stderr io.Writer) (map[string]string, func(), error) {
 	c := &client.Client{Socket: o.Socket}
-	// No ttl and no pid: gpuletd binds the lease to the caller's pid from
-	// SO_PEERCRED, which is gpurun's and, after exec, the command's.
+	// No ttl and no pid: gpuletd binds the lease to the process that
+	// connected (SO_PEERPIDFD), which is gpurun and, after exec, the command.
 	req := api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, Task: o.Task, Reservation: o.Reservation}
 	l, err := c.Lease(ctx, req)
 	if o.Wait > 0 && errors.Is(err, client.ErrInsufficientUnits) {

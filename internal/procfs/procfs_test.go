@@ -44,20 +44,37 @@ func FuzzParseStat(f *testing.F) {
 }
 
 func TestParseRealUID(t *testing.T) {
-	uid, err := ParseRealUID(strings.NewReader("Name:\tx\nUid:\t1000\t1001\t1000\t1000\nGid:\t5\n"))
-	if err != nil || uid != 1000 {
-		t.Fatalf("uid %d, %v", uid, err)
-	}
-	for _, bad := range []string{"", "Uid:\n", "Uid:\tx\n"} {
-		if _, err := ParseRealUID(strings.NewReader(bad)); err == nil {
-			t.Errorf("%q parsed", bad)
+	for _, tc := range []struct {
+		in   string
+		want uint32
+		ok   bool
+	}{
+		{"Name:\tsleep\nUid:\t1000\t0\t0\t0\nGid:\t1\t1\t1\t1\n", 1000, true},
+		{"Uid:\t4294967295\t0\t0\t0\n", 4294967295, true},
+		{"Uid:\t4294967296\t0\t0\t0\n", 0, false},
+		{"Uid:\n", 0, false},
+		{"Uid:\tx\n", 0, false},
+		{"Gid:\t5\n", 0, false},
+		{"Uid:\t-1\t0\n", 0, false},
+		{"", 0, false},
+	} {
+		got, err := ParseRealUID(strings.NewReader(tc.in))
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseRealUID(%q) = %d, %v; want %d, ok %v", tc.in, got, err, tc.want, tc.ok)
 		}
 	}
 }
 
 func FuzzParseRealUID(f *testing.F) {
-	f.Add("Uid:\t0\t0\t0\t0\n")
-	f.Fuzz(func(t *testing.T, s string) { ParseRealUID(strings.NewReader(s)) })
+	for _, s := range []string{"Uid:\t0\t0\t0\t0\n", "Name:\tx\nUid:\t1000\t1000\t1000\t1000\n", "Uid:", "Uid:\tx", "\n\nUid:\t99999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		uid, err := ParseRealUID(strings.NewReader(s))
+		if err == nil && !strings.Contains(s, "Uid:") {
+			t.Fatalf("uid %d from input without a Uid line", uid)
+		}
+	})
 }
 
 func TestLiveProcess(t *testing.T) {
