@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"net/http"
 	"reflect"
 	"strings"
 	"time"
@@ -121,10 +120,6 @@ func jsonError(err error) error {
 		return api.Errorf(api.ErrBadRequest, "request body: malformed JSON at byte %d: %v", syntaxErr.Offset, err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
 		return api.Errorf(api.ErrBadRequest, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
-	}
-	var maxErr *http.MaxBytesError
-	if errors.As(err, &maxErr) {
-		return api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", MaxRequestBody)
 	}
 	return api.Errorf(api.ErrBadRequest, "request body: %v", err)
 }

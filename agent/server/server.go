@@ -44,7 +44,7 @@ type Core interface {
 	// ClearXid clears the critical Xid that failed a GPU (index or UUID) and
 	// returns the GPU's index and the Xid cleared (0: it had none).
 	ClearXid(gpu string) (index int, xid uint64, err error)
-	// SetSimGPU changes what a simulated GPU reports; only the simulated
+	// SimGPU changes what a simulated GPU reports; only the simulated
 	// backend has it, so a nil func means the route does not exist.
 	SimGPU() func(index int, u api.SimGPUUpdate) error
 }
@@ -67,7 +67,7 @@ type Server struct {
 	// internal bounds the lines about internal errors and unreadable
 	// credentials, which a caller may be able to cause repeatedly.
 	internal *ratelog.Limiter
-	// AdminGID is the --admin-group's gid; -1 when none.
+	// adminGID is the --admin-group's gid; -1 when none.
 	adminGID int
 }
 
@@ -185,7 +185,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", lease.MaxRequestBody))
 		return
 	}
-	r.Body = http.MaxBytesReader(w, r.Body, lease.MaxRequestBody)
+	// The body is read whole here, so that the decoders see bytes and a body
+	// over the limit is refused in one place.
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, lease.MaxRequestBody))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			s.writeError(w, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", lease.MaxRequestBody))
+		} else {
+			s.writeError(w, api.Errorf(api.ErrBadRequest, "request body: %v", err))
+		}
+		return
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	var allowed []string
 	for _, rt := range s.routes {
