@@ -20,10 +20,13 @@ type Limiter struct {
 	perSecond int
 	now       func() time.Time
 
-	mu      sync.Mutex // guards window, used and skipped
+	mu      sync.Mutex // guards window, used, skipped and flushing
 	window  time.Time  // start of the current second
 	used    int
 	skipped int
+	// flushing is set while a timer is armed to report the lines left out
+	// once their second is over, should no line come to report them.
+	flushing bool
 }
 
 // New makes a Limiter of perSecond lines a second for the lines of one kind,
@@ -45,6 +48,10 @@ func (l *Limiter) Log(level slog.Level, msg string, args ...any) bool {
 		l.used++
 	} else {
 		l.skipped++
+		if !l.flushing {
+			l.flushing = true
+			time.AfterFunc(time.Second, l.flushLater)
+		}
 	}
 	l.mu.Unlock()
 	l.reportLeftOut(left)
@@ -54,14 +61,23 @@ func (l *Limiter) Log(level slog.Level, msg string, args ...any) bool {
 	return ok
 }
 
-// Flush says how many lines the last full second left out, if any: call it now
-// and then (a sample tick) so that a burst's count is not held back until the
-// next line.
+// Flush says how many lines the last full second left out, if any. A Limiter
+// also does so by itself a second after it first leaves a line out, so that a
+// burst's count is not held back until the next line; Flush is for callers
+// with a tick of their own.
 func (l *Limiter) Flush() {
 	l.mu.Lock()
 	left := l.rollLocked()
 	l.mu.Unlock()
 	l.reportLeftOut(left)
+}
+
+// flushLater reports what a second left out when no later line did.
+func (l *Limiter) flushLater() {
+	l.mu.Lock()
+	l.flushing = false
+	l.mu.Unlock()
+	l.Flush()
 }
 
 type leftOut struct {

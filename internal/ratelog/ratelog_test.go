@@ -83,3 +83,28 @@ func TestConcurrentLinesStayWithinBudget(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// The count of what a burst left out is written within about a second even
+// when no line follows.
+func TestLeftOutIsReportedWithoutAnotherLine(t *testing.T) {
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	h := slog.NewTextHandler(writerFunc(func(p []byte) (int, error) { mu.Lock(); defer mu.Unlock(); return buf.Write(p) }), nil)
+	l := New(slog.New(h), "burst", 1, nil)
+	for range 5 {
+		l.Log(slog.LevelWarn, "line")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		got := buf.String()
+		mu.Unlock()
+		if strings.Contains(got, "left_out=4") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no left-out line without another line:\n%s", got)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
