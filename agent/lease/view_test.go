@@ -1,0 +1,79 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpulet/gpulet/internal/clock"
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+// TestLeaseLinesStayWithinTheirBudget: past leaseLinesPerSecond, grant and
+// end lines are counted, one line says how many were left out, and the
+// counters still count every lease.
+func TestLeaseLinesStayWithinTheirBudget(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	var logs e2e.SyncBuffer
+	c := clock.NewFake(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	m := f.manager(t, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		cfg.Clock = c
+	})
+	const n = 250
+	for i := 0; i < n; i++ {
+		l, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Release(root, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lines := func(msg string) int { return strings.Count(logs.String(), `msg="`+msg+`"`) }
+	if got := lines("lease granted") + lines("lease ended"); got != leaseLinesPerSecond {
+		t.Fatalf("%d lease lines within one second, want the budget of %d", got, leaseLinesPerSecond)
+	}
+	c.Advance(time.Second)
+	m.Tick()
+	want := fmt.Sprintf("left_out=%d", 2*n-leaseLinesPerSecond)
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("no line saying %s:\n%s", want, logs.String())
+	}
+	if v := m.View(); v.Granted != n || v.Ended != n {
+		t.Fatalf("counted %d granted, %d ended; want %d each", v.Granted, v.Ended, n)
+	}
+	// A new second has a new budget.
+	l, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), l.ID) {
+		t.Fatal("the first grant of a new second was not logged")
+	}
+}
+
+// Readers never take the lease table's lock: the view is there while the
+// lock is held.
+func TestViewIsReadWithoutTheLock(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); err != nil {
+		t.Fatal(err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	done := make(chan *View)
+	go func() { done <- m.View() }()
+	select {
+	case v := <-done:
+		if len(v.Leases()) != 1 {
+			t.Fatalf("view has %d leases, want 1", len(v.Leases()))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("View waited for the lease table's lock")
+	}
+}
