@@ -2,10 +2,11 @@
 // the pipe-file ledger, the lease engine, the API and the snapshot publisher,
 // and runs them until its context ends. Each part lives in its own package;
 // this file holds only the wiring and the main loop, and the files beside it
-// the agent's own small pieces: rundir.go (the run dir's lock), listen.go (the
-// API socket), backend.go (picking the GPU backend), mps.go (MPS daemons and
-// their health checks), conditions.go (samples and the eligibility rule),
-// build.go (the snapshot), core.go (what the API calls).
+// the agent's own small pieces: flags.go (gpuletd's flags), rundir.go (the
+// run dir's lock), listen.go (the API socket), limits.go (the open-file
+// limit), backend.go (picking the GPU backend), mps.go (MPS daemons and their
+// health checks), conditions.go (samples and the eligibility rule), build.go
+// (the snapshot), core.go (what the API calls).
 package agent
 
 import (
@@ -80,7 +81,9 @@ type Agent struct {
 	bootID string
 
 	// conditions is what placement reads: eligibility per GPU and draining.
+	// condMu makes each update read and store them as one step.
 	conditions atomic.Pointer[lease.Conditions]
+	condMu     sync.Mutex
 	draining   atomic.Bool
 
 	sampleMu sync.Mutex // guards samples

@@ -26,6 +26,9 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 	}
 	if view.Unrecorded != "" {
 		s.State, s.Reason = api.NodeDegraded, view.Unrecorded
+		if a.draining.Load() {
+			s.Reason = "draining; " + s.Reason
+		}
 	}
 	s.View = a.view.Load()
 	U := a.cfg.Model.UnitsPerGPU

@@ -48,8 +48,13 @@ func (a *Agent) gpuState(s inventory.Sample) (state, unusable string) {
 }
 
 // updateConditions publishes what placement must know beyond units: draining,
-// each GPU's eligibility and free memory, each instance's health and server.
+// each GPU's eligibility and free memory, each instance's health and server;
+// then the lease engine serves the waiters they may let in. The main loop,
+// the MPS checks and the API all call it: one at a time, so that conditions
+// read earlier never replace conditions read later.
 func (a *Agent) updateConditions() {
+	a.condMu.Lock()
+	defer a.condMu.Unlock()
 	samples := a.lastSamples()
 	c := &lease.Conditions{Draining: a.draining.Load(), GPUs: make([]lease.GPUCondition, len(a.devs))}
 	for i, d := range a.devs {
@@ -73,4 +78,7 @@ func (a *Agent) updateConditions() {
 		c.GPUs[i] = gc
 	}
 	a.conditions.Store(c)
+	if a.leases != nil {
+		a.leases.ConditionsChanged()
+	}
 }

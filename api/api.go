@@ -5,11 +5,11 @@ package api
 
 import "time"
 
-// SnapshotSchema names the snapshot format; a receiver checks it before use.
 // DefaultSocket is where gpuletd listens and its clients look, unless told
 // otherwise (DESIGN section 6).
 const DefaultSocket = "/run/gpulet/gpulet.sock"
 
+// SnapshotSchema names the snapshot format; a receiver checks it before use.
 const SnapshotSchema = "gpulet.snapshot/v1"
 
 // Node states. A degraded node grants no leases because of a fault of its own

@@ -121,13 +121,12 @@ clean() {
 	local rec=$1/run-dir d owner mode type
 	[ -f "$rec" ] || return 0
 	d=$(cat -- "$rec")
-	case $d in
-	/tmp/gpulet-"$uid" | /*/gpulet) ;;
-	*)
-		echo "make clean: $rec names $d, which make run does not choose: left alone" >&2
+	# Only the two folders run chooses, spelled exactly: a pattern would also
+	# match /run/gpulet or /var/lib/gpulet.
+	if [ "$d" != "/tmp/gpulet-$uid" ] && { [ -z "${XDG_RUNTIME_DIR:-}" ] || [ "$d" != "$XDG_RUNTIME_DIR/gpulet" ]; }; then
+		echo "make clean: $rec names $d, which is not a run dir make run chooses for you here: left alone" >&2
 		return 0
-		;;
-	esac
+	fi
 	read -r owner mode type < <(mode_of "$d" 2>/dev/null || echo "- - missing")
 	[ "$type" != missing ] || return 0
 	if [ "$type" != directory ] || [ "$owner" != "$uid" ]; then

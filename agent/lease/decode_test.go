@@ -91,7 +91,7 @@ func TestDecodeJournalReplays(t *testing.T) {
 	later := deadline.Add(time.Hour)
 	a := journalEntry{Lease: api.Lease{ID: "l-000000000000000a", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{0, 1}, Owner: api.Owner{PID: 1}}, StartTime: 5}
 	b := journalEntry{Lease: api.Lease{ID: "l-000000000000000b", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{2}}, Deadline: &deadline, TTLNanos: int64(time.Minute)}
-	c := journalEntry{Lease: api.Lease{ID: "l-000000000000000c", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{1}, Owner: api.Owner{PID: 2}}}
+	c := journalEntry{Lease: api.Lease{ID: "l-000000000000000c", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{1}, Owner: api.Owner{PID: 2}}, StartTime: 6}
 	text := journalText(t,
 		record{Op: opSchema, Schema: JournalSchema},
 		record{Op: opLease, Entry: &a},
@@ -139,4 +139,16 @@ func FuzzDecodeJournal(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A process-bound lease without its process's start time is dropped at
+// replay: it would be bound to whichever process had the pid by then.
+func TestReplayDropsAProcessLeaseWithoutStartTime(t *testing.T) {
+	model, _ := units.New(1, 4, 1, 0)
+	shapes := []gpuShape{{UUID: "GPU-a", UnitsTotal: model.UnitsPerGPU, InstanceOf: model.InstanceOf, UnitsPerMax: 1}}
+	e := journalEntry{Lease: api.Lease{ID: "l-000000000000000d", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{0}, Owner: api.Owner{PID: 7}}}
+	rep, err := decodeJournal([]byte(journalText(t, record{Op: opSchema, Schema: JournalSchema}, record{Op: opLease, Entry: &e})), shapes)
+	if err != nil || len(rep.entries) != 0 || len(rep.dropped) != 1 || !strings.Contains(rep.dropped[0].Why, "start time") {
+		t.Fatalf("replay %+v, err %v", rep, err)
+	}
 }

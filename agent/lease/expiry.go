@@ -69,13 +69,17 @@ func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 	if !ok {
 		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
 	}
+	// The table first, then the record: a rewrite that the record makes due
+	// writes the journal from the table, which must hold the new deadline.
+	was, wasExpires := b.deadline, l.Expires
 	exp := m.clock.Now().UTC().Add(b.ttl)
+	b.deadline, l.Expires = exp, &exp
+	l.encode()
 	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
+		b.deadline, l.Expires = was, wasExpires
+		l.encode()
 		return api.Lease{}, unrecorded("the lease is not renewed", err)
 	}
-	b.deadline = exp
-	l.Expires = &exp
-	l.encode()
 	m.touchLocked(l.GPU.Index)
 	b.armLocked(m, l)
 	return *l.pub, nil
@@ -114,9 +118,9 @@ func (m *Manager) dropLocked(l *lease) {
 		}
 	}
 	m.touchLocked(l.GPU.Index)
-	if pb, ok := l.bind.(*pidBinding); ok {
-		if m.held[pb.key()] -= len(l.Units); m.held[pb.key()] <= 0 {
-			delete(m.held, pb.key())
+	if l.holder != nil {
+		if m.held[*l.holder] -= len(l.Units); m.held[*l.holder] <= 0 {
+			delete(m.held, *l.holder)
 		}
 	}
 	m.removeFIFOsLocked(l)

@@ -45,6 +45,9 @@ type lease struct {
 	bind binding
 	// seen marks the lease as counted in a build of its GPU's view.
 	seen uint64
+	// holder is the process whose units (Manager.held) the lease counts
+	// toward; nil for a lease bound to no process.
+	holder *procKey
 }
 
 // encode makes pub and json from Lease; call it after every change of Lease.
@@ -125,6 +128,11 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 		if g == nil {
 			return Grant{}, errStopping
 		}
+		if ctx.Err() != nil {
+			// Served just as the caller went away: nobody will get this lease.
+			m.end(g.ID, "requester went away while waiting")
+			return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+		}
 		m.settle()
 		return *g, nil
 	case <-timer.C:
@@ -133,16 +141,24 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 	m.mu.Lock()
 	if i := slices.Index(m.waiters, w); i >= 0 {
 		m.waiters = slices.Delete(m.waiters, i, i+1)
-		_, err := m.engine.Load().Place(m.nodeLocked(), m.placementRequest(peer, req))
-		m.unlock()
-		bind.release()
 		if ctx.Err() != nil {
+			m.unlock()
+			bind.release()
 			return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
 		}
+		// One last try, whose refusal is the answer: it says what keeps the
+		// request out now.
+		l, err := m.tryGrantLocked(peer, req, bind)
+		var g Grant
 		if err == nil {
-			err = api.Errorf(api.ErrInsufficientUnits, "no GPU could take %d unit(s) within %s", req.Units, req.Wait)
+			g = l.grant()
 		}
-		return Grant{}, fmt.Errorf("after waiting %s: %w", req.Wait, err)
+		m.unlock()
+		if err != nil {
+			bind.release()
+			return Grant{}, fmt.Errorf("after waiting %s: %w", req.Wait, err)
+		}
+		return g, nil
 	}
 	m.unlock()
 	// Granted just as we gave up: keep it unless the caller is gone.
@@ -242,12 +258,13 @@ func (m *Manager) createFIFOsLocked(g int, units []int) (retry bool, err error) 
 			m.applyLocked(g, u, true)
 			return true, nil
 		}
-		// Something that is no FIFO sits at the unit's name: no claim, so it
-		// goes, without following it.
-		if _, rerr := m.cfg.Ledger.Remove(g, u); rerr != nil {
-			return false, fmt.Errorf("unit %d of GPU %d: %w", u, g, rerr)
-		}
-		m.log.Warn("removed an entry that is no FIFO at a unit's name in the pipe-file ledger", "gpu", g, "unit", u)
+		// Something that is no FIFO sits at the unit's name: no claim, but the
+		// unit cannot be leased until the ledger's sweep (every sample
+		// interval) has removed it, so it is left out meanwhile. Each retry
+		// blocks one more unit, so the placement loop ends.
+		s := &m.gpus[g].slots[u]
+		s.state = slotBlocked
+		m.touchLocked(g)
 		return true, nil
 	}
 	return false, nil
@@ -262,7 +279,9 @@ func (m *Manager) addLocked(l *lease) {
 	m.touchLocked(l.GPU.Index)
 	m.leases[l.ID] = l
 	if pb, ok := l.bind.(*pidBinding); ok {
-		m.held[pb.key()] += len(l.Units)
+		key := pb.key()
+		l.holder = &key
+		m.held[key] += len(l.Units)
 	}
 }
 
@@ -316,6 +335,17 @@ func EnvFor(model units.Model, dev inventory.Device, instanceEnv map[string]stri
 	}
 	env[pipefile.EnvPinnedMemLimit] = fmt.Sprintf("0=%dM", memMiB)
 	return env
+}
+
+// ConditionsChanged serves the waiting requests that the agent's new
+// conditions (a GPU below the utilization threshold again, an Xid cleared,
+// an MPS instance back, the node undrained) may let in.
+func (m *Manager) ConditionsChanged() {
+	if !m.lockOpen() {
+		return
+	}
+	m.serveWaitersLocked()
+	m.unlock()
 }
 
 // serveWaitersLocked grants waiting requests, oldest first, while they fit.

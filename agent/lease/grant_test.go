@@ -11,6 +11,10 @@ import (
 
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
+	"os"
+	"path/filepath"
+	"sync/atomic"
 )
 
 func TestGrantAndRelease(t *testing.T) {
@@ -361,5 +365,79 @@ func TestRefusalIsPublishedBeforeItIsAnswered(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "(0 free on the node)") {
 		t.Fatalf("refusal %q does not say the node has nothing free", err)
+	}
+}
+
+// Something that is no FIFO at a unit's name (here a folder) blocks that unit
+// until the ledger's sweep removes it; the grant goes to another unit instead
+// of failing.
+func TestJunkAtAUnitNameIsPassedOver(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	for g := 0; g < 2; g++ {
+		if err := os.Mkdir(filepath.Join(f.ledger.InstanceDir(g, 0), "unit-0"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := m.Acquire(context.Background(), root, ttlReq(1, "1h"))
+	if err != nil {
+		t.Fatalf("grant with a folder at unit-0 of each GPU: %v", err)
+	}
+	if l.Units[0] == 0 {
+		t.Fatalf("granted unit 0, where the folder is")
+	}
+	f.ledger.Sweep()
+	e2e.Eventually(t, "the swept unit free again", func() bool {
+		v := m.View()
+		return v.GPUs[0].Used+v.GPUs[1].Used == 1
+	})
+}
+
+// A request waiting for units is served as soon as new conditions let it in,
+// not only when units free up.
+func TestWaiterIsServedWhenConditionsChange(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	var cond atomic.Pointer[Conditions]
+	cond.Store(&Conditions{GPUs: []GPUCondition{{Unusable: "is busy", MemoryFreeMiB: 1 << 20}, {Unusable: "is busy", MemoryFreeMiB: 1 << 20}}})
+	m := f.manager(t, func(c *Config) { c.Conditions = cond.Load })
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		cond.Store(&Conditions{GPUs: []GPUCondition{{MemoryFreeMiB: 1 << 20}, {MemoryFreeMiB: 1 << 20}}})
+		m.ConditionsChanged()
+	}()
+	req := ttlReq(1, "1h")
+	req.Wait = time.Minute
+	if _, err := m.Acquire(context.Background(), root, req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A waiter that gives up is answered with what keeps it out at that moment.
+func TestWaitTimeoutSaysWhy(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	busy := &Conditions{GPUs: []GPUCondition{{Unusable: "is 95% busy", MemoryFreeMiB: 1 << 20}, {Unusable: "is 95% busy", MemoryFreeMiB: 1 << 20}}}
+	m := f.manager(t, func(c *Config) { c.Conditions = func() *Conditions { return busy } })
+	req := ttlReq(1, "1h")
+	req.Wait = 50 * time.Millisecond
+	_, err := m.Acquire(context.Background(), root, req)
+	if !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "is 95% busy") || !strings.Contains(err.Error(), "after waiting 50ms") {
+		t.Fatalf("err = %v, want insufficient_units saying the GPUs are busy", err)
+	}
+}
+
+// A swapped engine (a config reload) places the next request.
+func TestSetEngineSwapsThePolicy(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t, func(c *Config) { c.Policy = placement.BestFit })
+	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); err != nil {
+		t.Fatal(err)
+	}
+	m.SetEngine(placement.New(placement.Spread))
+	b, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.GPU.Index != 1 {
+		t.Fatalf("after the swap to spread the second lease went to GPU %d, want 1", b.GPU.Index)
 	}
 }

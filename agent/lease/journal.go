@@ -365,6 +365,10 @@ func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string
 	if e.Deadline != nil && e.TTLNanos <= 0 {
 		return "deadline without ttl"
 	}
+	if e.Deadline == nil && e.StartTime == 0 {
+		// Bound to whichever process had the pid at restart otherwise.
+		return "process-bound lease without its process's start time"
+	}
 	return ""
 }
 

@@ -6,11 +6,13 @@
 // publishes on every change, without taking its lock.
 //
 // Files: manager.go (the Manager, its lock and lifecycle), grant.go (grants
-// and waits), binding.go (what ends a lease), expiry.go (ending leases),
-// restore.go (the journal and ledger at start), reconcile.go (ledger events
-// and the offline probe), records.go (journal glue), view.go (the published
-// view and the reads), loglines.go (the per-lease line budget), journal.go
-// (the journal's format), request.go (request decoding).
+// and waits), binding.go (what ends a lease) and pid.go (why a process cannot
+// be bound), limits.go (per-uid caps), expiry.go (ending leases), restore.go
+// (the journal and ledger at start), reconcile.go (ledger events and the
+// offline probe), records.go (journal glue), recovery.go (a journal that
+// cannot be written or was damaged), view.go (the published view and the
+// reads), loglines.go (the per-lease line budget), journal.go (the journal's
+// format), request.go (request decoding).
 package lease
 
 import (
@@ -71,7 +73,8 @@ type Config struct {
 	Ledger  *ledger.Ledger
 	// JournalPath is where live leases are recorded (<run-dir>/leases.journal).
 	JournalPath string
-	// Policy is the placement engine's policy until SetEngine swaps it.
+	// Policy is the placement engine's policy; SetEngine swaps the engine
+	// (a config reload).
 	Policy placement.Policy
 	// Conditions returns the current conditions; it must not call the Manager.
 	Conditions func() *Conditions

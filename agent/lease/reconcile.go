@@ -93,8 +93,13 @@ func (m *Manager) applyLocked(g, i int, present bool) {
 			s.uid, s.fifo = uid, id
 			m.touchLocked(g)
 		}
-	case s.state == slotOffline && !present:
+	case (s.state == slotOffline || s.state == slotBlocked) && !present:
 		*s = slot{own: s.own}
+		m.touchLocked(g)
+	case s.state == slotBlocked && present:
+		// The junk gave way to a claimer's FIFO.
+		s.state = slotOffline
+		s.uid, s.fifo, _ = m.cfg.Ledger.Stat(g, i)
 		m.touchLocked(g)
 	case s.state == slotLeased && !present:
 		// Someone removed a lease's pipe file; the lease still holds the unit,

@@ -16,7 +16,9 @@ import (
 
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"time"
 )
 
 // fullFile stands in for the journal's file on a disk with room bytes left:
@@ -291,5 +293,52 @@ func fillUp(t *testing.T, path string) {
 			}
 			return
 		}
+	}
+}
+
+// A grant whose record fails gives the process back the units it counted:
+// once the journal is written again, the same process may take a unit.
+func TestFailedGrantGivesBackItsProcessUnits(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	holder, l := processLease(t, m)
+	if err := m.Release(root, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	fillDisk(m, 40, nil)
+	hp := Peer{UID: 0, PID: holder.Process.Pid, Admin: true}
+	if _, err := m.Acquire(context.Background(), hp, Request{LeaseRequest: api.LeaseRequest{Units: 1}}); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("grant on a full journal: %v, want unavailable", err)
+	}
+	m.journal.f.(*fullFile).room = 1 << 20
+	m.Tick()
+	if _, err := m.Acquire(context.Background(), hp, Request{LeaseRequest: api.LeaseRequest{Units: 1}}); err != nil {
+		t.Fatalf("the process's next grant: %v", err)
+	}
+}
+
+// A renewal that makes a rewrite due is in the rewritten journal.
+func TestRenewalSurvivesTheRewriteItCauses(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	c := clock.NewFake(time.Now())
+	m := f.manager(t, func(cfg *Config) { cfg.Clock = c })
+	a, err := m.Acquire(context.Background(), root, ttlReq(1, "1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(time.Minute)
+	m.mu.Lock()
+	m.journal.records = 1000 // a rewrite is due on the next record
+	m.mu.Unlock()
+	r, err := m.Renew(root, a.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := f.journalReplay(t, m)
+	if len(rep.entries) != 1 {
+		t.Fatalf("entries %+v", rep.entries)
+	}
+	if got := *rep.entries[0].Deadline; !got.Equal(*r.Expires) {
+		t.Fatalf("journal deadline %v after the renewal to %v (before it %v)", got, r.Expires, a.Expires)
 	}
 }

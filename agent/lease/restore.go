@@ -79,8 +79,10 @@ func (m *Manager) rebind(e journalEntry) (binding, string) {
 
 // recreateFIFOsLocked makes the missing FIFOs of a lease kept from the
 // journal. When an offline claimer holds one of its units now, it removes the
-// lease's own FIFOs again, leaves the claimer's, and returns that unit; else -1.
+// FIFOs it made again, leaves every other (a claimer may hold more than one of
+// the lease's units), and returns that unit; else -1.
 func (m *Manager) recreateFIFOsLocked(l *lease) int {
+	var made []int
 	for _, u := range l.Units {
 		var err error
 		switch {
@@ -90,13 +92,13 @@ func (m *Manager) recreateFIFOsLocked(l *lease) int {
 		case m.cfg.Ledger.Present(l.GPU.Index, u):
 			continue
 		default:
-			err = m.createFIFOLocked(l.GPU.Index, u)
+			if err = m.createFIFOLocked(l.GPU.Index, u); err == nil {
+				made = append(made, u)
+			}
 		}
 		if errors.Is(err, ledger.ErrTaken) {
-			for _, v := range l.Units {
-				if v != u {
-					m.removeFIFOLocked(l.GPU.Index, v)
-				}
+			for _, v := range made {
+				m.removeFIFOLocked(l.GPU.Index, v)
 			}
 			return u
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 func TestRestartKeepsLiveLeasesAndFreesDeadOnes(t *testing.T) {
@@ -180,5 +181,37 @@ func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
 	m2 := f.manager(t)
 	if v := m2.View(); len(v.Leases()) != 1 || v.Leases()[0].ID != kept.ID {
 		t.Fatalf("after restart: %+v, want only %s (and not %s)", v.Leases(), kept.ID, l.ID)
+	}
+}
+
+// When both units of a kept lease were claimed offline while the daemon was
+// down, the restart drops the lease and leaves both claimers' FIFOs alone: it
+// removes only what it made itself.
+func TestRestoreLeavesEveryClaimersFIFO(t *testing.T) {
+	f := newFixture(t, 2, 4, 1)
+	m := f.manager(t)
+	l, err := m.Acquire(context.Background(), root, ttlReq(2, "1h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	dir, err := pipefile.OpenFolder(f.ledger.InstanceDir(l.GPU.Index, l.Instance))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range l.Units {
+		f.ledger.Remove(l.GPU.Index, u)
+		if _, ok, err := dir.Claim(u); !ok || err != nil {
+			t.Fatalf("claim of unit %d: %v %v", u, ok, err)
+		}
+	}
+	m2 := f.manager(t)
+	for _, u := range l.Units {
+		if !f.ledger.Present(l.GPU.Index, u) {
+			t.Errorf("the claimer's FIFO of unit %d was removed by the restart", u)
+		}
+	}
+	if v := m2.View(); len(v.Leases()) != 0 || v.GPUs[l.GPU.Index].Offline != 2 {
+		t.Fatalf("after restart: %d leases, %d offline units; want 0 and 2", len(v.Leases()), v.GPUs[l.GPU.Index].Offline)
 	}
 }

@@ -15,6 +15,10 @@ const (
 	slotFree slotState = iota
 	slotLeased
 	slotOffline
+	// slotBlocked: something that is no FIFO sits at the unit's name, so its
+	// FIFO cannot be made; the ledger's sweep removes it, and its watch event
+	// frees the slot. Counted as used meanwhile: the unit cannot be leased.
+	slotBlocked
 )
 
 type slot struct {
@@ -151,6 +155,8 @@ func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
 				}
 				gv.OfflineByUID[s.uid]++
 				iv.Users = addUser(iv.Users, s.uid)
+			case slotBlocked:
+				gv.Used++
 			case slotLeased:
 				gv.Used++
 				if s.lease.seen != m.builds {

@@ -17,19 +17,27 @@ func TestChoose(t *testing.T) {
 		{FirstFit, 0, 0},
 		{Spread, 2, 0},
 	} {
-		got, ok := tc.policy.Choose(cands)
+		got, ok := choose(tc.policy, cands)
 		if !ok || got.GPU != tc.gpu || got.Instance != tc.inst {
 			t.Errorf("%s chose %+v, want GPU %d instance %d", tc.policy, got, tc.gpu, tc.inst)
 		}
 	}
 	// Best fit takes the tightest instance on the tightest GPU.
-	got, _ := BestFit.Choose(cands[:2])
+	got, _ := choose(BestFit, cands[:2])
 	if got.Instance != 1 {
 		t.Errorf("best-fit within a GPU chose instance %d, want 1", got.Instance)
 	}
-	if _, ok := BestFit.Choose(nil); ok {
-		t.Error("chose from no candidates")
+}
+
+// choose is the best of cands under p, as a decision keeps it.
+func choose(p Policy, cands []Candidate) (best Candidate, ok bool) {
+	less := p.less()
+	for i, c := range cands {
+		if i == 0 || less(c, best) {
+			best = c
+		}
 	}
+	return best, len(cands) > 0
 }
 
 func TestParsePolicy(t *testing.T) {

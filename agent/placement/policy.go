@@ -45,19 +45,6 @@ type Candidate struct {
 	GPUFree int
 }
 
-// Choose returns the best candidate under p; ok is false when there is none.
-// It is one pass over the candidates: a decision must not cost more with more
-// leases held, and candidates are at most GPUs × instances.
-func (p Policy) Choose(cands []Candidate) (best Candidate, ok bool) {
-	less := p.less()
-	for i, c := range cands {
-		if i == 0 || less(c, best) {
-			best = c
-		}
-	}
-	return best, len(cands) > 0
-}
-
 func byIndex(a, b Candidate) bool {
 	if a.GPU != b.GPU {
 		return a.GPU < b.GPU
@@ -65,7 +52,9 @@ func byIndex(a, b Candidate) bool {
 	return a.Instance < b.Instance
 }
 
-// less orders candidates, best first, under p.
+// less orders candidates, best first, under p. A decision keeps the best
+// candidate as it goes, in one pass: it must not cost more with more leases
+// held, and candidates are at most GPUs × instances.
 func (p Policy) less() func(a, b Candidate) bool {
 	switch p {
 	case FirstFit:
