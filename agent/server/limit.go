@@ -1,8 +1,6 @@
 package server
 
 import (
-	"encoding/binary"
-	"errors"
 	"log/slog"
 	"net"
 	"sync"
@@ -11,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpulet/gpulet/internal/procfs"
 	"github.com/gpulet/gpulet/internal/ratelog"
 )
 
@@ -193,52 +192,13 @@ func (c *peerConn) Close() error {
 	return err
 }
 
-// fdUsage counts this process's open file descriptors (the entries of
-// /proc/self/fd, read without making a string of each) and reads the soft
+// fdUsage counts this process's open file descriptors and reads the soft
 // limit on them.
 func fdUsage() (int, uint64, error) {
 	var lim syscall.Rlimit
 	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
 		return 0, 0, err
 	}
-	fd, err := unix.Open("/proc/self/fd", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer unix.Close(fd)
-	buf := make([]byte, 8<<10)
-	n := 0
-	for {
-		m, err := unix.Getdents(fd, buf)
-		if err != nil {
-			return 0, 0, err
-		}
-		if m == 0 {
-			break
-		}
-		k, err := countDirents(buf[:m])
-		if err != nil {
-			return 0, 0, err
-		}
-		n += k
-	}
-	// Less ".", ".." and the descriptor that read them.
-	return n - 3, lim.Cur, nil
-}
-
-// countDirents counts the records of a getdents64 answer: each starts with
-// an 8-byte inode, an 8-byte offset and a 2-byte record length.
-func countDirents(b []byte) (int, error) {
-	n := 0
-	for off := 0; off < len(b); n++ {
-		if len(b)-off < 19 {
-			return 0, errors.New("getdents64: truncated record")
-		}
-		reclen := int(binary.NativeEndian.Uint16(b[off+16:]))
-		if reclen < 19 || reclen > len(b)-off {
-			return 0, errors.New("getdents64: bad record length")
-		}
-		off += reclen
-	}
-	return n, nil
+	n, err := procfs.OpenDescriptors()
+	return n, lim.Cur, err
 }

@@ -1,6 +1,6 @@
 // Package procfs is gpulet's one reader of /proc/<pid>: a process's state and
 // start time from its stat file, its real uid from its status file, and its
-// executable. Identity of API callers never comes from here (it comes from
+// executable; and of the daemon's own open descriptors (/proc/self/fd). Identity of API callers never comes from here (it comes from
 // the socket); this is for watching processes and finding MPS daemons.
 package procfs
 
