@@ -139,9 +139,11 @@ type Manager struct {
 	lines lineBudget
 	// granted and ended count leases since New.
 	granted, ended uint64
-	// version counts published views; dirty says the table changed since.
+	// version counts published views; dirty says the table changed since;
+	// told is the version OnChange was last called for.
 	version uint64
 	dirty   bool
+	told    uint64
 	// builds numbers the builds of a GPU's view (lease.seen).
 	builds uint64
 	// node is the placement engine's view of the node; nodeBuilt says which
@@ -220,7 +222,11 @@ func (m *Manager) infoLocked(msg string, attrs ...slog.Attr) {
 // directly, as records without a caller's pc: slog.Logger would walk the stack
 // for one on every line, and these lines name their lease instead.
 func (m *Manager) unlock() {
-	changed := m.publishLocked()
+	m.publishLocked()
+	// A view may have been published under this lock before now (a decision
+	// publishes what it decides on), so compare with what was last told.
+	changed := m.version != m.told
+	m.told = m.version
 	logs := m.pendingLogs
 	m.pendingLogs = nil
 	m.mu.Unlock()

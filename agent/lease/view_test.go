@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,4 +77,33 @@ func TestViewIsReadWithoutTheLock(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("View waited for the lease table's lock")
 	}
+}
+
+// Every change is told to OnChange, also one whose view a decision under the
+// same lock published first: here a claim counted while a request waits,
+// which the claim's batch tries to serve, and cannot.
+func TestEveryChangeIsTold(t *testing.T) {
+	f := newFixture(t, 2, 1, 1)
+	var told atomic.Int64
+	m := f.manager(t, func(c *Config) { c.OnChange = func() { told.Add(1) } })
+	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1h")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		req := ttlReq(2, "1h")
+		req.GPU = "0"
+		req.Wait = time.Minute
+		m.Acquire(ctx, root, req)
+	}()
+	e2e.Eventually(t, "the request to wait", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.waiters) == 1
+	})
+	before := told.Load()
+	claimOffline(t, f, 0, 1)
+	e2e.Eventually(t, "the claim in the view", func() bool { return m.View().GPUs[0].Offline == 1 })
+	e2e.Eventually(t, "OnChange told of it", func() bool { return told.Load() > before })
 }
