@@ -125,16 +125,7 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 	defer timer.Stop()
 	select {
 	case g := <-w.done:
-		if g == nil {
-			return Grant{}, errStopping
-		}
-		if ctx.Err() != nil {
-			// Served just as the caller went away: nobody will get this lease.
-			m.end(g.ID, "requester went away while waiting")
-			return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
-		}
-		m.settle()
-		return *g, nil
+		return m.served(ctx, g)
 	case <-timer.C:
 	case <-ctx.Done():
 	}
@@ -144,7 +135,7 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 		if ctx.Err() != nil {
 			m.unlock()
 			bind.release()
-			return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+			return Grant{}, errCancelled
 		}
 		// One last try, whose refusal is the answer: it says what keeps the
 		// request out now.
@@ -161,14 +152,22 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 		return g, nil
 	}
 	m.unlock()
-	// Granted just as we gave up: keep it unless the caller is gone.
-	g := <-w.done
+	// Granted just as we gave up.
+	return m.served(ctx, <-w.done)
+}
+
+var errCancelled = api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+
+// served answers a waiter whose request another goroutine granted (g), or
+// that the Manager's closing let go (nil). A grant made just as the caller
+// went away is ended: nobody would get the lease.
+func (m *Manager) served(ctx context.Context, g *Grant) (Grant, error) {
 	if g == nil {
 		return Grant{}, errStopping
 	}
 	if ctx.Err() != nil {
 		m.end(g.ID, "requester went away while waiting")
-		return Grant{}, api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+		return Grant{}, errCancelled
 	}
 	m.settle()
 	return *g, nil
