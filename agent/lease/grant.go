@@ -99,16 +99,7 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 	}
 	l, err := m.tryGrantLocked(peer, req, bind)
 	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) || errors.Is(err, placement.ErrNeverFits) {
-		var g Grant
-		if err == nil {
-			g = l.grant()
-		}
-		m.unlock()
-		if err != nil {
-			bind.release()
-			return Grant{}, err
-		}
-		return g, nil
+		return m.answerLocked(l, err, bind)
 	}
 	release, err := m.waitCap.take(peer.UID, m.cfg.MaxWaitersPerUID)
 	if err != nil {
@@ -140,20 +131,31 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 		// One last try, whose refusal is the answer: it says what keeps the
 		// request out now.
 		l, err := m.tryGrantLocked(peer, req, bind)
-		var g Grant
-		if err == nil {
-			g = l.grant()
-		}
-		m.unlock()
 		if err != nil {
-			bind.release()
-			return Grant{}, fmt.Errorf("after waiting %s: %w", req.Wait, err)
+			err = fmt.Errorf("after waiting %s: %w", req.Wait, err)
 		}
-		return g, nil
+		return m.answerLocked(l, err, bind)
 	}
 	m.unlock()
 	// Granted just as we gave up.
 	return m.served(ctx, <-w.done)
+}
+
+// answerLocked answers a grant (l) or its refusal (err) and unlocks. The
+// answer is copied under the lock: the lease is listed at once, so its owner
+// may renew it while the answer goes out. A refused request's binding is
+// let go.
+func (m *Manager) answerLocked(l *lease, err error, bind binding) (Grant, error) {
+	var g Grant
+	if err == nil {
+		g = l.grant()
+	}
+	m.unlock()
+	if err != nil {
+		bind.release()
+		return Grant{}, err
+	}
+	return g, nil
 }
 
 var errCancelled = api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
