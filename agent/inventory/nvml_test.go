@@ -1,7 +1,7 @@
 package inventory
 
 import (
-	"bytes"
+	"github.com/gpulet/gpulet/internal/e2e"
 	"log/slog"
 	"strings"
 	"sync"
@@ -104,22 +104,11 @@ func newMockServer(t *testing.T) (*server.Server, *xidEvents) {
 }
 
 // logBuffer collects a logger's lines, safe for the watcher goroutine.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
+type logBuffer struct{ e2e.SyncBuffer }
 
 func (l *logBuffer) lines(substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var out []string
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(l.String(), "\n") {
 		if strings.Contains(line, substr) {
 			out = append(out, line)
 		}

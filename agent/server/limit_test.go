@@ -1,8 +1,8 @@
 package server
 
 import (
-	"bytes"
 	"encoding/binary"
+	"github.com/gpulet/gpulet/internal/e2e"
 	"io"
 	"log/slog"
 	"net"
@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -42,7 +41,7 @@ func TestMain(m *testing.M) {
 
 // testListener listens on a fresh socket and wraps it like the daemon does,
 // with the peer's uid and the descriptor usage given by the test.
-func testListener(t *testing.T, perUID int, uid func() uint32, usage func() (int, uint64, error)) (*limitListener, string, *syncBuffer) {
+func testListener(t *testing.T, perUID int, uid func() uint32, usage func() (int, uint64, error)) (*limitListener, string, *e2e.SyncBuffer) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := net.Listen("unix", sock)
@@ -50,7 +49,7 @@ func testListener(t *testing.T, perUID int, uid func() uint32, usage func() (int
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	logBuf := &syncBuffer{}
+	logBuf := &e2e.SyncBuffer{}
 	l := LimitListener(ln, perUID, slog.New(slog.NewTextHandler(logBuf, nil))).(*limitListener)
 	// No budget: the test reads every refusal line.
 	l.refused = ratelog.New(slog.New(slog.NewTextHandler(logBuf, nil)), "refused connections", 1<<20, nil)
@@ -69,23 +68,6 @@ func testListener(t *testing.T, perUID int, uid func() uint32, usage func() (int
 	// Count at every accept unless a test says otherwise.
 	l.countEvery, l.countNear = 0, 0
 	return l, sock, logBuf
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // closedByServer reports whether the server closed c without a word.

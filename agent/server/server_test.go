@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gpulet/gpulet/internal/e2e"
 	"io"
 	"log/slog"
 	"net"
@@ -326,7 +327,7 @@ func FuzzDecodeUndrain(f *testing.F) {
 // Accept error: ...") and internal-error lines go through the structured log,
 // at most a budget a second, however many a caller causes.
 func TestServerErrorsAreStructuredAndBudgeted(t *testing.T) {
-	var buf syncBuffer
+	var buf e2e.SyncBuffer
 	s := New(newFakeCore(t), -1, slog.New(slog.NewJSONHandler(&buf, nil)))
 	srv := s.HTTPServer()
 	for range 1000 {
