@@ -35,12 +35,12 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 		mount      string
 	)
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket (systemd socket activation overrides it)")
-	fs.StringVar(&cfg.SocketGroup, "socket-group", "gpulet", "group that owns the socket (mode 0660); a warning if it does not exist")
+	fs.StringVar(&cfg.SocketGroup, "socket-group", "gpulet", "group that owns the socket (mode 0660) and the ledger's instance folders (1770: who may claim offline); a warning if it does not exist")
 	fs.StringVar(&cfg.RunDir, "run-dir", DefaultRunDir, "state that survives a daemon restart but not a reboot: pipe-file ledger, lease journal")
 	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/gpulet", "state that survives a reboot")
 	fs.StringVar(&mount, "mount", "", "FUSE view mount point (default <run-dir>/view; \"\" for none)")
 	fs.StringVar(&cfg.Backend, "backend", "auto", "GPU backend: nvml, sim, or auto (NVML when it initializes, else simulated)")
-	fs.StringVar(&cfg.SimGPUs, "sim-gpus", "2xA100-80GB", "simulated GPUs, COUNTxMODEL[,...]; models: "+strings.Join(inventory.ModelKeys(), ", "))
+	fs.StringVar(&cfg.SimGPUs, "sim-gpus", "2xA100-80GB", "simulated GPUs, COUNTxMODEL[,...]; models: "+strings.Join(inventory.ModelKeys(), ", ")+" (the memory suffix may be left out where only one size exists)")
 	fs.IntVar(&m, "units-per-client", 1, "M: most units one process may hold")
 	fs.IntVar(&n, "clients-per-instance", 16, "N: most clients of one MPS instance")
 	fs.IntVar(&k, "instances-per-gpu", 1, "K: MPS control daemons per GPU")
@@ -52,7 +52,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API")
 	fs.IntVar(&cfg.MaxConnsPerUID, "max-conns-per-uid", 64, "most API connections one uid may hold open; more are closed at once (root is not capped)")
 	fs.IntVar(&cfg.MaxWaitersPerUID, "max-waiters-per-uid", 16, "most lease requests one uid may have waiting for units (\"wait\"); more get too_many_requests (root is not capped)")
-	fs.StringVar(&cfg.MPS, "mps", "auto", "MPS: on (fail without nvidia-cuda-mps-control), off, or auto (on when the binary is found)")
+	fs.StringVar(&cfg.MPS, "mps", "auto", "MPS: on (refuse to start when MPS cannot run: no control binary, a run dir too long, no control daemon starting), off, or auto (on where MPS works, else off with the reason logged)")
 	fs.StringVar(&cfg.MPSControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary (looked up in PATH)")
 	fs.Usage = func() {
 		fmt.Fprintf(out, "gpuletd shares this host's NVIDIA GPUs as units leased over a Unix-socket API.\n\nUsage: gpuletd [flags]\n\nFlags:\n%s", fs.FlagUsages())

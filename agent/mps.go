@@ -46,7 +46,7 @@ func (a *Agent) startMPS(ctx context.Context, closers *[]func() error) error {
 	a.mpsOn = a.mps.On()
 	*closers = append(*closers, a.mps.Close)
 	if !a.mpsOn {
-		a.log.Info("MPS is off: leases carry no MPS variables", "mps", a.cfg.MPS)
+		a.log.Info("MPS is off: leases carry no MPS pipe or log folders and no memory limit", "mps", a.cfg.MPS)
 	}
 	return nil
 }

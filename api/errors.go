@@ -22,6 +22,11 @@ const (
 	CodeInternal        = "internal"
 )
 
+// NeverFits begins the message of an insufficient_units error that no change
+// of the node's load could lift (no GPU of the type asked, more memory than any
+// has): waiting for it is pointless.
+const NeverFits = "nothing on this node can ever fit the request"
+
 // Sentinel errors. The daemon wraps them with %w to add a message; the client
 // returns errors that match them with errors.Is.
 var (

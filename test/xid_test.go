@@ -89,7 +89,7 @@ func TestXidFailsGPUUntilAnAdminClearsIt(t *testing.T) {
 
 	// Root can; the node's draining is not touched.
 	out, code = gpulet(t, d, "undrain", "--gpu", "0")
-	if code != 0 || !strings.Contains(out, "GPU 0 (") || !strings.Contains(out, "Xid fault cleared; state working, eligible yes") {
+	if code != 0 || !strings.Contains(out, "GPU 0 (") || !strings.Contains(out, "no Xid fault now; state working, eligible yes") {
 		t.Fatalf("gpulet undrain --gpu 0 as root: exit %d\n%s", code, out)
 	}
 	checkGPU0(api.GPUWorking, true, 0)

@@ -48,9 +48,19 @@ func ModelKeys() []string {
 }
 
 func findModel(key string) (Model, bool) {
+	m, found := matchModels(key)
+	if len(found) == 1 {
+		return found[0], true
+	}
+	return m, false
+}
+
+// matchModels finds the models a key names: the one of that exact key, or
+// those whose key without the memory suffix it is.
+func matchModels(key string) (Model, []Model) {
 	for _, m := range Models {
 		if strings.EqualFold(m.Key, key) {
-			return m, true
+			return m, []Model{m}
 		}
 	}
 	// The memory suffix may be left out where only one size exists (T4, A10, ...).
@@ -61,10 +71,7 @@ func findModel(key string) (Model, bool) {
 			found = append(found, m)
 		}
 	}
-	if len(found) == 1 {
-		return found[0], true
-	}
-	return Model{}, false
+	return Model{}, found
 }
 
 // ParseSimSpec parses a --sim-gpus value: comma-separated COUNTxMODEL items (the
@@ -88,6 +95,13 @@ func ParseSimSpec(spec string) ([]Model, error) {
 		}
 		m, ok := findModel(key)
 		if !ok {
+			if _, found := matchModels(key); len(found) > 1 {
+				keys := make([]string, len(found))
+				for i, f := range found {
+					keys[i] = f.Key
+				}
+				return nil, fmt.Errorf("--sim-gpus item %q: model %q is ambiguous: say which of %s; %s", item, key, strings.Join(keys, ", "), usage)
+			}
 			return nil, fmt.Errorf("--sim-gpus item %q: unknown model %q; %s", item, key, usage)
 		}
 		if count > maxSimGPUs || len(out)+count > maxSimGPUs {

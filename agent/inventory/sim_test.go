@@ -20,7 +20,7 @@ func TestParseSimSpec(t *testing.T) {
 		{"count left out", "H100-80GB", []string{"NVIDIA H100 80GB HBM3"}, ""},
 		{"short unique name", "1xT4,l4", []string{"Tesla T4", "NVIDIA L4"}, ""},
 		{"case and spaces", " 1xa10-24gb , 1xV100-32GB", []string{"NVIDIA A10", "Tesla V100-SXM2-32GB"}, ""},
-		{"ambiguous short name", "A100", nil, `unknown model "A100"`},
+		{"ambiguous short name", "A100", nil, `model "A100" is ambiguous: say which of A100-40GB, A100-80GB`},
 		{"unknown model", "2xB200", nil, `unknown model "B200"`},
 		{"zero count", "0xT4", nil, "count must be"},
 		{"empty", "", nil, "empty"},

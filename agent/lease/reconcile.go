@@ -141,7 +141,7 @@ func (m *Manager) probeOffline() {
 			continue
 		}
 		if stale {
-			m.claimLines.Log(slog.LevelInfo, "removed stale offline claim: its pipe file was not locked by any process", "gpu", c.g, "unit", c.i)
+			m.claimLines.Log(slog.LevelInfo, "offline claim ended: its pipe file is locked by no process (its claimer exited), so it was removed", "gpu", c.g, "unit", c.i)
 			gone = append(gone, c)
 		}
 	}

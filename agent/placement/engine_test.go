@@ -138,7 +138,7 @@ func TestEngineVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Verdict{{GPU: 0, Why: "is 95% busy, above --max-utilization 90%"}, {GPU: 1, Kept: true}, {GPU: 2, Why: `is a Tesla T4, not of type "A100"`}}
+	want := []Verdict{{GPU: 0, Why: "is 95% busy, above --max-utilization 90%"}, {GPU: 1, Kept: true}, {GPU: 2, Why: `(Tesla T4) is not of type "A100"`}}
 	if fmt.Sprint(d.Verdicts) != fmt.Sprint(want) {
 		t.Fatalf("verdicts %+v, want %+v", d.Verdicts, want)
 	}

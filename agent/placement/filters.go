@@ -51,7 +51,7 @@ const (
 func (r reason) String() string {
 	switch r.kind {
 	case wrongType:
-		return fmt.Sprintf("is a %s, not of type %q", r.name, r.text)
+		return fmt.Sprintf("(%s) is not of type %q", r.name, r.text)
 	case memoryTotal:
 		return fmt.Sprintf("has %d MiB in all, less than the %d MiB asked", r.have, r.want)
 	case noInstanceSize:

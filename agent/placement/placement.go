@@ -99,7 +99,7 @@ type Decision struct {
 // no GPU of that type, more memory than any GPU has. It comes wrapped together
 // with api.ErrInsufficientUnits, so that the API answers 409 while a waiting
 // request knows not to wait.
-var ErrNeverFits = errors.New("nothing on this node can ever fit the request")
+var ErrNeverFits = errors.New(api.NeverFits)
 
 // Engine decides with one policy. It holds no state of the node and may be
 // swapped whole (a config reload) while decisions run.

@@ -295,7 +295,7 @@ func gpuCleared(w io.Writer, s *api.Snapshot, name string) error {
 		if g.State == api.GPUFailed {
 			return fmt.Errorf("GPU %d (%s) has no Xid fault now but is still failed: %s", g.Index, g.UUID, g.Error)
 		}
-		fmt.Fprintf(w, "GPU %d (%s): Xid fault cleared; state %s, eligible %s\n", g.Index, g.UUID, g.State, yesNo(g.Eligible))
+		fmt.Fprintf(w, "GPU %d (%s): no Xid fault now; state %s, eligible %s\n", g.Index, g.UUID, g.State, yesNo(g.Eligible))
 		if s.State == api.NodeDraining {
 			fmt.Fprintf(w, "node %s is still draining: gpulet undrain resumes new leases\n", s.Node)
 		}

@@ -339,7 +339,7 @@ func describe(err error, o Options) error {
 	msg := fmt.Errorf("%s: %w", code, err)
 	if errors.Is(err, client.ErrInsufficientUnits) {
 		msg = fmt.Errorf("%s: asked for %s: %w", code, what(o), err)
-		if o.Wait == 0 {
+		if o.Wait == 0 && !strings.Contains(err.Error(), api.NeverFits) {
 			msg = fmt.Errorf("%w; use --wait DURATION to queue for units", msg)
 		}
 	}
