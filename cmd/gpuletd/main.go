@@ -2,6 +2,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -21,10 +22,15 @@ func main() {
 	// still stops cleanly.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	cfg, err := agent.ParseFlags(os.Args[1:], os.Stderr)
+	// Usage asked for goes to stdout, so that it pages; what a bad flag
+	// prints, to stderr.
+	var usage bytes.Buffer
+	cfg, err := agent.ParseFlags(os.Args[1:], &usage)
 	if errors.Is(err, agent.ErrHelp) {
+		os.Stdout.Write(usage.Bytes())
 		return
 	}
+	os.Stderr.Write(usage.Bytes())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpuletd:", err)
 		os.Exit(2)

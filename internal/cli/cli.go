@@ -162,6 +162,9 @@ func help(args []string, stdout, stderr io.Writer) int {
 
 // describe prints an API error as "CODE: message", anything else as it is.
 func describe(err error) string {
+	if errors.Is(err, client.ErrNoDaemon) {
+		return err.Error() + "\n  start gpuletd (systemctl start gpuletd), or point --socket or GPULET_SOCKET at its socket"
+	}
 	if _, code := api.StatusOf(err); code != api.CodeInternal {
 		return code + ": " + err.Error()
 	}

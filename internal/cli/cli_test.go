@@ -85,6 +85,7 @@ func TestRun(t *testing.T) {
 		{"command help", []string{"status", "--help"}, ExitOK, "--json", ""},
 		{"short interval", []string{"--socket", sock, "top", "--interval", "1ms"}, ExitFailure, "", "too short"},
 		{"no daemon", []string{"--socket", "/nonexistent/s", "status"}, ExitFailure, "", "gpulet: cannot reach gpuletd at /nonexistent/s: is it running?"},
+		{"no daemon says what to do", []string{"--socket", "/nonexistent/s", "leases"}, ExitFailure, "", "\n  start gpuletd (systemctl start gpuletd), or point --socket or GPULET_SOCKET at its socket\n"},
 		{"status --json is the daemon's bytes", []string{"--socket", sock, "status", "--json"}, ExitOK,
 			`{"schema":"gpulet.snapshot/v1","node":"n1","state":"working","backend":"simulated","units_total":16,"units_free":16,"gpus":[]}` + "\n", ""},
 		{"socket after the command", []string{"status", "--socket", sock}, ExitOK, "backend: simulated (no real GPU)", ""},
