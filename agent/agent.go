@@ -195,6 +195,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return srv.Shutdown(sctx)
 	})
 
+	if n, ok := inv.(*inventory.NVML); ok {
+		// A critical Xid takes its GPU out of placement at once.
+		n.OnFault(func() {
+			a.sample()
+			a.changed()
+		})
+	}
 	systemd.Ready()
 	snap := a.store.Load().Snapshot
 	log.Info("gpuletd ready", "socket", ln.Addr().String(), "backend", snap.Backend, "gpus", len(snap.GPUs), "units", snap.UnitsTotal, "run-dir", cfg.RunDir)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -32,7 +33,10 @@ type NVML struct {
 	waitMS uint32
 	// xidLog bounds the Xid lines: a local user's faulty kernels cause
 	// application Xids as fast as they can launch them.
-	xidLog    *ratelog.Limiter
+	xidLog *ratelog.Limiter
+	// onFault, when set, is called after a critical Xid failed a GPU, so
+	// that placement stops using it at once rather than at the next sample.
+	onFault   atomic.Pointer[func()]
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -172,6 +176,9 @@ func (b *NVML) xidEvent(e nvml.EventData) {
 	for _, i := range gpus {
 		b.faults.record(i, xid)
 	}
+	if f := b.onFault.Load(); f != nil && XidCritical(xid) {
+		(*f)()
+	}
 	var which slog.Attr
 	if len(gpus) == 1 {
 		which = slog.Int("gpu", gpus[0])
@@ -232,6 +239,9 @@ func readDevice(lib nvml.Interface, i int) (Device, nvml.Device, error) {
 	}
 	return d, h, nil
 }
+
+// OnFault sets what to call after a critical Xid event failed a GPU.
+func (b *NVML) OnFault(f func()) { b.onFault.Store(&f) }
 
 func (b *NVML) Backend() string   { return api.BackendNVML }
 func (b *NVML) Devices() []Device { return append([]Device(nil), b.devices...) }

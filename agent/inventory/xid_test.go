@@ -3,6 +3,7 @@ package inventory
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,13 +27,22 @@ func xidOf(t *testing.T, s Sample) uint64 {
 func TestNVMLCriticalXidFailsItsGPUUntilCleared(t *testing.T) {
 	s, x := newMockServer(t)
 	b, logs := openNVML(t, s)
+	faults := make(chan struct{}, 8)
+	b.OnFault(func() { faults <- struct{}{} })
 	x.mu.Lock()
 	if len(x.registered) != 8 {
 		t.Errorf("GPUs registered for Xid events: %v, want all 8", x.registered)
 	}
 	x.mu.Unlock()
 	x.xid(s.Devices[2], 79)
-	waitFor(t, "GPU 2 failed with Xid 79", func() bool { return b.Sample(2, Load{}).Xid == 79 })
+	select {
+	case <-faults:
+	case <-time.After(10 * time.Second):
+		t.Fatal("OnFault not called for a critical Xid")
+	}
+	if b.Sample(2, Load{}).Xid != 79 {
+		t.Fatal("OnFault called before the fault was recorded")
+	}
 	got := b.Sample(2, Load{})
 	if xidOf(t, got) != 79 || got.Err.Error() != "Xid 79: GPU has fallen off the bus" {
 		t.Fatalf("GPU 2 sample %+v, want failed with Xid 79 and its meaning", got)
@@ -77,6 +87,8 @@ func TestNVMLCriticalXidFailsItsGPUUntilCleared(t *testing.T) {
 func TestNVMLApplicationXidAndOtherEventsIgnored(t *testing.T) {
 	s, x := newMockServer(t)
 	b, logs := openNVML(t, s)
+	var faults atomic.Int32
+	b.OnFault(func() { faults.Add(1) })
 	for _, xid := range []uint64{13, 31, 43, 45, 68, 109} {
 		x.xid(s.Devices[1], xid)
 	}
@@ -97,6 +109,9 @@ func TestNVMLApplicationXidAndOtherEventsIgnored(t *testing.T) {
 	}
 	if l := logs.lines("xid=79"); len(l) != 0 {
 		t.Errorf("the non-Xid event was logged as an Xid: %q", l)
+	}
+	if n := faults.Load(); n != 1 {
+		t.Errorf("OnFault called %d times, want once (for Xid 64 only)", n)
 	}
 }
 
