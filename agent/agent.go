@@ -197,10 +197,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	if n, ok := inv.(*inventory.NVML); ok {
 		// A critical Xid takes its GPU out of placement at once.
-		n.OnFault(func() {
-			a.sample()
-			a.changed()
-		})
+		n.OnFault(a.sample)
 	}
 	systemd.Ready()
 	snap := a.store.Load().Snapshot
@@ -222,7 +219,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			a.sample()
 			a.ledger.Sweep()
 			a.leases.Tick()
-			a.changed()
 			systemd.Watchdog()
 		}
 	}

@@ -2,13 +2,17 @@ package agent
 
 import (
 	"fmt"
+	"reflect"
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/api"
 )
 
-// sample reads every GPU and updates what placement sees.
+// sample reads every GPU and updates what placement sees. Only a sample that
+// differs from the last, or conditions that do, make a new snapshot: an idle
+// node's seq stays where it is, so that a poller waiting for a change waits
+// for one.
 func (a *Agent) sample() {
 	var view *lease.View
 	if a.leases != nil {
@@ -23,9 +27,27 @@ func (a *Agent) sample() {
 		out[i] = a.inv.Sample(i, load)
 	}
 	a.sampleMu.Lock()
+	same := sameSamples(a.samples, out)
 	a.samples = out
 	a.sampleMu.Unlock()
-	a.updateConditions()
+	if a.updateConditions() || !same {
+		a.changed()
+	}
+}
+
+// sameSamples reports whether two rounds of samples read the same.
+func sameSamples(x, y []inventory.Sample) bool {
+	if len(x) != len(y) {
+		return false
+	}
+	for i := range x {
+		a, b := x[i], y[i]
+		if a.UtilizationPct != b.UtilizationPct || a.MemoryUsedMiB != b.MemoryUsedMiB || a.Xid != b.Xid || (a.Err == nil) != (b.Err == nil) ||
+			a.Err != nil && a.Err.Error() != b.Err.Error() {
+			return false
+		}
+	}
+	return true
 }
 
 func (a *Agent) lastSamples() []inventory.Sample {
@@ -51,8 +73,9 @@ func (a *Agent) gpuState(s inventory.Sample) (state, unusable string) {
 // each GPU's eligibility and free memory, each instance's health and server;
 // then the lease engine serves the waiters they may let in. The main loop,
 // the MPS checks and the API all call it: one at a time, so that conditions
-// read earlier never replace conditions read later.
-func (a *Agent) updateConditions() {
+// read earlier never replace conditions read later. It reports whether they
+// changed; unchanged ones are not stored again.
+func (a *Agent) updateConditions() bool {
 	a.condMu.Lock()
 	defer a.condMu.Unlock()
 	samples := a.lastSamples()
@@ -77,8 +100,12 @@ func (a *Agent) updateConditions() {
 		}
 		c.GPUs[i] = gc
 	}
+	if old := a.conditions.Load(); old != nil && reflect.DeepEqual(old, c) {
+		return false
+	}
 	a.conditions.Store(c)
 	if a.leases != nil {
 		a.leases.ConditionsChanged()
 	}
+	return true
 }

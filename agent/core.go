@@ -37,8 +37,9 @@ func (a *Agent) SetDraining(on bool) {
 	if a.draining.Swap(on) != on {
 		a.log.Info("node draining changed", "draining", on)
 	}
-	a.updateConditions()
-	a.changed()
+	if a.updateConditions() {
+		a.changed()
+	}
 }
 
 // ClearXid clears the critical Xid that failed a GPU (index or UUID), so
@@ -50,7 +51,6 @@ func (a *Agent) ClearXid(gpu string) (int, uint64, error) {
 	}
 	xid := a.inv.ClearXid(i)
 	a.sample()
-	a.changed()
 	return i, xid, nil
 }
 
@@ -65,7 +65,6 @@ func (a *Agent) SimGPU() func(int, api.SimGPUUpdate) error {
 			return err
 		}
 		a.sample()
-		a.changed()
 		return nil
 	}
 }

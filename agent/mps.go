@@ -63,8 +63,9 @@ func (a *Agent) checkMPS(ctx context.Context, interval time.Duration) {
 			return
 		case <-ticker.C:
 			a.mps.Check(ctx)
-			a.updateConditions()
-			a.changed()
+			if a.updateConditions() {
+				a.changed()
+			}
 		}
 	}
 }

@@ -68,12 +68,20 @@ func TestSnapshotContract(t *testing.T) {
 		}
 		checkFields(t, "instance", inst[0].(map[string]any), map[string]string{"instance": "number", "state": "string", "clients": "number", "clients_max": "number"})
 	}
-	// seq grows by one per snapshot within one boot_id.
+	// A new snapshot, and a higher seq, come with a change only: an idle
+	// node keeps its seq across sample ticks (100ms here).
 	a, _ := d.Client.Snapshot(e2e.Ctx(t))
-	time.Sleep(250 * time.Millisecond)
+	time.Sleep(350 * time.Millisecond)
 	b, _ := d.Client.Snapshot(e2e.Ctx(t))
-	if a.BootID != b.BootID || b.Seq <= a.Seq {
-		t.Fatalf("seq %d then %d (boot %s, %s)", a.Seq, b.Seq, a.BootID, b.BootID)
+	if a.BootID != b.BootID || b.Seq != a.Seq {
+		t.Fatalf("idle node: seq %d then %d (boot %s, %s)", a.Seq, b.Seq, a.BootID, b.BootID)
+	}
+	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"}); err != nil {
+		t.Fatal(err)
+	}
+	leased, _ := d.Client.Snapshot(e2e.Ctx(t))
+	if leased.BootID != b.BootID || leased.Seq <= b.Seq {
+		t.Fatalf("after a lease: seq %d then %d", b.Seq, leased.Seq)
 	}
 	// UUIDs are stable across restarts; boot_id is not.
 	d.Stop()
