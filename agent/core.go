@@ -15,6 +15,9 @@ import (
 // Published is the current snapshot.
 func (a *Agent) Published() *snapshot.Published { return a.store.Load() }
 
+// Changed is closed at the next change of the snapshot.
+func (a *Agent) Changed() <-chan struct{} { return a.store.Changed() }
+
 // Acquire grants a lease.
 func (a *Agent) Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (lease.Grant, error) {
 	return a.leases.Acquire(ctx, peer, req)

@@ -35,6 +35,8 @@ import (
 // Core is what the API calls into.
 type Core interface {
 	Published() *snapshot.Published
+	// Changed is closed at the next change of what Published returns.
+	Changed() <-chan struct{}
 	Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (lease.Grant, error)
 	List(peer lease.Peer) []api.Lease
 	Get(peer lease.Peer, id string) (api.Lease, error)
@@ -279,10 +281,23 @@ func (s *Server) published() (*snapshot.Published, error) {
 	return p, nil
 }
 
-func (s *Server) snapshot(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ lease.Peer, _ []string) error {
 	p, err := s.published()
 	if err != nil {
 		return err
+	}
+	if q := r.URL.Query(); q.Has("after") || q.Has("wait") {
+		after, wait, err := parsePoll(q)
+		if err != nil {
+			return err
+		}
+		p = s.newer(r.Context(), p, after, wait)
+	}
+	tag := etag(p.Snapshot)
+	w.Header().Set("ETag", tag)
+	if noneMatch(r.Header.Get("If-None-Match"), tag) {
+		w.WriteHeader(http.StatusNotModified)
+		return nil
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(p.JSON())))

@@ -37,15 +37,28 @@ type fakeCore struct {
 	cleared []string
 	sim     bool
 	pub     *snapshot.Published
+	// store publishes pub and what publish changes it to.
+	store snapshot.Store
 }
 
 func newFakeCore(t *testing.T) *fakeCore {
 	s := &api.Snapshot{Schema: api.SnapshotSchema, Node: "n", Seq: 1, GPUs: []api.GPU{{Index: 0, UUID: "GPU-x"}}}
 	p := snapshot.New(s, nil, func(*api.Snapshot) []byte { return []byte("gpulet_x 1\n") })
-	return &fakeCore{leases: map[string]api.Lease{}, pub: p}
+	f := &fakeCore{leases: map[string]api.Lease{}, pub: p}
+	f.store.Store(p)
+	return f
 }
 
-func (f *fakeCore) Published() *snapshot.Published { return f.pub }
+// publish makes a snapshot of seq the current one, as a change would.
+func (f *fakeCore) publish(seq uint64) {
+	s := *f.pub.Snapshot
+	s.Seq = seq
+	f.store.Store(snapshot.New(&s, nil, nil))
+	f.store.Invalidate()
+}
+
+func (f *fakeCore) Published() *snapshot.Published { return f.store.Load() }
+func (f *fakeCore) Changed() <-chan struct{}       { return f.store.Changed() }
 func (f *fakeCore) Acquire(_ context.Context, p lease.Peer, r lease.Request) (lease.Grant, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
