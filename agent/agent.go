@@ -14,6 +14,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -60,6 +61,8 @@ type Config struct {
 	// requests queued for units of one uid; root is not capped.
 	MaxConnsPerUID   int
 	MaxWaitersPerUID int
+	// Listen is the TCP address of the read-only endpoints; empty: none.
+	Listen string
 	// NVML is the library the nvml backend uses (nvml.New() in production).
 	NVML   nvml.Interface
 	Logger *slog.Logger
@@ -186,8 +189,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	a.mountView(&closers)
 	a.changed()
 
-	srv := server.New(a, a.adminGID(), log).HTTPServer()
-	serveErr := make(chan error, 1)
+	apiServer := server.New(a, a.adminGID(), log)
+	srv := apiServer.HTTPServer()
+	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(server.LimitListener(ln, cfg.MaxConnsPerUID, log)) }()
 	closers = append(closers, func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -198,6 +202,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if n, ok := inv.(*inventory.NVML); ok {
 		// A critical Xid takes its GPU out of placement at once.
 		n.OnFault(a.sample)
+	}
+	if cfg.Listen != "" {
+		tcp, err := net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("--listen: %w", err)
+		}
+		ro := apiServer.ReadOnlyHTTPServer()
+		go func() { serveErr <- ro.Serve(tcp) }()
+		closers = append(closers, func() error {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			return ro.Shutdown(sctx)
+		})
+		log.Info("serving the read-only endpoints over TCP", "listen", tcp.Addr().String())
 	}
 	systemd.Ready()
 	snap := a.store.Load().Snapshot

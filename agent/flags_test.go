@@ -24,6 +24,7 @@ func TestParseFlags(t *testing.T) {
 		{"per-uid caps", []string{"--max-conns-per-uid", "8", "--max-waiters-per-uid", "2"}, func(c Config) bool { return c.MaxConnsPerUID == 8 && c.MaxWaitersPerUID == 2 }, ""},
 		{"no connections", []string{"--max-conns-per-uid", "0"}, nil, "--max-conns-per-uid 0: must be from 1"},
 		{"negative waiters", []string{"--max-waiters-per-uid", "-1"}, nil, "--max-waiters-per-uid -1: must be from 1"},
+		{"listen", []string{"--listen", "127.0.0.1:9400"}, func(c Config) bool { return c.Listen == "127.0.0.1:9400" }, ""},
 		{"mount follows run dir", []string{"--run-dir", "/tmp/x"}, func(c Config) bool { return c.Mount == "/tmp/x/view" }, ""},
 		{"no view", []string{"--mount", ""}, func(c Config) bool { return c.Mount == "" }, ""},
 		{"unit model", []string{"--units-per-client", "2", "--clients-per-instance", "4", "--instances-per-gpu", "2"}, func(c Config) bool { return c.Model.UnitsPerGPU == 16 }, ""},

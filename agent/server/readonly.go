@@ -1,0 +1,54 @@
+package server
+
+import (
+	"log"
+	"net/http"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/ratelog"
+)
+
+// readOnly serves what pollers read over TCP (--listen): the snapshot (with
+// its ETag and long poll), the GPUs and the metrics. Nothing else is there:
+// callers over TCP have no identity the daemon can trust, so leasing and
+// every admin route stay on the Unix socket.
+type readOnly struct {
+	s      *Server
+	routes map[string]handlerFunc
+}
+
+func (ro *readOnly) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, ok := ro.routes[r.URL.Path]
+	switch {
+	case !ok:
+		ro.s.writeError(w, api.Errorf(api.ErrNotFound, "no such endpoint here: %s (over TCP gpuletd serves only GET /v1/snapshot, /v1/gpus and /metrics; the rest is on its Unix socket)", r.URL.Path))
+	case r.Method != http.MethodGet && r.Method != http.MethodHead:
+		w.Header().Set("Allow", "GET, HEAD")
+		ro.s.writeError(w, api.Errorf(api.ErrMethodNotAllowed, "%s is not allowed on %s (allowed: GET)", r.Method, r.URL.Path))
+	default:
+		if err := h(w, r, lease.Peer{}, nil); err != nil {
+			ro.s.writeError(w, err)
+		}
+	}
+}
+
+// ReadOnlyHTTPServer returns an http.Server for the read-only endpoints, for
+// a TCP listener. A long poll may wait up to a minute, so writes have no
+// deadline; reads of a request's head have.
+func (s *Server) ReadOnlyHTTPServer() *http.Server {
+	ro := &readOnly{s: s, routes: map[string]handlerFunc{
+		"/v1/snapshot": s.snapshot,
+		"/v1/gpus":     s.gpus,
+		"/metrics":     s.metrics,
+	}}
+	return &http.Server{
+		Handler:           ro,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    16 << 10,
+		ErrorLog:          log.New(budgetWriter{ratelog.New(s.log, "read-only http server errors", httpErrorsPerSecond, nil)}, "", 0),
+	}
+}

@@ -1,0 +1,84 @@
+package test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+// freePort is a loopback TCP port nothing listens on now.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Skip("no loopback TCP here:", err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestListenServesPollersOverTCP: with --listen, pollers read the snapshot,
+// the GPUs and the metrics over TCP, and a long poll there answers as soon as
+// a lease taken on the Unix socket changes the node; leasing is not there.
+func TestListenServesPollersOverTCP(t *testing.T) {
+	addr := freePort(t)
+	d := e2e.Start(t, "--listen", addr)
+	base := "http://" + addr
+	get := func(path string) (int, []byte, http.Header) {
+		t.Helper()
+		resp, err := http.Get(base + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b, resp.Header
+	}
+	status, body, h := get("/v1/snapshot")
+	var s api.Snapshot
+	if status != 200 || json.Unmarshal(body, &s) != nil || h.Get("ETag") != fmt.Sprintf(`"%s-%d"`, s.BootID, s.Seq) {
+		t.Fatalf("GET /v1/snapshot over TCP: %d, ETag %q, %s", status, h.Get("ETag"), body)
+	}
+	if status, body, _ := get("/metrics"); status != 200 || !strings.Contains(string(body), "gpulet_") {
+		t.Fatalf("GET /metrics over TCP: %d", status)
+	}
+	resp, err := http.Post(base+"/v1/leases", "application/json", strings.NewReader(`{"units":1,"ttl":"1m"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Fatalf("POST /v1/leases over TCP: %d, want 404", resp.StatusCode)
+	}
+	type answer struct {
+		status int
+		seq    uint64
+	}
+	polled := make(chan answer, 1)
+	go func() {
+		status, body, _ := get(fmt.Sprintf("/v1/snapshot?after=%s-%d&wait=30s", s.BootID, s.Seq))
+		var n api.Snapshot
+		json.Unmarshal(body, &n)
+		polled <- answer{status, n.Seq}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case a := <-polled:
+		if a.status != 200 || a.seq <= s.Seq {
+			t.Fatalf("long poll: %d, seq %d after %d", a.status, a.seq, s.Seq)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the long poll did not answer the lease's change")
+	}
+}
