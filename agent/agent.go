@@ -28,6 +28,7 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/ledger"
+	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
@@ -190,6 +191,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	a.changed()
 
 	apiServer := server.New(a, a.adminGID(), log)
+	apiServer.Live = metrics.NewLive()
 	srv := apiServer.HTTPServer()
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(server.LimitListener(ln, cfg.MaxConnsPerUID, log)) }()

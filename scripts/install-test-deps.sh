@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is missing: the real MPS control daemon
-# (Debian's nvidia-cuda-mps, component non-free), fuse3 and staticcheck. Only root can
+# (Debian's nvidia-cuda-mps, component non-free), fuse3, Prometheus and promtool
+# (Debian's prometheus) and staticcheck. Only root can
 # install system packages; anyone else gets a note and the tests that need a missing
 # piece skip, saying why.
 set -euo pipefail
@@ -8,6 +9,8 @@ set -euo pipefail
 need=()
 command -v nvidia-cuda-mps-control >/dev/null 2>&1 || need+=(nvidia-cuda-mps)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
+# promtool lints gpuletd's /metrics, and a real Prometheus server scrapes it.
+command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

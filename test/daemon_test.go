@@ -128,7 +128,7 @@ func TestGPUsAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"gpulet_units_total{", "gpulet_units_used{", "gpulet_units_free{", "gpulet_units_offline{",
+	for _, want := range []string{"gpulet_units{", "gpulet_units_used{", "gpulet_units_free{", "gpulet_units_offline{",
 		"gpulet_gpu_utilization_percent{", "gpulet_gpu_memory_used_bytes{", `gpulet_gpu_state{gpu="0"`, "gpulet_node_info{"} {
 		if !strings.Contains(string(m), want) {
 			t.Errorf("metrics lack %s", want)

@@ -86,8 +86,8 @@ func TestViewEndToEnd(t *testing.T) {
 			t.Errorf("gpus/%s -> %q %v", g.UUID, target, err)
 		}
 	}
-	if !strings.Contains(readView(t, view, "metrics"), "gpulet_units_total{") {
-		t.Error("metrics file lacks gpulet_units_total")
+	if !strings.Contains(readView(t, view, "metrics"), "gpulet_units{") {
+		t.Error("metrics file lacks gpulet_units")
 	}
 
 	// A lease appears in the view, with the daemon's figures, and goes away.

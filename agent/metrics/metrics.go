@@ -24,7 +24,7 @@ var (
 	descLeases     = prometheus.NewDesc("gpulet_leases", "Live leases.", nil, nil)
 	descGranted    = prometheus.NewDesc("gpulet_leases_granted_total", "Leases granted since gpuletd started.", nil, nil)
 	descEnded      = prometheus.NewDesc("gpulet_leases_ended_total", "Leases ended (released, expired, holder exited) since gpuletd started.", nil, nil)
-	descTotal      = prometheus.NewDesc("gpulet_units_total", "Units of the GPU.", gpuLabels, nil)
+	descTotal      = prometheus.NewDesc("gpulet_units", "Units of the GPU, in all.", gpuLabels, nil)
 	descUsed       = prometheus.NewDesc("gpulet_units_used", "Units with a pipe file (leased or claimed offline).", gpuLabels, nil)
 	descFree       = prometheus.NewDesc("gpulet_units_free", "Units neither used nor reserved.", gpuLabels, nil)
 	descOffline    = prometheus.NewDesc("gpulet_units_offline", "Units claimed offline.", gpuLabels, nil)

@@ -2,7 +2,9 @@ package metrics
 
 import (
 	"bytes"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -49,7 +51,7 @@ func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
 		labels map[string]string
 		want   float64
 	}{
-		{"gpulet_units_total", gpu, 16},
+		{"gpulet_units", gpu, 16},
 		{"gpulet_units_used", gpu, 5},
 		{"gpulet_units_free", gpu, 11},
 		{"gpulet_units_offline", gpu, 2},
@@ -69,6 +71,26 @@ func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
 	for _, c := range checks {
 		if got := value(c.name, c.labels); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
+
+// The live part carries the process, Go runtime and build collectors and the
+// lease latency histogram, by result.
+func TestLiveMetrics(t *testing.T) {
+	l := NewLive()
+	l.ObserveLease(250*time.Microsecond, true)
+	l.ObserveLease(2*time.Second, false)
+	out := string(l.Render())
+	for _, want := range []string{
+		"go_goroutines ", "process_cpu_seconds_total ", "go_build_info{",
+		`gpulet_lease_request_duration_seconds_bucket{result="granted",le="0.0001"} 0`,
+		`gpulet_lease_request_duration_seconds_bucket{result="granted",le="0.0003"} 1`,
+		`gpulet_lease_request_duration_seconds_count{result="granted"} 1`,
+		`gpulet_lease_request_duration_seconds_count{result="refused"} 1`,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("live metrics lack %q", want)
 		}
 	}
 }

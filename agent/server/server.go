@@ -71,6 +71,9 @@ type Server struct {
 	internal *ratelog.Limiter
 	// adminGID is the --admin-group's gid; -1 when none.
 	adminGID int
+	// Live, when set, adds the metrics read at each scrape (process, Go
+	// runtime, build, lease latency) to /metrics, and times lease requests.
+	Live *metrics.Live
 }
 
 // internalLinesPerSecond bounds the lines of s.internal.
@@ -320,6 +323,9 @@ func (s *Server) metrics(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _
 	}
 	w.Header().Set("Content-Type", metrics.ContentType)
 	w.Write(p.Metrics())
+	if s.Live != nil {
+		w.Write(s.Live.Render())
+	}
 	return nil
 }
 
@@ -327,7 +333,11 @@ func (s *Server) listLeases(w http.ResponseWriter, _ *http.Request, peer lease.P
 	return writeJSON(w, http.StatusOK, api.LeaseList{Leases: s.core.List(peer)})
 }
 
-func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
+func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) (err error) {
+	if s.Live != nil {
+		start := time.Now()
+		defer func() { s.Live.ObserveLease(time.Since(start), err == nil) }()
+	}
 	req, err := lease.DecodeRequest(r.Body)
 	if err != nil {
 		return err
