@@ -30,6 +30,7 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/reporter"
 	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
@@ -64,6 +65,12 @@ type Config struct {
 	MaxWaitersPerUID int
 	// Listen is the TCP address of the read-only endpoints; empty: none.
 	Listen string
+	// Upstreams receive the snapshots every ReportInterval and on change,
+	// with the bearer token of UpstreamTokenFile and trusting UpstreamCA.
+	Upstreams         []string
+	ReportInterval    time.Duration
+	UpstreamTokenFile string
+	UpstreamCA        string
 	// NVML is the library the nvml backend uses (nvml.New() in production).
 	NVML   nvml.Interface
 	Logger *slog.Logger
@@ -96,6 +103,8 @@ type Agent struct {
 	// seq numbers the snapshots; only the store's builder, which never runs
 	// concurrently, touches it.
 	seq uint64
+	// senders push to the upstreams.
+	senders []*reporter.Sender
 }
 
 // Run starts gpuletd and serves until ctx ends, then stops cleanly. Parts
@@ -187,11 +196,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := a.leases.Watch(bg); err != nil {
 		return err
 	}
+	// Before anything may build a snapshot: the builder reads the senders.
+	if err := a.startReporters(bg, &closers); err != nil {
+		return err
+	}
 	a.mountView(&closers)
 	a.changed()
 
 	apiServer := server.New(a, a.adminGID(), log)
-	apiServer.Live = metrics.NewLive()
+	apiServer.Live = metrics.NewLive(a.upstreamStatus)
 	srv := apiServer.HTTPServer()
 	serveErr := make(chan error, 2)
 	go func() { serveErr <- srv.Serve(server.LimitListener(ln, cfg.MaxConnsPerUID, log)) }()
@@ -269,6 +282,36 @@ func newBootID() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// startReporters starts a sender per --upstream; on its way out gpuletd
+// stops them and waits for them.
+func (a *Agent) startReporters(ctx context.Context, closers *[]func() error) error {
+	ctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	*closers = append(*closers, func() error { stop(); wg.Wait(); return nil })
+	for _, u := range a.cfg.Upstreams {
+		s, err := reporter.New(reporter.Config{URL: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile, CAFile: a.cfg.UpstreamCA, Logger: a.log}, a)
+		if err != nil {
+			return err
+		}
+		a.senders = append(a.senders, s)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.Run(ctx)
+		}()
+	}
+	return nil
+}
+
+// upstreamStatus is how pushing to each upstream goes, now.
+func (a *Agent) upstreamStatus() []api.UpstreamStatus {
+	var out []api.UpstreamStatus
+	for _, s := range a.senders {
+		out = append(out, s.Status())
+	}
+	return out
 }
 
 // changed says that the lease table, the samples or a condition changed: the

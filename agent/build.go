@@ -31,6 +31,8 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		}
 	}
 	s.View = a.view.Load()
+	// As of this snapshot: a push changes nothing that makes a new one.
+	s.Upstreams = a.upstreamStatus()
 	U := a.cfg.Model.UnitsPerGPU
 	for i, d := range a.devs {
 		gv := view.GPUs[i]

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/reporter"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/mpsctl"
@@ -50,6 +51,10 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")
 	fs.StringVar(&cfg.NodeName, "node-name", host, "the node's name in snapshots")
 	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API")
+	fs.StringArrayVar(&cfg.Upstreams, "upstream", nil, "URL (http or https) that receives the node's snapshots by POST; repeatable, each upstream pushed to on its own")
+	fs.DurationVar(&cfg.ReportInterval, "report-interval", 5*time.Second, "longest time between pushes to an upstream (changes go out at once, at most 10 a second)")
+	fs.StringVar(&cfg.UpstreamTokenFile, "upstream-token-file", "", "file holding a bearer token sent to upstreams (read again when it changes)")
+	fs.StringVar(&cfg.UpstreamCA, "upstream-ca", "", "PEM file of the CA certificates an https upstream must chain to (default: the system's)")
 	fs.StringVar(&cfg.Listen, "listen", "", "TCP address (host:port) serving only GET /v1/snapshot, /v1/gpus and /metrics, for pollers; none by default")
 	fs.IntVar(&cfg.MaxConnsPerUID, "max-conns-per-uid", 64, "most API connections one uid may hold open; more are closed at once (root is not capped)")
 	fs.IntVar(&cfg.MaxWaitersPerUID, "max-waiters-per-uid", 16, "most lease requests one uid may have waiting for units (\"wait\"); more get too_many_requests (root is not capped)")
@@ -76,6 +81,14 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	}
 	if err := checkBackend(cfg.Backend); err != nil {
 		return Config{}, err
+	}
+	for _, u := range cfg.Upstreams {
+		if err := reporter.CheckURL(u); err != nil {
+			return Config{}, err
+		}
+	}
+	if cfg.ReportInterval < 100*time.Millisecond || cfg.ReportInterval > time.Hour {
+		return Config{}, fmt.Errorf("--report-interval %s: must be between 100ms and 1h", cfg.ReportInterval)
 	}
 	if _, err := inventory.ParseSimSpec(cfg.SimGPUs); err != nil {
 		return Config{}, err

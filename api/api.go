@@ -64,6 +64,24 @@ type Snapshot struct {
 	View *ViewStatus `json:"view,omitempty"`
 	// Reason says why the node is degraded; absent otherwise.
 	Reason string `json:"reason,omitempty"`
+	// Upstreams is how pushing to each --upstream goes, as of this
+	// snapshot's making; absent when none is configured.
+	Upstreams []UpstreamStatus `json:"upstreams,omitempty"`
+}
+
+// UpstreamStatus is how pushing snapshots to one upstream goes.
+type UpstreamStatus struct {
+	URL string `json:"url"`
+	// LastSuccess is when a push last succeeded, and LastSeq the seq it
+	// carried; absent before the first.
+	LastSuccess *time.Time `json:"last_success,omitempty"`
+	LastSeq     uint64     `json:"last_seq,omitempty"`
+	// LastError says why the last push failed, while pushes fail; Failures
+	// counts the failures in a row.
+	LastError string `json:"last_error,omitempty"`
+	Failures  int    `json:"failures"`
+	// Pushes counts the successful pushes since gpuletd started.
+	Pushes uint64 `json:"pushes"`
 }
 
 // ViewStatus is the state of the FUSE view.

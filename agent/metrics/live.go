@@ -7,6 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/common/expfmt"
+
+	"github.com/gpulet/gpulet/api"
 )
 
 // Live is the part of the exposition read at each scrape rather than from a
@@ -18,9 +20,10 @@ type Live struct {
 	leaseSeconds *prometheus.HistogramVec
 }
 
-// NewLive registers the process, Go runtime and build collectors and the
-// lease latency histogram.
-func NewLive() *Live {
+// NewLive registers the process, Go runtime and build collectors, the lease
+// latency histogram, and the push state of each upstream that upstreams
+// (which may be nil) gives at each scrape.
+func NewLive(upstreams func() []api.UpstreamStatus) *Live {
 	l := &Live{
 		reg: prometheus.NewRegistry(),
 		leaseSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
@@ -36,7 +39,37 @@ func NewLive() *Live {
 		collectors.NewBuildInfoCollector(),
 		l.leaseSeconds,
 	)
+	if upstreams != nil {
+		l.reg.MustRegister(upstreamCollector(upstreams))
+	}
 	return l
+}
+
+var (
+	descPushes      = prometheus.NewDesc("gpulet_upstream_pushes_total", "Snapshots pushed to the upstream since gpuletd started.", []string{"url"}, nil)
+	descFailures    = prometheus.NewDesc("gpulet_upstream_failures", "Pushes to the upstream that failed in a row, now.", []string{"url"}, nil)
+	descLastSuccess = prometheus.NewDesc("gpulet_upstream_last_success_timestamp_seconds", "When a push to the upstream last succeeded (0: never).", []string{"url"}, nil)
+)
+
+// upstreamCollector reads the push state at each scrape.
+type upstreamCollector func() []api.UpstreamStatus
+
+func (c upstreamCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descPushes
+	ch <- descFailures
+	ch <- descLastSuccess
+}
+
+func (c upstreamCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, u := range c() {
+		ch <- prometheus.MustNewConstMetric(descPushes, prometheus.CounterValue, float64(u.Pushes), u.URL)
+		ch <- prometheus.MustNewConstMetric(descFailures, prometheus.GaugeValue, float64(u.Failures), u.URL)
+		last := 0.0
+		if u.LastSuccess != nil {
+			last = float64(u.LastSuccess.UnixNano()) / 1e9
+		}
+		ch <- prometheus.MustNewConstMetric(descLastSuccess, prometheus.GaugeValue, last, u.URL)
+	}
 }
 
 // ObserveLease records how long a lease request took and whether it was

@@ -78,7 +78,10 @@ func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
 // The live part carries the process, Go runtime and build collectors and the
 // lease latency histogram, by result.
 func TestLiveMetrics(t *testing.T) {
-	l := NewLive()
+	now := time.Unix(1700000000, 0)
+	l := NewLive(func() []api.UpstreamStatus {
+		return []api.UpstreamStatus{{URL: "http://s/x", Pushes: 3, Failures: 1, LastSuccess: &now}}
+	})
 	l.ObserveLease(250*time.Microsecond, true)
 	l.ObserveLease(2*time.Second, false)
 	out := string(l.Render())
@@ -88,6 +91,9 @@ func TestLiveMetrics(t *testing.T) {
 		`gpulet_lease_request_duration_seconds_bucket{result="granted",le="0.0003"} 1`,
 		`gpulet_lease_request_duration_seconds_count{result="granted"} 1`,
 		`gpulet_lease_request_duration_seconds_count{result="refused"} 1`,
+		`gpulet_upstream_pushes_total{url="http://s/x"} 3`,
+		`gpulet_upstream_failures{url="http://s/x"} 1`,
+		`gpulet_upstream_last_success_timestamp_seconds{url="http://s/x"} 1.7e+09`,
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("live metrics lack %q", want)

@@ -448,6 +448,17 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 			fmt.Fprintf(w, "view: not mounted: %s\n", s.View.Error)
 		}
 	}
+	for _, u := range s.Upstreams {
+		last := "no push yet"
+		if u.LastSuccess != nil {
+			last = fmt.Sprintf("last push %s (seq %d), %d in all", u.LastSuccess.Format(time.RFC3339), u.LastSeq, u.Pushes)
+		}
+		fmt.Fprintf(w, "upstream %s: %s", u.URL, last)
+		if u.Failures > 0 {
+			fmt.Fprintf(w, "; failing (%d in a row): %s", u.Failures, u.LastError)
+		}
+		fmt.Fprintln(w)
+	}
 }
 
 func yesNo(b bool) string {

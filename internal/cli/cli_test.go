@@ -169,6 +169,24 @@ func TestStatusTable(t *testing.T) {
 	}
 }
 
+func TestStatusShowsUpstreams(t *testing.T) {
+	at := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	s := &api.Snapshot{Node: "n1", State: api.NodeWorking, Upstreams: []api.UpstreamStatus{
+		{URL: "http://a/x", LastSuccess: &at, LastSeq: 7, Pushes: 3},
+		{URL: "https://b/y", Failures: 2, LastError: "HTTP 503: busy"},
+	}}
+	var b bytes.Buffer
+	WriteStatus(&b, s)
+	for _, want := range []string{
+		"upstream http://a/x: last push 2026-11-23T12:00:00Z (seq 7), 3 in all\n",
+		"upstream https://b/y: no push yet; failing (2 in a row): HTTP 503: busy\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("status lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
 func TestStatusSaysWhyTheNodeIsDegraded(t *testing.T) {
 	s := &api.Snapshot{Node: "n1", State: api.NodeDegraded, Reason: "cannot record leases (no space left on device)", Backend: api.BackendNVML, MPS: "off"}
 	var b bytes.Buffer

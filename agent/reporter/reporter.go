@@ -1,0 +1,277 @@
+// Package reporter pushes the node's snapshots to upstream receivers
+// (--upstream): every report interval, and soon after every change. Each
+// upstream has a sender of its own, so a slow or dead one never delays
+// another, nor leasing: senders only read published snapshots.
+package reporter
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/snapshot"
+)
+
+// Source is where snapshots come from: the agent's snapshot store.
+type Source interface {
+	Published() *snapshot.Published
+	// Changed is closed at the next change of what Published returns.
+	Changed() <-chan struct{}
+}
+
+// Config is one upstream's.
+type Config struct {
+	URL string
+	// Interval is --report-interval: the longest time between pushes.
+	Interval time.Duration
+	// TokenFile, when set, holds the bearer token sent with each push; it is
+	// read again whenever it changes.
+	TokenFile string
+	// CAFile, when set, holds the PEM certificates an https upstream's
+	// certificate must chain to.
+	CAFile string
+	Logger *slog.Logger
+}
+
+// Timing of a sender: at most one push per minGap (10 a second), a push
+// that takes longer than pushTimeout fails, and failures wait from
+// backoffMin, doubling, up to backoffMax, each with jitter.
+const (
+	minGap      = 100 * time.Millisecond
+	pushTimeout = 10 * time.Second
+	backoffMin  = 200 * time.Millisecond
+	backoffMax  = 30 * time.Second
+)
+
+// CheckURL refuses an --upstream that is not an http or https URL with a
+// host.
+func CheckURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host, such as http://scheduler:8080/v1/snapshots", raw)
+	}
+	return nil
+}
+
+// Sender pushes to one upstream.
+type Sender struct {
+	cfg    Config
+	src    Source
+	client *http.Client
+	log    *slog.Logger
+
+	mu     sync.Mutex // guards status and token
+	status api.UpstreamStatus
+	token  tokenFile
+}
+
+type tokenFile struct {
+	mod   time.Time
+	size  int64
+	value string
+}
+
+// New makes a sender for cfg, reading from src. It fails on a CA file that
+// cannot be read or holds no certificate.
+func New(cfg Config, src Source) (*Sender, error) {
+	if err := CheckURL(cfg.URL); err != nil {
+		return nil, err
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	if cfg.CAFile != "" {
+		pem, err := os.ReadFile(cfg.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream-ca: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--upstream-ca %s: no PEM certificate in it", cfg.CAFile)
+		}
+		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Sender{
+		cfg: cfg, src: src, log: cfg.Logger.With("upstream", cfg.URL),
+		client: &http.Client{Transport: tr, Timeout: pushTimeout},
+		status: api.UpstreamStatus{URL: cfg.URL},
+	}, nil
+}
+
+// Status is how pushing goes, now.
+func (s *Sender) Status() api.UpstreamStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.status
+	if st.LastSuccess != nil {
+		t := *st.LastSuccess
+		st.LastSuccess = &t
+	}
+	return st
+}
+
+// Run pushes until ctx ends: the newest snapshot, once a report interval
+// has passed since the last push or when a snapshot newer than the last one
+// pushed exists — at once after a quiet spell, else at most once per minGap,
+// what changed meanwhile going out together. A failed push is tried again
+// after a backoff, with the newest snapshot of that moment.
+func (s *Sender) Run(ctx context.Context) {
+	var last *snapshot.Published // the last snapshot pushed
+	var lastTry time.Time
+	var backoff time.Duration // while failing, the wait before the next try
+	for {
+		changed := s.src.Changed()
+		p := s.src.Published()
+		var wait time.Duration
+		quiet := false // waiting for the interval: a change ends the wait
+		switch {
+		case p == nil:
+			wait, quiet = s.cfg.Interval, true
+		case backoff > 0:
+			wait = backoff - time.Since(lastTry)
+		case last == nil || newer(p, last):
+			wait = minGap - time.Since(lastTry)
+		default:
+			wait, quiet = s.cfg.Interval-time.Since(lastTry), true
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+				if backoff > 0 {
+					// The backoff is over: the next round tries at once.
+					lastTry = time.Time{}
+				}
+			case <-changedIf(quiet, changed):
+				t.Stop()
+			}
+			continue
+		}
+		lastTry = time.Now()
+		if err := s.push(ctx, p); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			backoff = s.failed(err, backoff)
+			continue
+		}
+		last, backoff = p, 0
+		s.succeeded(p)
+	}
+}
+
+// changedIf is ch when waiting for the interval, and otherwise a channel
+// that never fires: while coalescing or backing off, a change waits for the
+// push that ends the wait, which sends the newest snapshot anyway.
+func changedIf(quiet bool, ch <-chan struct{}) <-chan struct{} {
+	if quiet {
+		return ch
+	}
+	return nil
+}
+
+// newer reports whether p is a snapshot the receiver has not seen: a higher
+// seq, or another daemon run's.
+func newer(p, last *snapshot.Published) bool {
+	return p.Snapshot.Seq > last.Snapshot.Seq || p.Snapshot.BootID != last.Snapshot.BootID
+}
+
+// push POSTs p.
+func (s *Sender) push(ctx context.Context, p *snapshot.Published) error {
+	token, err := s.readToken()
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(p.JSON()))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	return nil
+}
+
+// readToken returns the bearer token, reading the file again when its size
+// or modification time changed.
+func (s *Sender) readToken() (string, error) {
+	if s.cfg.TokenFile == "" {
+		return "", nil
+	}
+	fi, err := os.Stat(s.cfg.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--upstream-token-file: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if fi.ModTime().Equal(s.token.mod) && fi.Size() == s.token.size {
+		return s.token.value, nil
+	}
+	b, err := os.ReadFile(s.cfg.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("--upstream-token-file: %w", err)
+	}
+	v := strings.TrimSpace(string(b))
+	if v == "" || strings.ContainsAny(v, "\r\n") {
+		return "", errors.New("--upstream-token-file: want one line holding the token")
+	}
+	s.token = tokenFile{mod: fi.ModTime(), size: fi.Size(), value: v}
+	return v, nil
+}
+
+func (s *Sender) succeeded(p *snapshot.Published) {
+	now := time.Now().UTC()
+	s.mu.Lock()
+	recovered := s.status.Failures > 0
+	s.status.LastSuccess, s.status.LastSeq = &now, p.Snapshot.Seq
+	s.status.LastError, s.status.Failures = "", 0
+	s.status.Pushes++
+	s.mu.Unlock()
+	if recovered {
+		s.log.Info("pushing snapshots to the upstream works again")
+	}
+}
+
+// failed records a failed push and returns how long to wait before the next
+// try: double the last wait, from backoffMin up to backoffMax, with up to a
+// quarter of it as jitter so that many nodes do not retry in step.
+func (s *Sender) failed(err error, last time.Duration) time.Duration {
+	s.mu.Lock()
+	s.status.LastError = err.Error()
+	s.status.Failures++
+	first := s.status.Failures == 1
+	s.mu.Unlock()
+	if first {
+		s.log.Warn("cannot push the snapshot to the upstream; retrying with backoff (leasing goes on)", "err", err)
+	}
+	next := min(max(2*last, backoffMin), backoffMax)
+	return next + rand.N(next/4+1)
+}
