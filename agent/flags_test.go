@@ -25,6 +25,11 @@ func TestParseFlags(t *testing.T) {
 		{"no connections", []string{"--max-conns-per-uid", "0"}, nil, "--max-conns-per-uid 0: must be from 1"},
 		{"negative waiters", []string{"--max-waiters-per-uid", "-1"}, nil, "--max-waiters-per-uid -1: must be from 1"},
 		{"listen", []string{"--listen", "127.0.0.1:9400"}, func(c Config) bool { return c.Listen == "127.0.0.1:9400" }, ""},
+		{"upstreams", []string{"--upstream", "http://a/x", "--upstream", "https://b/y", "--report-interval", "2s"}, func(c Config) bool {
+			return len(c.Upstreams) == 2 && c.Upstreams[1] == "https://b/y" && c.ReportInterval == 2*time.Second
+		}, ""},
+		{"upstream not a URL", []string{"--upstream", "scheduler:8080"}, nil, "--upstream \"scheduler:8080\": want an http:// or https:// URL"},
+		{"report interval too short", []string{"--report-interval", "1ms"}, nil, "--report-interval 1ms: must be between 100ms and 1h"},
 		{"mount follows run dir", []string{"--run-dir", "/tmp/x"}, func(c Config) bool { return c.Mount == "/tmp/x/view" }, ""},
 		{"no view", []string{"--mount", ""}, func(c Config) bool { return c.Mount == "" }, ""},
 		{"unit model", []string{"--units-per-client", "2", "--clients-per-instance", "4", "--instances-per-gpu", "2"}, func(c Config) bool { return c.Model.UnitsPerGPU == 16 }, ""},
