@@ -16,7 +16,16 @@ RUN_FLAGS ?=
 # NO_BUILD=1 runs the binaries already in bin/.
 NO_BUILD  ?=
 
-.PHONY: all build run test test-deps bench fuzz vet clean
+.PHONY: all build run test test-deps bench fuzz vet clean install
+
+# make install: binaries, systemd units and the sysusers.d entry that makes the
+# socket's group. systemd reads units and sysusers.d entries under /usr/local
+# too, so the defaults need no other step than enabling the socket.
+PREFIX      ?= /usr/local
+DESTDIR     ?=
+BINDIR      := $(PREFIX)/bin
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 
 all: build
 
@@ -44,3 +53,11 @@ bench: build
 clean:
 	@./scripts/run.sh clean '$(LOCAL)'
 	rm -rf $(BIN) '$(LOCAL)'
+
+install: build
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR)
+	install -m 0755 $(BIN)/gpuletd $(BIN)/gpurun $(BIN)/gpulet $(DESTDIR)$(BINDIR)/
+	sed 's|/usr/local/bin/gpuletd|$(BINDIR)/gpuletd|' systemd/gpuletd.service > $(DESTDIR)$(UNITDIR)/gpuletd.service
+	install -m 0644 systemd/gpuletd.socket $(DESTDIR)$(UNITDIR)/gpuletd.socket
+	chmod 0644 $(DESTDIR)$(UNITDIR)/gpuletd.service
+	install -m 0644 systemd/gpulet.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/gpulet.conf

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -111,5 +112,56 @@ func waitNotify(t *testing.T, c *net.UnixConn, want string) {
 				return
 			}
 		}
+	}
+}
+
+// TestMakeInstall installs into a temporary root with make install and checks
+// what an admin gets: the binaries, unit files that systemd-analyze verify
+// accepts with ExecStart at the installed gpuletd, and a sysusers.d entry
+// that makes the socket's group.
+func TestMakeInstall(t *testing.T) {
+	for _, tool := range []string{"make", "systemd-analyze", "systemd-sysusers"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed: %v", tool, err)
+		}
+	}
+	root := t.TempDir()
+	prefix := filepath.Join(root, "usr", "local")
+	// The harness's binaries stand in for make's build, which they are.
+	bin := t.TempDir()
+	for _, name := range []string{"gpuletd", "gpurun", "gpulet"} {
+		if err := os.Symlink(e2e.Bin(name), filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command("make", "-s", "-o", "build", "install", "PREFIX="+prefix, "BIN="+bin)
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	units := filepath.Join(prefix, "lib", "systemd", "system")
+	for _, f := range []string{"bin/gpuletd", "bin/gpurun", "bin/gpulet", "lib/systemd/system/gpuletd.service", "lib/systemd/system/gpuletd.socket", "lib/sysusers.d/gpulet.conf"} {
+		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
+			t.Errorf("make install left out %s: %v", f, err)
+		}
+	}
+	service, _ := os.ReadFile(filepath.Join(units, "gpuletd.service"))
+	if !strings.Contains(string(service), "ExecStart="+filepath.Join(prefix, "bin", "gpuletd")+"\n") {
+		t.Fatalf("installed unit does not start the installed gpuletd:\n%s", service)
+	}
+	verify := exec.Command("systemd-analyze", "verify", "--man=no", filepath.Join(units, "gpuletd.service"), filepath.Join(units, "gpuletd.socket"))
+	if out, err := verify.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify of the installed units: %v\n%s", err, out)
+	}
+	etc := filepath.Join(t.TempDir(), "etc")
+	os.MkdirAll(etc, 0o755)
+	for _, f := range []string{"passwd", "group"} {
+		b, _ := os.ReadFile(filepath.Join("/etc", f))
+		b = []byte(strings.Join(slices.DeleteFunc(strings.Split(string(b), "\n"), func(l string) bool { return strings.HasPrefix(l, "gpulet:") }), "\n"))
+		os.WriteFile(filepath.Join(etc, f), b, 0o644)
+	}
+	users := exec.Command("systemd-sysusers", "--dry-run", "--root="+filepath.Dir(etc), filepath.Join(prefix, "lib", "sysusers.d", "gpulet.conf"))
+	if out, err := users.CombinedOutput(); err != nil || !strings.Contains(string(out), "Creating group 'gpulet'") {
+		t.Fatalf("systemd-sysusers --dry-run: %v\n%s", err, out)
 	}
 }
