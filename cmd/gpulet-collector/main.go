@@ -1,0 +1,52 @@
+// Command gpulet-collector keeps one resource table of the nodes that push
+// their snapshots to it. See package collector.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpulet/gpulet/collector"
+)
+
+func main() {
+	// Signals are caught first, so that a SIGTERM at any time stops cleanly.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	fs := pflag.NewFlagSet("gpulet-collector", pflag.ContinueOnError)
+	fs.SetOutput(os.Stderr)
+	var cfg collector.Config
+	fs.StringVar(&cfg.Listen, "listen", "", "TCP address to serve on, e.g. :9410 (required)")
+	fs.DurationVar(&cfg.StaleAfter, "stale-after", collector.DefaultStaleAfter, "a node silent this long is not_working (three of its report intervals)")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: gpulet-collector --listen ADDR [--stale-after D]")
+		fmt.Fprintln(fs.Output(), "Takes the snapshots gpuletd --upstream pushes and serves one table of every node and GPU.")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, pflag.ErrHelp) {
+			return
+		}
+		os.Exit(2)
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "gpulet-collector: unexpected arguments: %v\n", fs.Args())
+		os.Exit(2)
+	}
+	if cfg.Listen == "" {
+		fmt.Fprintln(os.Stderr, "gpulet-collector: --listen is required")
+		os.Exit(2)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := collector.Run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "gpulet-collector:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,110 @@
+package collector
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// MaxSnapshotBody is the largest snapshot body accepted. A node of 8 GPUs
+// sends about 3 KiB; the limit leaves room for many GPUs and instances
+// while bounding what one request can make the collector hold.
+const MaxSnapshotBody = 1 << 20
+
+// DecodeSnapshot decodes and validates a snapshot body (DESIGN section 8).
+// Decoding is strict: unknown fields and trailing data are refused. Every
+// error wraps api.ErrBadRequest and names the field at fault.
+func DecodeSnapshot(body []byte) (*api.Snapshot, error) {
+	var s api.Snapshot
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&s); err != nil {
+		return nil, decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, api.Errorf(api.ErrBadRequest, "snapshot: data after the JSON object")
+	}
+	if err := validate(&s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// decodeError turns encoding/json's errors into messages that name the
+// field, as a sender needs to find what it got wrong.
+func decodeError(err error) error {
+	var typ *json.UnmarshalTypeError
+	var syn *json.SyntaxError
+	switch {
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			field = "(top level)"
+		}
+		return api.Errorf(api.ErrBadRequest, "snapshot: field %s: cannot take %s as %s", field, typ.Value, typ.Type)
+	case errors.As(err, &syn):
+		return api.Errorf(api.ErrBadRequest, "snapshot: not valid JSON at byte %d: %v", syn.Offset, syn)
+	case errors.Is(err, io.EOF):
+		return api.Errorf(api.ErrBadRequest, "snapshot: empty body")
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return api.Errorf(api.ErrBadRequest, "snapshot: body ends inside the JSON object")
+	}
+	// Unknown fields read `json: unknown field "x"`, which names it.
+	return api.Errorf(api.ErrBadRequest, "snapshot: %v", err)
+}
+
+func validate(s *api.Snapshot) error {
+	bad := func(field, format string, args ...any) error {
+		return api.Errorf(api.ErrBadRequest, "snapshot: field %s: %s", field, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case s.Schema != api.SnapshotSchema:
+		return bad("schema", "%q is not %q", s.Schema, api.SnapshotSchema)
+	case s.Node == "":
+		return bad("node", "missing")
+	case s.BootID == "":
+		return bad("boot_id", "missing")
+	case s.Seq == 0:
+		return bad("seq", "missing (seq starts at 1)")
+	}
+	switch s.State {
+	case api.NodeWorking, api.NodeDraining, api.NodeDegraded:
+	case "":
+		return bad("state", "missing")
+	default:
+		return bad("state", "%q is not working, draining or degraded", s.State)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"units_total", s.UnitsTotal}, {"units_free", s.UnitsFree}, {"units_reserved", s.UnitsReserved}} {
+		if f.v < 0 {
+			return bad(f.name, "%d is negative", f.v)
+		}
+	}
+	seen := make(map[int]bool, len(s.GPUs))
+	for i := range s.GPUs {
+		g := &s.GPUs[i]
+		for _, f := range []struct {
+			name string
+			v    int
+		}{
+			{"index", g.Index}, {"units_total", g.UnitsTotal}, {"units_used", g.UnitsUsed},
+			{"units_free", g.UnitsFree}, {"units_offline", g.UnitsOffline}, {"units_reserved", g.UnitsReserved},
+			{"utilization_pct", g.UtilizationPct}, {"max_utilization_pct", g.MaxUtilizationPct},
+		} {
+			if f.v < 0 {
+				return bad(fmt.Sprintf("gpus[%d].%s", i, f.name), "%d is negative", f.v)
+			}
+		}
+		if seen[g.Index] {
+			return bad(fmt.Sprintf("gpus[%d].index", i), "GPU %d appears twice", g.Index)
+		}
+		seen[g.Index] = true
+	}
+	return nil
+}

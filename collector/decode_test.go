@@ -1,0 +1,130 @@
+package collector
+
+import (
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// body encodes s, after edit has changed the decoded JSON object (so that
+// tests can make bodies api.Snapshot cannot express).
+func body(t testing.TB, s *api.Snapshot, edit func(m map[string]any)) []byte {
+	t.Helper()
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if edit == nil {
+		return b
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if b, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func gpu0(m map[string]any) map[string]any { return m["gpus"].([]any)[0].(map[string]any) }
+
+func TestDecodeSnapshot(t *testing.T) {
+	tests := []struct {
+		name string
+		edit func(m map[string]any)
+		raw  string
+		// want is a part of the error message; "" for a valid body.
+		want string
+	}{
+		{name: "valid"},
+		{name: "degraded node", edit: func(m map[string]any) { m["state"] = "degraded"; m["reason"] = "ledger" }},
+		{name: "wrong schema", edit: func(m map[string]any) { m["schema"] = "gpulet.snapshot/v0" }, want: "field schema"},
+		{name: "no schema", edit: func(m map[string]any) { delete(m, "schema") }, want: "field schema"},
+		{name: "no node", edit: func(m map[string]any) { delete(m, "node") }, want: "field node"},
+		{name: "no boot_id", edit: func(m map[string]any) { m["boot_id"] = "" }, want: "field boot_id"},
+		{name: "seq 0", edit: func(m map[string]any) { m["seq"] = 0 }, want: "field seq"},
+		{name: "seq negative", edit: func(m map[string]any) { m["seq"] = -1 }, want: "field seq"},
+		{name: "seq a string", edit: func(m map[string]any) { m["seq"] = "7" }, want: "field seq"},
+		{name: "no state", edit: func(m map[string]any) { delete(m, "state") }, want: "field state"},
+		{name: "unknown state", edit: func(m map[string]any) { m["state"] = "sleeping" }, want: "field state"},
+		{name: "negative units_total", edit: func(m map[string]any) { m["units_total"] = -1 }, want: "field units_total"},
+		{name: "negative units_free", edit: func(m map[string]any) { m["units_free"] = -2 }, want: "field units_free"},
+		{name: "negative units_reserved", edit: func(m map[string]any) { m["units_reserved"] = -3 }, want: "field units_reserved"},
+		{name: "negative gpu index", edit: func(m map[string]any) { gpu0(m)["index"] = -1 }, want: "field gpus[0].index"},
+		{name: "duplicate gpu index", edit: func(m map[string]any) { m["gpus"].([]any)[1].(map[string]any)["index"] = 0 }, want: "field gpus[1].index"},
+		{name: "negative gpu units_used", edit: func(m map[string]any) { gpu0(m)["units_used"] = -1 }, want: "field gpus[0].units_used"},
+		{name: "negative gpu units_free", edit: func(m map[string]any) { gpu0(m)["units_free"] = -1 }, want: "field gpus[0].units_free"},
+		{name: "negative gpu units_offline", edit: func(m map[string]any) { gpu0(m)["units_offline"] = -1 }, want: "field gpus[0].units_offline"},
+		{name: "negative utilization", edit: func(m map[string]any) { gpu0(m)["utilization_pct"] = -5 }, want: "field gpus[0].utilization_pct"},
+		{name: "negative memory total", edit: func(m map[string]any) { gpu0(m)["memory_total_mib"] = -1 }, want: "field gpus.memory_total_mib"},
+		{name: "negative memory used", edit: func(m map[string]any) { gpu0(m)["memory_used_mib"] = -1 }, want: "field gpus.memory_used_mib"},
+		{name: "unknown field", edit: func(m map[string]any) { m["colour"] = "blue" }, want: `unknown field "colour"`},
+		{name: "not an object", raw: `[1,2]`, want: "field (top level)"},
+		{name: "empty", raw: ``, want: "empty body"},
+		{name: "truncated", raw: `{"schema":"gpulet.snapshot/v1","node":`, want: "body ends"},
+		{name: "not JSON", raw: `{nope}`, want: "not valid JSON"},
+		{name: "trailing data", raw: "", want: "data after"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := []byte(tt.raw)
+			if tt.raw == "" && tt.want != "empty body" {
+				b = body(t, testSnapshot("n1", "b1", 1, 4, 2), tt.edit)
+			}
+			if tt.name == "trailing data" {
+				b = append(b, []byte(` {}`)...)
+			}
+			s, err := DecodeSnapshot(b)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("valid snapshot refused: %v", err)
+				}
+				if s.Node != "n1" || len(s.GPUs) != 2 {
+					t.Fatalf("decoded %+v", s)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("accepted; want an error with %q", tt.want)
+			}
+			if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error %q (bad request: %v); want one with %q", err, errors.Is(err, api.ErrBadRequest), tt.want)
+			}
+		})
+	}
+}
+
+// FuzzDecodeSnapshot: no body makes the decoder panic, and whatever it
+// accepts is a snapshot the store can apply and query.
+func FuzzDecodeSnapshot(f *testing.F) {
+	f.Add(body(f, testSnapshot("n1", "b1", 1, 4, 2), nil))
+	f.Add(body(f, testSnapshot("n2", "b2", 9, 0, 0), nil))
+	f.Add([]byte(`{"schema":"gpulet.snapshot/v1","node":"x","boot_id":"y","seq":1,"state":"working","gpus":[{"index":-1}]}`))
+	f.Add([]byte(`{"seq":-1}`))
+	f.Add([]byte(`null`))
+	f.Add([]byte(``))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, err := DecodeSnapshot(b)
+		if err != nil {
+			if !errors.Is(err, api.ErrBadRequest) {
+				t.Fatalf("error that is not a bad request: %v", err)
+			}
+			return
+		}
+		if s.Node == "" || s.BootID == "" || s.Seq == 0 {
+			t.Fatalf("accepted a snapshot without identity: %+v", s)
+		}
+		st := NewStore(DefaultStaleAfter, nil)
+		if st.Apply(s) != Applied {
+			t.Fatal("first snapshot of a node not applied")
+		}
+		if got := len(st.Table(Query{}).Rows); got != len(s.GPUs) {
+			t.Fatalf("%d rows for %d GPUs", got, len(s.GPUs))
+		}
+	})
+}

@@ -1,0 +1,200 @@
+package collector
+
+import (
+	"cmp"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// Row is one node and GPU of GET /v1/table.
+type Row struct {
+	Node           string `json:"node"`
+	NodeState      string `json:"node_state"`
+	GPUIndex       int    `json:"gpu_index"`
+	GPUUUID        string `json:"gpu_uuid"`
+	Name           string `json:"name"`
+	GPUState       string `json:"gpu_state"`
+	Eligible       bool   `json:"eligible"`
+	UnitsTotal     int    `json:"units_total"`
+	UnitsUsed      int    `json:"units_used"`
+	UnitsFree      int    `json:"units_free"`
+	UnitsReserved  int    `json:"units_reserved"`
+	UtilizationPct int    `json:"utilization_pct"`
+	MemoryTotalMiB uint64 `json:"memory_total_mib"`
+	MemoryUsedMiB  uint64 `json:"memory_used_mib"`
+}
+
+// Table is the body of GET /v1/table.
+type Table struct {
+	Rows []Row `json:"rows"`
+}
+
+// Orders of a table query.
+const (
+	OrderMostFree  = "most_free"
+	OrderLeastFree = "least_free"
+)
+
+// Query selects and orders table rows; its zero value is every row, by node
+// then GPU index.
+type Query struct {
+	// Node keeps the rows of the node so named.
+	Node string
+	// Type keeps the GPUs whose name holds it, ignoring case.
+	Type string
+	// MinFree keeps the rows with at least this many free units.
+	MinFree int
+	// Eligible keeps the eligible GPUs of working nodes.
+	Eligible bool
+	// Order is "", OrderMostFree or OrderLeastFree.
+	Order string
+	// Limit keeps the first Limit rows; 0: all.
+	Limit int
+}
+
+// ParseQuery reads a table query from URL parameters. Unknown parameters
+// and bad values are refused with an error naming the parameter.
+func ParseQuery(v url.Values) (Query, error) {
+	var q Query
+	for name, vals := range v {
+		if len(vals) != 1 {
+			return q, api.Errorf(api.ErrBadRequest, "query parameter %s: given %d times", name, len(vals))
+		}
+		val := vals[0]
+		switch name {
+		case "node":
+			if val == "" {
+				return q, api.Errorf(api.ErrBadRequest, "query parameter node: empty")
+			}
+			q.Node = val
+		case "type":
+			if val == "" {
+				return q, api.Errorf(api.ErrBadRequest, "query parameter type: empty")
+			}
+			q.Type = strings.ToLower(val)
+		case "min_free":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 {
+				return q, api.Errorf(api.ErrBadRequest, "query parameter min_free: %q is not a whole number ≥ 0", val)
+			}
+			q.MinFree = n
+		case "eligible":
+			b, err := strconv.ParseBool(val)
+			if err != nil {
+				return q, api.Errorf(api.ErrBadRequest, "query parameter eligible: %q is not true or false", val)
+			}
+			q.Eligible = b
+		case "order":
+			if val != OrderMostFree && val != OrderLeastFree {
+				return q, api.Errorf(api.ErrBadRequest, "query parameter order: %q is not %s or %s", val, OrderMostFree, OrderLeastFree)
+			}
+			q.Order = val
+		case "limit":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 1 {
+				return q, api.Errorf(api.ErrBadRequest, "query parameter limit: %q is not a whole number ≥ 1", val)
+			}
+			q.Limit = n
+		default:
+			return q, api.Errorf(api.ErrBadRequest, "query parameter %s: unknown (known: node, type, min_free, eligible, order, limit)", name)
+		}
+	}
+	return q, nil
+}
+
+// match is one selected row before it is turned into a Row: the record
+// (for its node's fields) and the GPU's place in it.
+type match struct {
+	rec   *record
+	gpu   *gpuRecord
+	state string
+}
+
+// Table answers q from the rows as they are now.
+func (st *Store) Table(q Query) Table {
+	recs, now := st.records(q.Node)
+	var ms []match
+	for _, r := range recs {
+		state := st.stateAt(r, now)
+		if q.Eligible && state != api.NodeWorking {
+			continue
+		}
+		for i := range r.gpus {
+			g := &r.gpus[i]
+			if g.unitsFree < q.MinFree || (q.Eligible && !g.eligible) ||
+				(q.Type != "" && !strings.Contains(g.lowerName, q.Type)) {
+				continue
+			}
+			ms = append(ms, match{r, g, state})
+		}
+	}
+	byPlace := func(a, b match) int {
+		if c := strings.Compare(a.rec.node, b.rec.node); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.gpu.index, b.gpu.index)
+	}
+	compare := byPlace
+	switch q.Order {
+	case OrderMostFree:
+		compare = func(a, b match) int {
+			if c := cmp.Compare(b.gpu.unitsFree, a.gpu.unitsFree); c != 0 {
+				return c
+			}
+			return byPlace(a, b)
+		}
+	case OrderLeastFree:
+		compare = func(a, b match) int {
+			if c := cmp.Compare(a.gpu.unitsFree, b.gpu.unitsFree); c != 0 {
+				return c
+			}
+			return byPlace(a, b)
+		}
+	}
+	ms = firstN(ms, q.Limit, compare)
+	t := Table{Rows: make([]Row, len(ms))}
+	for i, m := range ms {
+		g := m.gpu
+		gpuState := g.state
+		if m.state == NotWorking {
+			gpuState = NotWorking
+		}
+		t.Rows[i] = Row{
+			Node: m.rec.node, NodeState: m.state, GPUIndex: g.index, GPUUUID: g.uuid, Name: g.name,
+			GPUState: gpuState, Eligible: g.eligible, UnitsTotal: g.unitsTotal, UnitsUsed: g.unitsUsed,
+			UnitsFree: g.unitsFree, UnitsReserved: g.unitsReserved, UtilizationPct: g.utilizationPct,
+			MemoryTotalMiB: g.memoryTotalMiB, MemoryUsedMiB: g.memoryUsedMiB,
+		}
+	}
+	return t
+}
+
+// firstN returns the first n of ms in compare's order (all of them when n
+// is 0). A small limit over a large table (the scheduler's "best 20 of
+// 80,000") keeps only n candidates instead of sorting everything.
+func firstN(ms []match, n int, compare func(a, b match) int) []match {
+	if n <= 0 || n >= len(ms)/8 {
+		slices.SortFunc(ms, compare)
+		if n > 0 && n < len(ms) {
+			ms = ms[:n]
+		}
+		return ms
+	}
+	// best is kept sorted; a candidate enters only when it beats the last.
+	best := make([]match, 0, n+1)
+	for _, m := range ms {
+		if len(best) == n && compare(m, best[n-1]) >= 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(best, m, compare)
+		best = slices.Insert(best, i, m)
+		if len(best) > n {
+			best = best[:n]
+		}
+	}
+	return best
+}

@@ -1,0 +1,229 @@
+package collector
+
+import (
+	"cmp"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// NotWorking is the state of a node that has sent nothing for the stale
+// period, and of its GPUs.
+const NotWorking = "not_working"
+
+// record is what the collector keeps of one node: the fields of its last
+// applied snapshot that the table shows. A record is immutable once stored;
+// a newer snapshot replaces the whole record, so that a reader sees a node's
+// old rows or its new ones, never a mix.
+type record struct {
+	node          string
+	bootID        string
+	seq           uint64
+	received      time.Time
+	state         string
+	unitsTotal    int
+	unitsFree     int
+	unitsReserved int
+	gpus          []gpuRecord
+}
+
+type gpuRecord struct {
+	index          int
+	uuid           string
+	name           string
+	lowerName      string
+	state          string
+	eligible       bool
+	unitsTotal     int
+	unitsUsed      int
+	unitsFree      int
+	unitsReserved  int
+	utilizationPct int
+	memoryTotalMiB uint64
+	memoryUsedMiB  uint64
+}
+
+// Outcome is what Store.Apply did with a snapshot.
+type Outcome int
+
+const (
+	// Applied: the snapshot replaced the node's rows (or made them).
+	Applied Outcome = iota
+	// Dropped: the snapshot is not newer than the node's rows (same boot_id,
+	// seq not above the last) and was ignored.
+	Dropped
+)
+
+// Store is the resource table: one record per node. Snapshots are decoded
+// and turned into records before the lock is taken, so the write lock is
+// held only to compare seqs and swap one pointer; readers hold the read lock
+// only to copy the pointers they need.
+type Store struct {
+	staleAfter time.Duration
+	now        func() time.Time
+	names      interner
+
+	// mu guards nodes; the records it points to are immutable.
+	mu    sync.RWMutex
+	nodes map[string]*record
+}
+
+// NewStore returns an empty table in which a node silent for staleAfter is
+// not_working; now is the clock (time.Now when nil).
+func NewStore(staleAfter time.Duration, now func() time.Time) *Store {
+	if now == nil {
+		now = time.Now
+	}
+	return &Store{staleAfter: staleAfter, now: now, nodes: make(map[string]*record)}
+}
+
+// Apply stores s as its node's rows unless the node already has rows of the
+// same boot_id with a seq at least as high. A new boot_id is always applied:
+// the daemon restarted and counts seq from 1 again.
+func (st *Store) Apply(s *api.Snapshot) Outcome {
+	rec := st.recordOf(s)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if old := st.nodes[rec.node]; old != nil && old.bootID == rec.bootID && rec.seq <= old.seq {
+		return Dropped
+	}
+	st.nodes[rec.node] = rec
+	return Applied
+}
+
+func (st *Store) recordOf(s *api.Snapshot) *record {
+	rec := &record{
+		node: s.Node, bootID: s.BootID, seq: s.Seq, received: st.now(), state: s.State,
+		unitsTotal: s.UnitsTotal, unitsFree: s.UnitsFree, unitsReserved: s.UnitsReserved,
+		gpus: make([]gpuRecord, len(s.GPUs)),
+	}
+	for i, g := range s.GPUs {
+		name, lower := st.names.get(g.Name)
+		rec.gpus[i] = gpuRecord{
+			index: g.Index, uuid: g.UUID, name: name, lowerName: lower, state: st.names.state(g.State),
+			eligible: g.Eligible, unitsTotal: g.UnitsTotal, unitsUsed: g.UnitsUsed, unitsFree: g.UnitsFree,
+			unitsReserved: g.UnitsReserved, utilizationPct: g.UtilizationPct,
+			memoryTotalMiB: g.MemoryTotalMiB, memoryUsedMiB: g.MemoryUsedMiB,
+		}
+	}
+	// Rows come out by GPU index; sorting here, once per snapshot, keeps
+	// the queries from doing it.
+	slices.SortFunc(rec.gpus, func(a, b gpuRecord) int { return cmp.Compare(a.index, b.index) })
+	return rec
+}
+
+// records returns the records of every node, or of the one named, in no
+// order, and the time they are judged at.
+func (st *Store) records(node string) ([]*record, time.Time) {
+	st.mu.RLock()
+	var out []*record
+	if node != "" {
+		if r := st.nodes[node]; r != nil {
+			out = []*record{r}
+		}
+	} else {
+		out = make([]*record, 0, len(st.nodes))
+		for _, r := range st.nodes {
+			out = append(out, r)
+		}
+	}
+	st.mu.RUnlock()
+	return out, st.now()
+}
+
+// stateAt is the node's state at now: not_working once it has been silent
+// for the stale period, else what it said (working, draining or degraded).
+func (st *Store) stateAt(r *record, now time.Time) string {
+	if now.Sub(r.received) >= st.staleAfter {
+		return NotWorking
+	}
+	return r.state
+}
+
+// Node is one node of GET /v1/nodes.
+type Node struct {
+	Node          string    `json:"node"`
+	State         string    `json:"state"`
+	BootID        string    `json:"boot_id"`
+	Seq           uint64    `json:"seq"`
+	LastSeen      time.Time `json:"last_seen"`
+	UnitsTotal    int       `json:"units_total"`
+	UnitsFree     int       `json:"units_free"`
+	UnitsReserved int       `json:"units_reserved"`
+	GPUs          int       `json:"gpus"`
+}
+
+// NodeList is the body of GET /v1/nodes.
+type NodeList struct {
+	Nodes []Node `json:"nodes"`
+}
+
+// Nodes lists every node known, by name.
+func (st *Store) Nodes() NodeList {
+	recs, now := st.records("")
+	slices.SortFunc(recs, func(a, b *record) int { return strings.Compare(a.node, b.node) })
+	out := NodeList{Nodes: make([]Node, len(recs))}
+	for i, r := range recs {
+		out.Nodes[i] = Node{
+			Node: r.node, State: st.stateAt(r, now), BootID: r.bootID, Seq: r.seq, LastSeen: r.received,
+			UnitsTotal: r.unitsTotal, UnitsFree: r.unitsFree, UnitsReserved: r.unitsReserved, GPUs: len(r.gpus),
+		}
+	}
+	return out
+}
+
+// Counts are the figures /metrics shows of the table.
+type Counts struct {
+	// NodesByState counts nodes by their state now.
+	NodesByState map[string]int
+	Rows         int
+}
+
+// Counts counts nodes by state and table rows.
+func (st *Store) Counts() Counts {
+	recs, now := st.records("")
+	c := Counts{NodesByState: map[string]int{api.NodeWorking: 0, api.NodeDraining: 0, api.NodeDegraded: 0, NotWorking: 0}}
+	for _, r := range recs {
+		c.NodesByState[st.stateAt(r, now)]++
+		c.Rows += len(r.gpus)
+	}
+	return c
+}
+
+// interner shares the strings that repeat across nodes (GPU names and
+// states), so that 10,000 nodes of the same model keep one copy of its name.
+type interner struct {
+	m sync.Map // string → *[2]string: the name and its lower case
+	n atomic.Int64
+}
+
+func (in *interner) get(s string) (name, lower string) {
+	if v, ok := in.m.Load(s); ok {
+		p := v.(*[2]string)
+		return p[0], p[1]
+	}
+	// Only a bounded vocabulary is worth sharing; an unusual name (a
+	// sender making up names) is kept as it is, not remembered forever.
+	if in.n.Load() >= maxInterned {
+		return s, strings.ToLower(s)
+	}
+	v, loaded := in.m.LoadOrStore(s, &[2]string{s, strings.ToLower(s)})
+	if !loaded {
+		in.n.Add(1)
+	}
+	p := v.(*[2]string)
+	return p[0], p[1]
+}
+
+func (in *interner) state(s string) string {
+	name, _ := in.get(s)
+	return name
+}
+
+// maxInterned bounds the interner: a cluster has tens of GPU models.
+const maxInterned = 1024
+
