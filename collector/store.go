@@ -226,4 +226,3 @@ func (in *interner) state(s string) string {
 
 // maxInterned bounds the interner: a cluster has tens of GPU models.
 const maxInterned = 1024
-
