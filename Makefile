@@ -33,6 +33,7 @@ build:
 	$(GO) build -o $(BIN)/gpuletd ./cmd/gpuletd
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpurun ./cmd/gpurun
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpulet ./cmd/gpulet
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpulet-collector ./cmd/gpulet-collector
 
 run: $(if $(NO_BUILD),,build)
 	@./scripts/run.sh run $(BIN) '$(LOCAL)' '$(RUN_DIR)' $(RUN_FLAGS)
@@ -56,8 +57,10 @@ clean:
 
 install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR)
-	install -m 0755 $(BIN)/gpuletd $(BIN)/gpurun $(BIN)/gpulet $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(BIN)/gpuletd $(BIN)/gpurun $(BIN)/gpulet $(BIN)/gpulet-collector $(DESTDIR)$(BINDIR)/
 	sed 's|/usr/local/bin/gpuletd|$(BINDIR)/gpuletd|' systemd/gpuletd.service > $(DESTDIR)$(UNITDIR)/gpuletd.service
 	install -m 0644 systemd/gpuletd.socket $(DESTDIR)$(UNITDIR)/gpuletd.socket
 	chmod 0644 $(DESTDIR)$(UNITDIR)/gpuletd.service
+	sed 's|/usr/local/bin/gpulet-collector|$(BINDIR)/gpulet-collector|' systemd/gpulet-collector.service > $(DESTDIR)$(UNITDIR)/gpulet-collector.service
+	chmod 0644 $(DESTDIR)$(UNITDIR)/gpulet-collector.service
 	install -m 0644 systemd/gpulet.sysusers.conf $(DESTDIR)$(SYSUSERSDIR)/gpulet.conf

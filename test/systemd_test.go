@@ -25,17 +25,18 @@ func TestUnitFilesVerify(t *testing.T) {
 		t.Skip("systemd-analyze is not installed:", err)
 	}
 	dir := t.TempDir()
-	for _, name := range []string{"gpuletd.service", "gpuletd.socket"} {
+	for _, name := range []string{"gpuletd.service", "gpuletd.socket", "gpulet-collector.service"} {
 		b, err := os.ReadFile(filepath.Join("..", "systemd", name))
 		if err != nil {
 			t.Fatal(err)
 		}
-		unit := strings.ReplaceAll(string(b), "/usr/local/bin/gpuletd", e2e.Bin("gpuletd"))
+		unit := strings.ReplaceAll(string(b), "/usr/local/bin/gpulet-collector", e2e.Bin("gpulet-collector"))
+		unit = strings.ReplaceAll(unit, "/usr/local/bin/gpuletd", e2e.Bin("gpuletd"))
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(unit), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(analyze, "verify", "--man=no", "./gpuletd.service", "./gpuletd.socket")
+	cmd := exec.Command(analyze, "verify", "--man=no", "./gpuletd.service", "./gpuletd.socket", "./gpulet-collector.service")
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
@@ -129,7 +130,7 @@ func TestMakeInstall(t *testing.T) {
 	prefix := filepath.Join(root, "usr", "local")
 	// The harness's binaries stand in for make's build, which they are.
 	bin := t.TempDir()
-	for _, name := range []string{"gpuletd", "gpurun", "gpulet"} {
+	for _, name := range []string{"gpuletd", "gpurun", "gpulet", "gpulet-collector"} {
 		if err := os.Symlink(e2e.Bin(name), filepath.Join(bin, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +141,7 @@ func TestMakeInstall(t *testing.T) {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
 	units := filepath.Join(prefix, "lib", "systemd", "system")
-	for _, f := range []string{"bin/gpuletd", "bin/gpurun", "bin/gpulet", "lib/systemd/system/gpuletd.service", "lib/systemd/system/gpuletd.socket", "lib/sysusers.d/gpulet.conf"} {
+	for _, f := range []string{"bin/gpuletd", "bin/gpurun", "bin/gpulet", "bin/gpulet-collector", "lib/systemd/system/gpulet-collector.service", "lib/systemd/system/gpuletd.service", "lib/systemd/system/gpuletd.socket", "lib/sysusers.d/gpulet.conf"} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
 			t.Errorf("make install left out %s: %v", f, err)
 		}
@@ -149,7 +150,10 @@ func TestMakeInstall(t *testing.T) {
 	if !strings.Contains(string(service), "ExecStart="+filepath.Join(prefix, "bin", "gpuletd")+"\n") {
 		t.Fatalf("installed unit does not start the installed gpuletd:\n%s", service)
 	}
-	verify := exec.Command("systemd-analyze", "verify", "--man=no", filepath.Join(units, "gpuletd.service"), filepath.Join(units, "gpuletd.socket"))
+	if collector, _ := os.ReadFile(filepath.Join(units, "gpulet-collector.service")); !strings.Contains(string(collector), "ExecStart="+filepath.Join(prefix, "bin", "gpulet-collector")+" ") {
+		t.Fatalf("installed collector unit does not start the installed gpulet-collector:\n%s", collector)
+	}
+	verify := exec.Command("systemd-analyze", "verify", "--man=no", filepath.Join(units, "gpuletd.service"), filepath.Join(units, "gpuletd.socket"), filepath.Join(units, "gpulet-collector.service"))
 	if out, err := verify.CombinedOutput(); err != nil || len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("systemd-analyze verify of the installed units: %v\n%s", err, out)
 	}

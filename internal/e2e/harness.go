@@ -27,11 +27,13 @@ import (
 var binDir string
 
 // Binaries are the commands Main builds: name and package, relative to the
-// module root. gpurun is built without cgo, as users get it.
+// module root. gpurun and gpulet-collector are built without cgo, as users
+// get them.
 var Binaries = []struct{ Name, Pkg string }{
 	{"gpuletd", "./cmd/gpuletd"},
 	{"gpurun", "./cmd/gpurun"},
 	{"gpulet", "./cmd/gpulet"},
+	{"gpulet-collector", "./cmd/gpulet-collector"},
 }
 
 // Main builds the binaries into a temporary folder, runs the tests and cleans
@@ -61,7 +63,7 @@ func build() error {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.Name), b.Pkg)
 		cmd.Dir = moduleRoot()
 		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-		if b.Name == "gpurun" {
+		if b.Name == "gpurun" || b.Name == "gpulet-collector" {
 			cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
 		}
 		if out, err := cmd.CombinedOutput(); err != nil {
