@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -117,21 +118,6 @@ type match struct {
 // Table answers q from the rows as they are now.
 func (st *Store) Table(q Query) Table {
 	recs, now := st.records(q.Node)
-	var ms []match
-	for _, r := range recs {
-		state := st.stateAt(r, now)
-		if q.Eligible && state != api.NodeWorking {
-			continue
-		}
-		for i := range r.gpus {
-			g := &r.gpus[i]
-			if g.unitsFree < q.MinFree || (q.Eligible && !g.eligible) ||
-				(q.Type != "" && !strings.Contains(g.lowerName, q.Type)) {
-				continue
-			}
-			ms = append(ms, match{r, g, state})
-		}
-	}
 	byPlace := func(a, b match) int {
 		if c := strings.Compare(a.rec.node, b.rec.node); c != 0 {
 			return c
@@ -155,7 +141,18 @@ func (st *Store) Table(q Query) Table {
 			return byPlace(a, b)
 		}
 	}
-	ms = firstN(ms, q.Limit, compare)
+	// With a limit only the best candidates so far are kept, as the rows
+	// are met: the scheduler's "best 20 of 80,000" then neither gathers nor
+	// sorts the other 79,980.
+	var ms []match
+	if q.Limit > 0 {
+		best := topN{n: q.Limit, compare: compare}
+		st.each(recs, now, q, best.offer)
+		ms = best.best
+	} else {
+		st.each(recs, now, q, func(m match) { ms = append(ms, m) })
+		slices.SortFunc(ms, compare)
+	}
 	t := Table{Rows: make([]Row, len(ms))}
 	for i, m := range ms {
 		g := m.gpu
@@ -173,28 +170,40 @@ func (st *Store) Table(q Query) Table {
 	return t
 }
 
-// firstN returns the first n of ms in compare's order (all of them when n
-// is 0). A small limit over a large table (the scheduler's "best 20 of
-// 80,000") keeps only n candidates instead of sorting everything.
-func firstN(ms []match, n int, compare func(a, b match) int) []match {
-	if n <= 0 || n >= len(ms)/8 {
-		slices.SortFunc(ms, compare)
-		if n > 0 && n < len(ms) {
-			ms = ms[:n]
-		}
-		return ms
-	}
-	// best is kept sorted; a candidate enters only when it beats the last.
-	best := make([]match, 0, n+1)
-	for _, m := range ms {
-		if len(best) == n && compare(m, best[n-1]) >= 0 {
+// each offers keep every row of recs that q selects.
+func (st *Store) each(recs []*record, now time.Time, q Query, keep func(match)) {
+	for _, r := range recs {
+		state := st.stateAt(r, now)
+		if q.Eligible && state != api.NodeWorking {
 			continue
 		}
-		i, _ := slices.BinarySearchFunc(best, m, compare)
-		best = slices.Insert(best, i, m)
-		if len(best) > n {
-			best = best[:n]
+		for i := range r.gpus {
+			g := &r.gpus[i]
+			if g.unitsFree < q.MinFree || (q.Eligible && !g.eligible) ||
+				(q.Type != "" && !strings.Contains(g.lowerName, q.Type)) {
+				continue
+			}
+			keep(match{r, g, state})
 		}
 	}
-	return best
+}
+
+// topN keeps the first n rows offered in compare's order, sorted.
+type topN struct {
+	n       int
+	compare func(a, b match) int
+	best    []match
+}
+
+// offer keeps m when it is among the n best so far: a candidate enters only
+// when it beats the last kept, so most cost one comparison.
+func (t *topN) offer(m match) {
+	if len(t.best) == t.n && t.compare(m, t.best[t.n-1]) >= 0 {
+		return
+	}
+	i, _ := slices.BinarySearchFunc(t.best, m, t.compare)
+	t.best = slices.Insert(t.best, i, m)
+	if len(t.best) > t.n {
+		t.best = t.best[:t.n]
+	}
 }
