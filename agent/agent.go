@@ -207,8 +207,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	apiServer.Live = metrics.NewLive(a.upstreamStatus)
 	srv := apiServer.HTTPServer()
 	serveErr := make(chan error, 2)
+	// Requests run in a context that the stop cancels first, so that long
+	// polls and waiting leases end at once rather than hold up the stop
+	// (Shutdown waits for requests but does not cancel them).
+	requests, cancelRequests := context.WithCancel(context.Background())
+	base := func(net.Listener) context.Context { return requests }
+	srv.BaseContext = base
 	go func() { serveErr <- srv.Serve(server.LimitListener(ln, cfg.MaxConnsPerUID, log)) }()
 	closers = append(closers, func() error {
+		cancelRequests()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		return srv.Shutdown(sctx)
@@ -224,8 +231,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return fmt.Errorf("--listen: %w", err)
 		}
 		ro := apiServer.ReadOnlyHTTPServer()
+		ro.BaseContext = base
 		go func() { serveErr <- ro.Serve(tcp) }()
 		closers = append(closers, func() error {
+			cancelRequests()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			return ro.Shutdown(sctx)
@@ -290,12 +299,17 @@ func (a *Agent) startReporters(ctx context.Context, closers *[]func() error) err
 	ctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	*closers = append(*closers, func() error { stop(); wg.Wait(); return nil })
+	// Every sender is made before any runs: a running sender builds
+	// snapshots, and the builder reads the senders.
 	for _, u := range a.cfg.Upstreams {
-		s, err := reporter.New(reporter.Config{URL: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile, CAFile: a.cfg.UpstreamCA, Logger: a.log}, a)
+		s, err := reporter.New(reporter.Config{URL: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
+			CAFile: a.cfg.UpstreamCA, Logger: a.log, OnStateChange: a.changed}, a)
 		if err != nil {
 			return err
 		}
 		a.senders = append(a.senders, s)
+	}
+	for _, s := range a.senders {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

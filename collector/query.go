@@ -145,13 +145,16 @@ func (st *Store) Table(q Query) Table {
 	// are met: the scheduler's "best 20 of 80,000" then neither gathers nor
 	// sorts the other 79,980.
 	var ms []match
-	if q.Limit > 0 {
+	if q.Limit > 0 && q.Limit <= maxTopN {
 		best := topN{n: q.Limit, compare: compare}
 		st.each(recs, now, q, best.offer)
 		ms = best.best
 	} else {
 		st.each(recs, now, q, func(m match) { ms = append(ms, m) })
 		slices.SortFunc(ms, compare)
+		if q.Limit > 0 && q.Limit < len(ms) {
+			ms = ms[:q.Limit]
+		}
 	}
 	t := Table{Rows: make([]Row, len(ms))}
 	for i, m := range ms {
@@ -187,6 +190,11 @@ func (st *Store) each(recs []*record, now time.Time, q Query, keep func(match)) 
 		}
 	}
 }
+
+// maxTopN is the largest limit answered by keeping the best rows as they come:
+// each row that enters moves up to limit others, so a larger limit gathers
+// every row and sorts once instead.
+const maxTopN = 256
 
 // topN keeps the first n rows offered in compare's order, sorted.
 type topN struct {

@@ -83,12 +83,20 @@ func NewStore(staleAfter time.Duration, now func() time.Time) *Store {
 
 // Apply stores s as its node's rows unless the node already has rows of the
 // same boot_id with a seq at least as high. A new boot_id is always applied:
-// the daemon restarted and counts seq from 1 again.
+// the daemon restarted and counts seq from 1 again. The same seq again is a
+// node resending an unchanged snapshot (an idle node does so every report
+// interval): its rows stay as they are, but it counts as a report, so that an
+// idle node is never taken for a silent one.
 func (st *Store) Apply(s *api.Snapshot) Outcome {
 	rec := st.recordOf(s)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if old := st.nodes[rec.node]; old != nil && old.bootID == rec.bootID && rec.seq <= old.seq {
+		if rec.seq == old.seq {
+			seen := *old
+			seen.received = rec.received
+			st.nodes[rec.node] = &seen
+		}
 		return Dropped
 	}
 	st.nodes[rec.node] = rec

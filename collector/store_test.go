@@ -198,3 +198,32 @@ func TestConcurrentApplyAndRead(t *testing.T) {
 		}
 	}
 }
+
+// An idle node resends the same snapshot every report interval: its rows are
+// not touched, but it stays working, never taken for a silent node.
+func TestResendOfTheSameSeqKeepsANodeAlive(t *testing.T) {
+	clock := newFakeClock()
+	st := NewStore(15*time.Second, clock.Now)
+	st.Apply(testSnapshot("n1", "b", 7, 4, 2))
+	for range 5 {
+		clock.Add(10 * time.Second)
+		resent := testSnapshot("n1", "b", 7, 9, 2) // same seq: its rows must not be taken
+		if got := st.Apply(resent); got != Dropped {
+			t.Fatalf("a resent seq was %v, want dropped", got)
+		}
+	}
+	n := st.Nodes().Nodes[0]
+	if n.State != api.NodeWorking || !n.LastSeen.Equal(clock.Now()) {
+		t.Fatalf("after 50 s of resends: state %q, last seen %v (now %v)", n.State, n.LastSeen, clock.Now())
+	}
+	if r := st.Table(Query{}).Rows[0]; r.UnitsFree != 4 {
+		t.Fatalf("a resend changed the rows: units_free %d, want 4", r.UnitsFree)
+	}
+	// A lower seq is no report.
+	clock.Add(10 * time.Second)
+	st.Apply(testSnapshot("n1", "b", 3, 4, 2))
+	clock.Add(6 * time.Second)
+	if s := st.Nodes().Nodes[0].State; s != NotWorking {
+		t.Fatalf("after an old seq only, state %q, want not_working", s)
+	}
+}

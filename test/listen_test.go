@@ -81,4 +81,19 @@ func TestListenServesPollersOverTCP(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the long poll did not answer the lease's change")
 	}
+	// A long poll still waiting does not hold up the stop.
+	status, body, _ = get("/v1/snapshot")
+	json.Unmarshal(body, &s)
+	go func() {
+		if resp, err := http.Get(base + fmt.Sprintf("/v1/snapshot?after=%s-%d&wait=60s", s.BootID, s.Seq)); err == nil {
+			resp.Body.Close()
+		}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	if err := d.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if strings.Contains(d.Log.String(), "error while stopping") {
+		t.Fatalf("the stop waited on the long poll:\n%s", d.Log.String())
+	}
 }

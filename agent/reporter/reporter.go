@@ -44,6 +44,10 @@ type Config struct {
 	// certificate must chain to.
 	CAFile string
 	Logger *slog.Logger
+	// OnStateChange, when set, is called when pushing starts failing or
+	// works again, so that the snapshot, which shows the push state, is made
+	// anew (not on every push: that would make a snapshot per push).
+	OnStateChange func()
 }
 
 // Timing of a sender: at most one push per minGap (10 a second), a push
@@ -169,6 +173,9 @@ func (s *Sender) Run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			// The backoff counts from the end of the try: one that timed
+			// out must not be followed by another at once.
+			lastTry = time.Now()
 			backoff = s.failed(err, backoff)
 			continue
 		}
@@ -257,6 +264,13 @@ func (s *Sender) succeeded(p *snapshot.Published) {
 	s.mu.Unlock()
 	if recovered {
 		s.log.Info("pushing snapshots to the upstream works again")
+		s.stateChanged()
+	}
+}
+
+func (s *Sender) stateChanged() {
+	if s.cfg.OnStateChange != nil {
+		s.cfg.OnStateChange()
 	}
 }
 
@@ -271,6 +285,7 @@ func (s *Sender) failed(err error, last time.Duration) time.Duration {
 	s.mu.Unlock()
 	if first {
 		s.log.Warn("cannot push the snapshot to the upstream; retrying with backoff (leasing goes on)", "err", err)
+		s.stateChanged()
 	}
 	next := min(max(2*last, backoffMin), backoffMax)
 	return next + rand.N(next/4+1)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,8 +148,12 @@ func TestPushRetriesAndRecovers(t *testing.T) {
 	rcv := &receiver{status: 503}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	s := start(t, Config{URL: srv.URL, Interval: time.Hour}, src)
+	var changes atomic.Int32
+	s := start(t, Config{URL: srv.URL, Interval: time.Hour, OnStateChange: func() { changes.Add(1) }}, src)
 	e2e.Eventually(t, "failures counted", func() bool { return s.Status().Failures >= 2 })
+	if n := changes.Load(); n != 1 {
+		t.Fatalf("OnStateChange called %d times while failing, want once", n)
+	}
 	if st := s.Status(); st.LastError == "" || st.LastSuccess != nil {
 		t.Fatalf("status while failing: %+v", st)
 	}
@@ -161,6 +166,7 @@ func TestPushRetriesAndRecovers(t *testing.T) {
 		st := s.Status()
 		return st.Failures == 0 && st.LastError == "" && st.LastSuccess != nil && st.LastSeq == 2 && st.Pushes >= 1
 	})
+	e2e.Eventually(t, "the recovery told", func() bool { return changes.Load() == 2 })
 }
 
 // A receiver that accepts and never answers holds up neither another
