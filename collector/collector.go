@@ -13,6 +13,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 )
 
@@ -30,6 +32,11 @@ type Config struct {
 	Logger     *slog.Logger
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// MaxNodes is the most nodes the table keeps (--max-nodes).
+	MaxNodes int
+	// TokenFile holds the bearer token snapshots must come with
+	// (--token-file); none when empty.
+	TokenFile string
 }
 
 // Run serves the collector on cfg.Listen until ctx ends.
@@ -48,7 +55,19 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	srv := HTTPServer(NewServer(NewStore(cfg.StaleAfter, cfg.Now), log))
+	store := NewStore(cfg.StaleAfter, cfg.Now)
+	store.MaxNodes = cfg.MaxNodes
+	handler := NewServer(store, log)
+	if cfg.TokenFile != "" {
+		b, err := os.ReadFile(cfg.TokenFile)
+		if err != nil {
+			return fmt.Errorf("--token-file: %w", err)
+		}
+		if handler.Token = strings.TrimSpace(string(b)); handler.Token == "" || strings.ContainsAny(handler.Token, "\r\n") {
+			return errors.New("--token-file: want one line holding the token")
+		}
+	}
+	srv := HTTPServer(handler)
 	log.Info("gpulet-collector listening", "addr", ln.Addr().String(), "stale_after", cfg.StaleAfter)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

@@ -57,6 +57,13 @@ func decodeError(err error) error {
 	return api.Errorf(api.ErrBadRequest, "snapshot: %v", err)
 }
 
+// Bounds on what one snapshot may make the collector keep: the names and ids
+// of a node and its GPUs, and its count of GPUs.
+const (
+	maxText = 256
+	MaxGPUs = 256
+)
+
 func validate(s *api.Snapshot) error {
 	bad := func(field, format string, args ...any) error {
 		return api.Errorf(api.ErrBadRequest, "snapshot: field %s: %s", field, fmt.Sprintf(format, args...))
@@ -70,6 +77,12 @@ func validate(s *api.Snapshot) error {
 		return bad("boot_id", "missing")
 	case s.Seq == 0:
 		return bad("seq", "missing (seq starts at 1)")
+	case len(s.Node) > maxText:
+		return bad("node", "longer than %d bytes", maxText)
+	case len(s.BootID) > maxText:
+		return bad("boot_id", "longer than %d bytes", maxText)
+	case len(s.GPUs) > MaxGPUs:
+		return bad("gpus", "%d GPUs, more than the %d a node may have", len(s.GPUs), MaxGPUs)
 	}
 	switch s.State {
 	case api.NodeWorking, api.NodeDraining, api.NodeDegraded:
@@ -99,6 +112,11 @@ func validate(s *api.Snapshot) error {
 		} {
 			if f.v < 0 {
 				return bad(fmt.Sprintf("gpus[%d].%s", i, f.name), "%d is negative", f.v)
+			}
+		}
+		for _, f := range []struct{ name, v string }{{"uuid", g.UUID}, {"name", g.Name}, {"state", g.State}} {
+			if len(f.v) > maxText {
+				return bad(fmt.Sprintf("gpus[%d].%s", i, f.name), "longer than %d bytes", maxText)
 			}
 		}
 		if seen[g.Index] {

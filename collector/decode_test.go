@@ -128,3 +128,28 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeBounds(t *testing.T) {
+	long := strings.Repeat("x", 300)
+	for _, tc := range []struct {
+		field  string
+		change func(s *api.Snapshot)
+	}{
+		{"node", func(s *api.Snapshot) { s.Node = long }},
+		{"boot_id", func(s *api.Snapshot) { s.BootID = long }},
+		{"gpus[0].name", func(s *api.Snapshot) { s.GPUs[0].Name = long }},
+		{"gpus[0].uuid", func(s *api.Snapshot) { s.GPUs[0].UUID = long }},
+		{"gpus", func(s *api.Snapshot) {
+			for i := range MaxGPUs {
+				s.GPUs = append(s.GPUs, api.GPU{Index: i + 1})
+			}
+		}},
+	} {
+		s := testSnapshot("n", "b", 1, 4, 1)
+		tc.change(s)
+		b, _ := json.Marshal(s)
+		if _, err := DecodeSnapshot(b); err == nil || !strings.Contains(err.Error(), "field "+tc.field+":") {
+			t.Errorf("%s too large: %v", tc.field, err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package collector
 
 import (
 	"bytes"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -22,6 +23,8 @@ type Server struct {
 	metrics http.Handler
 
 	applied, dropped, rejected atomic.Uint64
+	// Token, when set, is the bearer token a snapshot must come with.
+	Token string
 }
 
 type route struct {
@@ -73,6 +76,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
+	if s.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.Token)) != 1 {
+		s.rejected.Add(1)
+		return api.Errorf(api.ErrForbidden, "snapshot: the collector wants Authorization: Bearer and the token of its --token-file (gpuletd --upstream-token-file)")
+	}
 	if r.ContentLength > MaxSnapshotBody {
 		s.rejected.Add(1)
 		return api.Errorf(api.ErrRequestTooLarge, "snapshot body: larger than %d bytes", MaxSnapshotBody)
@@ -104,6 +111,9 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 		s.applied.Add(1)
 	case Dropped:
 		s.dropped.Add(1)
+	case Full:
+		s.rejected.Add(1)
+		return api.Errorf(api.ErrUnavailable, "the table holds its most nodes (--max-nodes %d): node %q is not taken", s.store.MaxNodes, snap.Node)
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil

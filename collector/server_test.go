@@ -129,3 +129,37 @@ func TestServerSnapshots(t *testing.T) {
 		t.Error("promtool is not installed")
 	}
 }
+
+// A full table refuses new nodes (503) and keeps taking the ones it has; a
+// collector with a token refuses snapshots without it.
+func TestMaxNodesAndToken(t *testing.T) {
+	st := NewStore(time.Minute, nil)
+	st.MaxNodes = 1
+	s := NewServer(st, nil)
+	s.Token = "sesame"
+	post := func(node string, seq uint64, auth string) int {
+		b, _ := json.Marshal(testSnapshot(node, "b", seq, 4, 1))
+		req := httptest.NewRequest("POST", "/v1/snapshots", bytes.NewReader(b))
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		s.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	if code := post("n1", 1, ""); code != 403 {
+		t.Fatalf("no token: %d, want 403", code)
+	}
+	if code := post("n1", 1, "Bearer wrong"); code != 403 {
+		t.Fatalf("wrong token: %d, want 403", code)
+	}
+	if code := post("n1", 1, "Bearer sesame"); code != 204 {
+		t.Fatalf("first node: %d, want 204", code)
+	}
+	if code := post("n2", 1, "Bearer sesame"); code != 503 {
+		t.Fatalf("a node past --max-nodes: %d, want 503", code)
+	}
+	if code := post("n1", 2, "Bearer sesame"); code != 204 || st.Nodes().Nodes[0].Seq != 2 {
+		t.Fatalf("the node it has: %d", code)
+	}
+}

@@ -56,7 +56,13 @@ const (
 	// Dropped: the snapshot is not newer than the node's rows (same boot_id,
 	// seq not above the last) and was ignored.
 	Dropped
+	// Full: the snapshot is of a node the table has no room for (MaxNodes).
+	Full
 )
+
+// DefaultMaxNodes bounds the nodes the table keeps: 100,000 nodes of 8 GPUs
+// take about 170 MiB; a sender of made-up node names can take no more.
+const DefaultMaxNodes = 100000
 
 // Store is the resource table: one record per node. Snapshots are decoded
 // and turned into records before the lock is taken, so the write lock is
@@ -70,6 +76,9 @@ type Store struct {
 	// mu guards nodes; the records it points to are immutable.
 	mu    sync.RWMutex
 	nodes map[string]*record
+	// MaxNodes, when above zero, is the most nodes the table keeps; a
+	// snapshot of another node is refused once it is full.
+	MaxNodes int
 }
 
 // NewStore returns an empty table in which a node silent for staleAfter is
@@ -91,7 +100,11 @@ func (st *Store) Apply(s *api.Snapshot) Outcome {
 	rec := st.recordOf(s)
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if old := st.nodes[rec.node]; old != nil && old.bootID == rec.bootID && rec.seq <= old.seq {
+	old := st.nodes[rec.node]
+	if old == nil && st.MaxNodes > 0 && len(st.nodes) >= st.MaxNodes {
+		return Full
+	}
+	if old != nil && old.bootID == rec.bootID && rec.seq <= old.seq {
 		if rec.seq == old.seq {
 			seen := *old
 			seen.received = rec.received

@@ -25,8 +25,10 @@ func main() {
 	var cfg collector.Config
 	fs.StringVar(&cfg.Listen, "listen", "", "TCP address to serve on, e.g. :9410 (required)")
 	fs.DurationVar(&cfg.StaleAfter, "stale-after", collector.DefaultStaleAfter, "a node silent this long is not_working (three of its report intervals)")
+	fs.IntVar(&cfg.MaxNodes, "max-nodes", collector.DefaultMaxNodes, "most nodes the table keeps; snapshots of further nodes get 503")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token snapshots must come with (gpuletd --upstream-token-file); none by default")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: gpulet-collector --listen ADDR [--stale-after D]")
+		fmt.Fprintln(fs.Output(), "Usage: gpulet-collector --listen ADDR [--stale-after D] [--max-nodes N] [--token-file F]")
 		fmt.Fprintln(fs.Output(), "Takes the snapshots gpuletd --upstream pushes and serves one table of every node and GPU.")
 		fs.PrintDefaults()
 	}
