@@ -82,7 +82,7 @@ func TestListenServesPollersOverTCP(t *testing.T) {
 		t.Fatal("the long poll did not answer the lease's change")
 	}
 	// A long poll still waiting does not hold up the stop.
-	status, body, _ = get("/v1/snapshot")
+	_, body, _ = get("/v1/snapshot")
 	json.Unmarshal(body, &s)
 	go func() {
 		if resp, err := http.Get(base + fmt.Sprintf("/v1/snapshot?after=%s-%d&wait=60s", s.BootID, s.Seq)); err == nil {
