@@ -3,8 +3,10 @@ package collector
 import (
 	"bytes"
 	"encoding/json"
+
 	"errors"
 	"fmt"
+	gojson "github.com/goccy/go-json"
 	"io"
 
 	"github.com/gpulet/gpulet/api"
@@ -18,7 +20,38 @@ const MaxSnapshotBody = 1 << 20
 // DecodeSnapshot decodes and validates a snapshot body (DESIGN section 8).
 // Decoding is strict: unknown fields and trailing data are refused. Every
 // error wraps api.ErrBadRequest and names the field at fault.
+//
+// Bodies are decoded with goccy/go-json, about twice as fast as
+// encoding/json, which is most of what ingesting 10,000 snapshots a second
+// costs. A body it refuses is decoded again with encoding/json, whose errors
+// name the field at fault; a fuzz test holds the two to accepting the same
+// bodies as the same snapshots.
 func DecodeSnapshot(body []byte) (*api.Snapshot, error) {
+	var s api.Snapshot
+	if fastDecode(body, &s) != nil {
+		return strictDecode(body)
+	}
+	if err := validate(&s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// fastDecode decodes body into s as strictly as strictDecode.
+func fastDecode(body []byte, s *api.Snapshot) error {
+	dec := gojson.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(s); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("data after the JSON object")
+	}
+	return nil
+}
+
+// strictDecode decodes and validates body with encoding/json, for its errors.
+func strictDecode(body []byte) (*api.Snapshot, error) {
 	var s api.Snapshot
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()

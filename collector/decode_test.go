@@ -3,6 +3,7 @@ package collector
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -108,7 +109,38 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add([]byte(`{"seq":-1}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(``))
+	// Where two JSON decoders are most likely to part ways.
+	base := `"schema":"gpulet.snapshot/v1","boot_id":"y","seq":1,"state":"working"`
+	for _, tricky := range []string{
+		`{"node":"x",` + base + `,"node":"z"}`,             // a key twice
+		`{"NODE":"x",` + base + `}`,                         // a key in other case
+		`{"node":"x\u0000",` + base + `}`,                  // an escaped NUL
+		"{\"node\":\"\xff\xfe\"," + base + "}",        // invalid UTF-8
+		`{"node":"\ud800",` + base + `}`,                   // a lone surrogate
+		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":1e0,"state":"working"}`,
+		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":18446744073709551616,"state":"working"}`,
+		`{"node":"x",` + base + `,"gpus":[{"index":0,"extra":1}]}`,
+		`{"node":"x",` + base + `,}`,
+		`{"node":"x",` + base + `} `,
+		`{"node":"x",` + base + `}x`,
+		"\ufeff{\"node\":\"x\"," + base + "}",
+		`{"node":"x",` + base + `,"gpus":[{"index":0,"units_free":1.5}]}`,
+		`{"node":"x",` + base + `,"gpus":null,"view":null,"upstreams":[{}]}`,
+	} {
+		f.Add([]byte(tricky))
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The fast decoder accepts what encoding/json accepts, as the same
+		// snapshot, and nothing else.
+		var fast api.Snapshot
+		fastErr := fastDecode(b, &fast)
+		strict, strictErr := strictDecode(b)
+		if fastErr == nil && strictErr == nil && !reflect.DeepEqual(&fast, strict) {
+			t.Fatalf("%q: the decoders disagree:\n%+v\n%+v", b, fast, *strict)
+		}
+		if fastErr == nil && strictErr != nil && validate(&fast) == nil {
+			t.Fatalf("%q: the fast decoder accepted what encoding/json refuses: %v", b, strictErr)
+		}
 		s, err := DecodeSnapshot(b)
 		if err != nil {
 			if !errors.Is(err, api.ErrBadRequest) {

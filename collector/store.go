@@ -118,14 +118,16 @@ func (st *Store) Apply(s *api.Snapshot) Outcome {
 
 func (st *Store) recordOf(s *api.Snapshot) *record {
 	rec := &record{
-		node: s.Node, bootID: s.BootID, seq: s.Seq, received: st.now(), state: s.State,
+		// Copies: the decoder's strings may share the memory of the whole
+		// body, which the table must not keep alive.
+		node: strings.Clone(s.Node), bootID: strings.Clone(s.BootID), seq: s.Seq, received: st.now(), state: st.names.state(s.State),
 		unitsTotal: s.UnitsTotal, unitsFree: s.UnitsFree, unitsReserved: s.UnitsReserved,
 		gpus: make([]gpuRecord, len(s.GPUs)),
 	}
 	for i, g := range s.GPUs {
 		name, lower := st.names.get(g.Name)
 		rec.gpus[i] = gpuRecord{
-			index: g.Index, uuid: g.UUID, name: name, lowerName: lower, state: st.names.state(g.State),
+			index: g.Index, uuid: strings.Clone(g.UUID), name: name, lowerName: lower, state: st.names.state(g.State),
 			eligible: g.Eligible, unitsTotal: g.UnitsTotal, unitsUsed: g.UnitsUsed, unitsFree: g.UnitsFree,
 			unitsReserved: g.UnitsReserved, utilizationPct: g.UtilizationPct,
 			memoryTotalMiB: g.MemoryTotalMiB, memoryUsedMiB: g.MemoryUsedMiB,
@@ -229,6 +231,9 @@ func (in *interner) get(s string) (name, lower string) {
 	}
 	// Only a bounded vocabulary is worth sharing; an unusual name (a
 	// sender making up names) is kept as it is, not remembered forever.
+	// The decoder's strings may share the memory of the whole body: what
+	// the table keeps is copied out.
+	s = strings.Clone(s)
 	if in.n.Load() >= maxInterned {
 		return s, strings.ToLower(s)
 	}
