@@ -112,11 +112,11 @@ func FuzzDecodeSnapshot(f *testing.F) {
 	// Where two JSON decoders are most likely to part ways.
 	base := `"schema":"gpulet.snapshot/v1","boot_id":"y","seq":1,"state":"working"`
 	for _, tricky := range []string{
-		`{"node":"x",` + base + `,"node":"z"}`,             // a key twice
-		`{"NODE":"x",` + base + `}`,                         // a key in other case
-		`{"node":"x\u0000",` + base + `}`,                  // an escaped NUL
-		"{\"node\":\"\xff\xfe\"," + base + "}",        // invalid UTF-8
-		`{"node":"\ud800",` + base + `}`,                   // a lone surrogate
+		`{"node":"x",` + base + `,"node":"z"}`, // a key twice
+		`{"NODE":"x",` + base + `}`,            // a key in other case
+		`{"node":"x\u0000",` + base + `}`,      // an escaped NUL
+		"{\"node\":\"\xff\xfe\"," + base + "}", // invalid UTF-8
+		`{"node":"\ud800",` + base + `}`,       // a lone surrogate
 		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":1e0,"state":"working"}`,
 		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":18446744073709551616,"state":"working"}`,
 		`{"node":"x",` + base + `,"gpus":[{"index":0,"extra":1}]}`,
