@@ -158,6 +158,9 @@ type Owner struct {
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
 	PID int    `json:"pid"`
+	// Groups are the caller's supplementary groups when it asked: the lease
+	// counts toward their quotas.
+	Groups []uint32 `json:"groups,omitempty"`
 }
 
 // Lease is a grant of units on one MPS instance of one GPU.
@@ -225,4 +228,74 @@ type SimGPUUpdate struct {
 // GPU's Xid fault is cleared and the node's draining is left as it is.
 type UndrainRequest struct {
 	GPU string `json:"gpu"`
+}
+
+// Placement is the body of POST /v1/placements: where a lease of the same
+// request would go now, and why each GPU was kept or left out.
+type Placement struct {
+	GPU        LeaseGPU    `json:"gpu"`
+	Instance   int         `json:"instance"`
+	Units      []int       `json:"units"`
+	Policy     string      `json:"policy"`
+	Candidates []Candidate `json:"candidates"`
+}
+
+// Candidate is one GPU of a dry run: kept, or left out and why.
+type Candidate struct {
+	GPU  int    `json:"gpu"`
+	Kept bool   `json:"kept"`
+	Why  string `json:"why,omitempty"`
+}
+
+// ProfileList is the body of GET /v1/profiles: the task–engine affinity
+// table, tasks by name, each task's models fastest first.
+type ProfileList struct {
+	Profiles []TaskProfile `json:"profiles"`
+}
+
+// TaskProfile is one task's run times.
+type TaskProfile struct {
+	Task   string         `json:"task"`
+	Models []ModelRunTime `json:"models"`
+}
+
+// ModelRunTime is a task's run time on one GPU model, and how many measured
+// runs it rests on (0: the config file's figure alone).
+type ModelRunTime struct {
+	Model   string  `json:"model"`
+	Seconds float64 `json:"seconds"`
+	Runs    int     `json:"runs"`
+}
+
+// PoolList is the body of GET /v1/pools: the configured pools and whether
+// the caller may lease in each.
+type PoolList struct {
+	Pools []Pool `json:"pools"`
+}
+
+// Pool is one pool of the config file.
+type Pool struct {
+	Name string `json:"name"`
+	GPUs []int  `json:"gpus"`
+	// Users are who may lease there as the config file names them; empty:
+	// everyone.
+	Users     []string `json:"users,omitempty"`
+	UnitsFree int      `json:"units_free"`
+	// Allowed says whether the caller may lease there.
+	Allowed bool `json:"allowed"`
+}
+
+// QuotaList is the body of GET /v1/quotas: the quotas that apply to the
+// caller and what is held against each. Admins are bound by none.
+type QuotaList struct {
+	Admin  bool         `json:"admin"`
+	Quotas []QuotaUsage `json:"quotas"`
+}
+
+// QuotaUsage is one quota that applies to the caller.
+type QuotaUsage struct {
+	// Quota is the quota as the config file names it: alice, group:ml, *.
+	Quota string `json:"quota"`
+	Limit int    `json:"limit"`
+	Held  int    `json:"held"`
 }

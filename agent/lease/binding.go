@@ -99,7 +99,7 @@ func (b *pidBinding) armLocked(m *Manager, l *lease) {
 	p, id := b.proc, l.ID
 	go func() {
 		if p.Wait() == nil {
-			m.end(id, "process exited")
+			m.exited(id)
 		}
 	}()
 }

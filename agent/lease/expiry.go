@@ -118,6 +118,7 @@ func (m *Manager) dropLocked(l *lease) {
 		}
 	}
 	m.touchLocked(l.GPU.Index)
+	m.usage.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), -len(l.Units))
 	if l.holder != nil {
 		if m.held[*l.holder] -= len(l.Units); m.held[*l.holder] <= 0 {
 			delete(m.held, *l.holder)

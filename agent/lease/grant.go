@@ -188,9 +188,6 @@ func (m *Manager) settle() {
 
 // unbuilt refuses the request fields whose features this version lacks.
 func unbuilt(req Request) error {
-	if req.Pool != "" {
-		return api.Errorf(api.ErrNotFound, "pool: no pool named %q (no pools are configured)", req.Pool)
-	}
 	if req.Reservation != "" {
 		return api.Errorf(api.ErrNotFound, "reservation: no reservation named %q", req.Reservation)
 	}
@@ -198,7 +195,15 @@ func unbuilt(req Request) error {
 }
 
 func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
-	return placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, UID: peer.UID}
+	r := placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, UID: peer.UID,
+		Pool: req.Pool, Admin: peer.Admin}
+	if !m.engine.Load().Open() {
+		r.GIDs = leaseGroups(peer.GID, peer.Groups)
+	}
+	if req.Task != "" {
+		r.Prefer = m.cfg.Prefer(req.Task)
+	}
+	return r
 }
 
 // tryGrantLocked places and grants req, or says why it cannot now.
@@ -210,6 +215,9 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		if held := m.held[pb.key()]; held+req.Units > m.cfg.Model.UnitsPerClient {
 			return nil, api.Errorf(api.ErrBadRequest, "units: process %d holds %d unit(s) already; one process may hold at most %d (--units-per-client)", pb.pid, held, m.cfg.Model.UnitsPerClient)
 		}
+	}
+	if err := m.checkQuotaLocked(peer, req.Units); err != nil {
+		return nil, err
 	}
 	for {
 		d, err := m.engine.Load().Place(m.nodeLocked(), m.placementRequest(peer, req))
@@ -279,6 +287,7 @@ func (m *Manager) addLocked(l *lease) {
 	}
 	m.touchLocked(l.GPU.Index)
 	m.leases[l.ID] = l
+	m.usage.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), len(l.Units))
 	if pb, ok := l.bind.(*pidBinding); ok {
 		key := pb.key()
 		l.holder = &key
@@ -294,7 +303,7 @@ func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Cho
 		GPU:         api.LeaseGPU{Index: c.GPU, UUID: dev.UUID},
 		Instance:    c.Instance,
 		Units:       c.Units,
-		Owner:       api.Owner{UID: peer.UID, GID: peer.GID},
+		Owner:       api.Owner{UID: peer.UID, GID: peer.GID, Groups: peer.Groups},
 		Created:     now,
 		Binding:     string(bind.kind()),
 		Reservation: req.Reservation,

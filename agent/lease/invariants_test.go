@@ -173,6 +173,20 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 			held[*l.holder] += len(l.Units)
 		}
 	}
+	want := newUsage()
+	for _, l := range m.leases {
+		want.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), len(l.Units))
+	}
+	for _, g := range m.gpus {
+		for _, s := range g.slots {
+			if s.state == slotOffline {
+				want.add(s.uid, nil, 1)
+			}
+		}
+	}
+	if fmt.Sprint(want) != fmt.Sprint(m.usage) {
+		t.Fatalf("%s: units counted against quotas %+v, the table says %+v", when, m.usage, want)
+	}
 	if fmt.Sprint(held) != fmt.Sprint(m.held) {
 		t.Fatalf("%s: units held per process %v, the leases say %v", when, m.held, held)
 	}

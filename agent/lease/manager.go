@@ -98,6 +98,14 @@ type Config struct {
 	// MaxWaitersPerUID caps the requests one uid (root aside) may have
 	// waiting for units at once; 0: no cap.
 	MaxWaitersPerUID int
+	// Prefer returns the GPU models a task runs fastest on, fastest first
+	// (task–engine affinity); it must not call the Manager. Nil: no
+	// preference.
+	Prefer func(task string) []string
+	// TaskRan is told, without the Manager's lock, how long a lease with a
+	// task ran on a GPU model, when the lease ended because its process
+	// exited. Nil: nobody listens.
+	TaskRan func(task, model string, d time.Duration)
 }
 
 // Manager owns the unit table.
@@ -114,7 +122,8 @@ type Manager struct {
 
 	// mu guards every field below: the unit table (gpus, with its slots and
 	// dirty marks), the live leases (leases, with their bindings' timers and
-	// processes) and the units each process holds (held), the waiters, the
+	// processes) and the units each process holds (held), the units held
+	// against quotas (usage) and the quotas in force, the waiters, the
 	// journal and every write to it, the log lines queued under it and the
 	// line budget, the counters, the version of the view, and closed.
 	// Helpers that need it held end in Locked.
@@ -126,6 +135,10 @@ type Manager struct {
 	// held counts the units of process-bound leases per process: one process
 	// may hold at most M.
 	held map[procKey]int
+	// usage counts the units held per uid, per group and in all, against
+	// quotas (the quotas in force).
+	usage  usage
+	quotas *Quotas
 	// waiters are requests waiting for units, oldest first; waitCap counts
 	// them per uid.
 	waiters []*waiter
@@ -172,10 +185,16 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.InstanceEnv == nil {
 		cfg.InstanceEnv = func(int, int) map[string]string { return nil }
 	}
+	if cfg.Prefer == nil {
+		cfg.Prefer = func(string) []string { return nil }
+	}
+	if cfg.TaskRan == nil {
+		cfg.TaskRan = func(string, string, time.Duration) {}
+	}
 	if cfg.Conditions == nil {
 		cfg.Conditions = func() *Conditions { return nil }
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, held: map[procKey]int{}, journal: journal{path: cfg.JournalPath}}
+	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, held: map[procKey]int{}, usage: newUsage(), journal: journal{path: cfg.JournalPath}}
 	m.engine.Store(placement.New(cfg.Policy))
 	m.claimLines = ratelog.New(cfg.Logger, "offline claims", claimLinesPerSecond, cfg.Clock.Now)
 	for _, d := range cfg.Devices {

@@ -85,21 +85,28 @@ func (m *Manager) applyLocked(g, i int, present bool) {
 	case s.state == slotFree && present:
 		s.state = slotOffline
 		s.uid, s.fifo, _ = m.cfg.Ledger.Stat(g, i)
+		m.usage.add(s.uid, nil, 1)
 		m.touchLocked(g)
 	case s.state == slotOffline && present:
 		// The FIFO may have been replaced by another claimer's (a remove and a
 		// create coalesced): the probe must name the FIFO that is there now.
 		if uid, id, ok := m.cfg.Ledger.Stat(g, i); ok && id != s.fifo {
+			m.usage.add(s.uid, nil, -1)
+			m.usage.add(uid, nil, 1)
 			s.uid, s.fifo = uid, id
 			m.touchLocked(g)
 		}
 	case (s.state == slotOffline || s.state == slotBlocked) && !present:
+		if s.state == slotOffline {
+			m.usage.add(s.uid, nil, -1)
+		}
 		*s = slot{own: s.own}
 		m.touchLocked(g)
 	case s.state == slotBlocked && present:
 		// The junk gave way to a claimer's FIFO.
 		s.state = slotOffline
 		s.uid, s.fifo, _ = m.cfg.Ledger.Stat(g, i)
+		m.usage.add(s.uid, nil, 1)
 		m.touchLocked(g)
 	case s.state == slotLeased && !present:
 		// Someone removed a lease's pipe file; the lease still holds the unit,

@@ -46,6 +46,8 @@ const (
 	instanceUnitsFree
 	instanceClients
 	instanceOtherUser
+	notInPool
+	poolsForbidden
 )
 
 func (r reason) String() string {
@@ -70,6 +72,10 @@ func (r reason) String() string {
 		return fmt.Sprintf("instance %d has its %d clients", r.instance, r.have)
 	case instanceOtherUser:
 		return fmt.Sprintf("instance %d serves another user's MPS clients", r.instance)
+	case notInPool:
+		return fmt.Sprintf("is not in pool %s", r.text)
+	case poolsForbidden:
+		return fmt.Sprintf("is only in pools you may not use (%s)", r.text)
 	}
 	return ""
 }

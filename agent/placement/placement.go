@@ -71,6 +71,16 @@ type Request struct {
 	Type      string
 	MemoryMiB uint64
 	UID       uint32
+	// GIDs are the caller's groups (primary and supplementary), for pool
+	// permissions; Admin callers may use every pool.
+	GIDs  []uint32
+	Admin bool
+	// Pool is the pool the request names; empty: any pool the caller may use.
+	Pool string
+	// Prefer lists GPU model names, best first: the task's fastest models
+	// (task–engine affinity). A GPU of a model nearer the front wins over
+	// any policy; models not listed come last. Empty: no preference.
+	Prefer []string
 }
 
 // Choice is where a request goes.
@@ -105,6 +115,7 @@ var ErrNeverFits = errors.New(api.NeverFits)
 // swapped whole (a config reload) while decisions run.
 type Engine struct {
 	policy Policy
+	pools  pools
 }
 
 // New makes an engine with policy p.
@@ -135,8 +146,15 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 	if err != nil {
 		return d, err
 	}
+	acc, err := e.accessFor(n, r)
+	if err != nil {
+		return d, err
+	}
 	best, found := Candidate{}, false
 	less := e.policy.less()
+	if acc != nil || len(r.Prefer) > 0 {
+		less = preferring(less)
+	}
 	possible := false // some GPU could take r once its load allows
 	var verdicts []gpuVerdict
 	if explain {
@@ -148,7 +166,11 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 			continue
 		}
 		v := gpuVerdict{gpu: g.Index}
-		if v.why = never(g, r); v.why.kind != fits {
+		why, poolFree := e.gpuAccess(acc, g)
+		if why.kind == fits {
+			why = never(g, r)
+		}
+		if v.why = why; v.why.kind != fits {
 			if explain {
 				verdicts = append(verdicts, v)
 			}
@@ -170,7 +192,7 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 				continue
 			}
 			v.kept = true
-			c := Candidate{GPU: gi, Instance: ki, Free: len(in.FreeUnits), GPUFree: g.Free}
+			c := Candidate{GPU: gi, Instance: ki, Free: len(in.FreeUnits), GPUFree: g.Free, PoolFree: poolFree, Rank: modelRank(r.Prefer, g.Name)}
 			if !found || less(c, best) {
 				best, found = c, true
 			}
@@ -257,6 +279,9 @@ func describe(r Request) string {
 	}
 	if r.MemoryMiB > 0 {
 		parts = append(parts, fmt.Sprintf("with %d MiB", r.MemoryMiB))
+	}
+	if r.Pool != "" {
+		parts = append(parts, "in pool "+r.Pool)
 	}
 	if len(parts) == 0 {
 		return ""

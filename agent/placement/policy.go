@@ -43,6 +43,24 @@ type Candidate struct {
 	// Free is the instance's free units; GPUFree the whole GPU's.
 	Free    int
 	GPUFree int
+	// PoolFree is the free units of the fullest pool the GPU is used
+	// through; Rank is where the GPU's model stands in the request's Prefer.
+	PoolFree int
+	Rank     int
+}
+
+// preferring puts the task's faster models first, then the fuller pool,
+// and orders what is left by less.
+func preferring(less func(a, b Candidate) bool) func(a, b Candidate) bool {
+	return func(a, b Candidate) bool {
+		if a.Rank != b.Rank {
+			return a.Rank < b.Rank
+		}
+		if a.PoolFree != b.PoolFree {
+			return a.PoolFree < b.PoolFree
+		}
+		return less(a, b)
+	}
 }
 
 func byIndex(a, b Candidate) bool {

@@ -1,0 +1,25 @@
+package lease
+
+import "time"
+
+// exited ends lease id because its process exited and, when the lease ran a
+// task, tells TaskRan how long it ran on its GPU's model: the measured run
+// times that task–engine affinity learns from. A lease ended any other way
+// (released, expired, reclaimed) says nothing of the task's run time.
+func (m *Manager) exited(id string) {
+	if !m.lockOpen() {
+		return
+	}
+	var task, model string
+	var ran time.Duration
+	if l, ok := m.leases[id]; ok {
+		if l.Task != "" {
+			task, model, ran = l.Task, m.gpus[l.GPU.Index].dev.Name, m.clock.Now().Sub(l.Created)
+		}
+		m.dropAndRecordLocked(l, "process exited", true)
+	}
+	m.unlock()
+	if task != "" && ran > 0 {
+		m.cfg.TaskRan(task, model, ran)
+	}
+}

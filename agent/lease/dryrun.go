@@ -1,0 +1,43 @@
+package lease
+
+import (
+	"github.com/gpulet/gpulet/api"
+)
+
+// Explain says where a lease for req would go now and why each GPU was kept
+// or left out, or gives the error the lease would get; it changes nothing
+// (POST /v1/placements, gpurun --dry-run).
+func (m *Manager) Explain(peer Peer, req Request) (api.Placement, error) {
+	if req.Units > m.cfg.Model.UnitsPerClient {
+		return api.Placement{}, api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
+	}
+	if err := unbuilt(req); err != nil {
+		return api.Placement{}, err
+	}
+	if !m.lockOpen() {
+		return api.Placement{}, errStopping
+	}
+	defer m.unlock()
+	if m.journal.failed != nil {
+		return api.Placement{}, unrecorded("no lease is granted", m.journal.failed)
+	}
+	if err := m.checkQuotaLocked(peer, req.Units); err != nil {
+		return api.Placement{}, err
+	}
+	e := m.engine.Load()
+	d, err := e.Explain(m.nodeLocked(), m.placementRequest(peer, req))
+	if err != nil {
+		return api.Placement{}, err
+	}
+	p := api.Placement{
+		GPU:        api.LeaseGPU{Index: d.Choice.GPU, UUID: m.gpus[d.Choice.GPU].dev.UUID},
+		Instance:   d.Choice.Instance,
+		Units:      d.Choice.Units,
+		Policy:     string(d.Policy),
+		Candidates: make([]api.Candidate, len(d.Verdicts)),
+	}
+	for i, v := range d.Verdicts {
+		p.Candidates[i] = api.Candidate{GPU: v.GPU, Kept: v.Kept, Why: v.Why}
+	}
+	return p, nil
+}

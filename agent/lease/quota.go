@@ -1,0 +1,179 @@
+package lease
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// QuotaKind says whose units a quota caps.
+type QuotaKind uint8
+
+// The kinds of quota (DESIGN section 11).
+const (
+	// QuotaUser caps the units one uid holds.
+	QuotaUser QuotaKind = iota
+	// QuotaGroup caps the units all members of one group hold together.
+	QuotaGroup
+	// QuotaEveryone caps the units everyone holds together.
+	QuotaEveryone
+)
+
+// Quota is one quota of the config file.
+type Quota struct {
+	// Name is the quota as the config file writes it: alice, group:ml, *.
+	Name  string
+	Kind  QuotaKind
+	ID    uint32
+	Limit int
+}
+
+// Quotas is a set of quotas indexed for a request's check: what one check
+// costs grows with the caller's groups, not with the quotas configured.
+type Quotas struct {
+	byUID    map[uint32]Quota
+	byGID    map[uint32]Quota
+	everyone *Quota
+}
+
+// NewQuotas indexes qs; a later quota of the same user or group wins.
+func NewQuotas(qs []Quota) *Quotas {
+	out := &Quotas{byUID: map[uint32]Quota{}, byGID: map[uint32]Quota{}}
+	for _, q := range qs {
+		switch q.Kind {
+		case QuotaUser:
+			out.byUID[q.ID] = q
+		case QuotaGroup:
+			out.byGID[q.ID] = q
+		case QuotaEveryone:
+			out.everyone = &q
+		}
+	}
+	return out
+}
+
+// usage counts the units held, for quotas: per uid (leases and offline claims,
+// an offline claim counting toward its FIFO's owner), per group (leases, by
+// the groups their caller had), and in all.
+type usage struct {
+	byUID map[uint32]int
+	byGID map[uint32]int
+	total int
+}
+
+func newUsage() usage { return usage{byUID: map[uint32]int{}, byGID: map[uint32]int{}} }
+
+// add counts n units (n < 0: no longer) held by uid in groups gids.
+func (u *usage) add(uid uint32, gids []uint32, n int) {
+	u.total += n
+	bump(u.byUID, uid, n)
+	for _, g := range gids {
+		bump(u.byGID, g, n)
+	}
+}
+
+func bump(m map[uint32]int, k uint32, n int) {
+	if m[k] += n; m[k] <= 0 {
+		delete(m, k)
+	}
+}
+
+// leaseGroups is the set of groups a lease counts toward: the caller's
+// primary group and its supplementary groups, each once.
+func leaseGroups(gid uint32, groups []uint32) []uint32 {
+	out := make([]uint32, 0, len(groups)+1)
+	out = append(out, gid)
+	for _, g := range groups {
+		if !slices.Contains(out, g) {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// QuotaUse is one quota that applies to a caller, with what is held against
+// it now.
+type QuotaUse struct {
+	Quota
+	Held int
+}
+
+// applying lists the quotas that apply to a caller of uid in groups gids.
+func (q *Quotas) applying(uid uint32, gids []uint32, u *usage) []QuotaUse {
+	if q == nil {
+		return nil
+	}
+	var out []QuotaUse
+	if qu, ok := q.byUID[uid]; ok {
+		out = append(out, QuotaUse{qu, u.byUID[uid]})
+	}
+	for _, g := range gids {
+		if qg, ok := q.byGID[g]; ok {
+			out = append(out, QuotaUse{qg, u.byGID[g]})
+		}
+	}
+	if q.everyone != nil {
+		out = append(out, QuotaUse{*q.everyone, u.total})
+	}
+	return out
+}
+
+// checkQuotaLocked refuses a request that would lift its caller above a quota
+// that applies; admins are bound by none.
+func (m *Manager) checkQuotaLocked(peer Peer, units int) error {
+	if peer.Admin || m.quotas == nil {
+		return nil
+	}
+	gids := leaseGroups(peer.GID, peer.Groups)
+	if qu, ok := m.quotas.byUID[peer.UID]; ok {
+		if err := exceeds(qu, m.usage.byUID[peer.UID], units); err != nil {
+			return err
+		}
+	}
+	for _, g := range gids {
+		if qg, ok := m.quotas.byGID[g]; ok {
+			if err := exceeds(qg, m.usage.byGID[g], units); err != nil {
+				return err
+			}
+		}
+	}
+	if q := m.quotas.everyone; q != nil {
+		return exceeds(*q, m.usage.total, units)
+	}
+	return nil
+}
+
+func exceeds(q Quota, held, units int) error {
+	if held+units <= q.Limit {
+		return nil
+	}
+	whose := "you hold"
+	switch q.Kind {
+	case QuotaGroup:
+		whose = "its members hold"
+	case QuotaEveryone:
+		whose = "everyone holds"
+	}
+	return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), %s %d, %d more asked", q.Name, q.Limit, whose, held, units)
+}
+
+// SetQuotas puts quotas in force (nil: none); a config reload calls it.
+// Leases held beyond a lowered quota stay; new ones are refused.
+func (m *Manager) SetQuotas(q *Quotas) {
+	m.mu.Lock()
+	m.quotas = q
+	m.mu.Unlock()
+}
+
+// QuotaUse lists the quotas that apply to peer and what is held against each.
+func (m *Manager) QuotaUse(peer Peer) []QuotaUse {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.quotas.applying(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.usage)
+}
+
+// String names the quota for a message.
+func (q QuotaUse) String() string {
+	return fmt.Sprintf("%s: %d of %d", q.Name, q.Held, q.Limit)
+}

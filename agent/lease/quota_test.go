@@ -1,0 +1,103 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+func TestQuotas(t *testing.T) {
+	f := newFixture(t, 4, 4, 1)
+	m := f.manager(t)
+	m.SetQuotas(NewQuotas([]Quota{
+		{Name: "alice", Kind: QuotaUser, ID: 1000, Limit: 3},
+		{Name: "group:ml", Kind: QuotaGroup, ID: 50, Limit: 4},
+		{Name: "*", Kind: QuotaEveryone, Limit: 6},
+	}))
+	alice := Peer{UID: 1000, GID: 1000, Groups: []uint32{50}}
+	bob := Peer{UID: 1001, GID: 50}
+	carol := Peer{UID: 1002, GID: 1002}
+	ctx := context.Background()
+	grant := func(p Peer, units int) error {
+		_, err := m.Acquire(ctx, p, ttlReq(units, "1m"))
+		return err
+	}
+	if err := grant(alice, 2); err != nil {
+		t.Fatal(err)
+	}
+	// alice's own quota: 2 held + 2 > 3.
+	err := grant(alice, 2)
+	if !errors.Is(err, api.ErrQuotaExceeded) || !strings.Contains(err.Error(), "quota alice: limit 3 unit(s), you hold 2, 2 more asked") {
+		t.Fatalf("err = %v", err)
+	}
+	// bob is in group ml by his primary group: the group holds 2 of 4.
+	if err := grant(bob, 2); err != nil {
+		t.Fatal(err)
+	}
+	err = grant(bob, 1)
+	if !errors.Is(err, api.ErrQuotaExceeded) || !strings.Contains(err.Error(), "quota group:ml: limit 4 unit(s), its members hold 4") {
+		t.Fatalf("err = %v", err)
+	}
+	// Everyone together: 4 held, carol may take 2, not 3.
+	err = grant(carol, 3)
+	if !errors.Is(err, api.ErrQuotaExceeded) || !strings.Contains(err.Error(), "quota *: limit 6 unit(s), everyone holds 4") {
+		t.Fatalf("err = %v", err)
+	}
+	if err := grant(carol, 2); err != nil {
+		t.Fatal(err)
+	}
+	// Admins are bound by none, but what they hold counts toward "*".
+	if err := grant(root, 1); err != nil {
+		t.Fatal(err)
+	}
+	use := m.QuotaUse(alice)
+	if len(use) != 3 || use[0].Held != 2 || use[1].Held != 4 || use[2].Held != 7 {
+		t.Fatalf("QuotaUse = %+v", use)
+	}
+	// A dry run gets the refusal the lease would get.
+	if _, err := m.Explain(carol, ttlReq(1, "1m")); !errors.Is(err, api.ErrQuotaExceeded) {
+		t.Fatalf("dry run: %v", err)
+	}
+	// Releasing gives the room back; no quotas: nothing refused.
+	for _, l := range m.List(root) {
+		if err := m.Release(root, l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if u := m.QuotaUse(alice); u[0].Held != 0 || u[2].Held != 0 {
+		t.Fatalf("after release %+v", u)
+	}
+	m.SetQuotas(nil)
+	if err := grant(alice, 4); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestOfflineClaimsCountTowardTheirOwner: a unit claimed through a pipe file
+// counts toward its FIFO owner's quota, and stops counting when the claim
+// ends.
+func TestOfflineClaimsCountTowardTheirOwner(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t)
+	me := uint32(os.Getuid())
+	m.SetQuotas(NewQuotas([]Quota{{Name: "me", Kind: QuotaUser, ID: me, Limit: 1}}))
+	fd := claimOffline(t, f, 0, 0)
+	e2e.Eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	peer := Peer{UID: me, GID: uint32(os.Getgid())}
+	if _, err := m.Acquire(context.Background(), peer, ttlReq(1, "1m")); !errors.Is(err, api.ErrQuotaExceeded) {
+		t.Fatalf("err = %v, want the offline claim counted", err)
+	}
+	unix.Close(fd)
+	os.Remove(f.ledger.Path(0, 0))
+	e2e.Eventually(t, "offline claim gone", func() bool { return m.View().GPUs[0].Offline == 0 })
+	if _, err := m.Acquire(context.Background(), peer, ttlReq(1, "1m")); err != nil {
+		t.Fatal(err)
+	}
+}

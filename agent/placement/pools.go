@@ -1,0 +1,168 @@
+package placement
+
+import (
+	"slices"
+	"strings"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// Pool is a named group of GPUs and who may lease there (DESIGN section 1
+// point 7, section 11). A GPU may sit in several pools; a GPU in none is open
+// to everyone.
+type Pool struct {
+	Name string
+	// GPUs are GPU indices.
+	GPUs []int
+	// Everyone: the pool names no users, so anyone may use it.
+	Everyone bool
+	UIDs     []uint32
+	GIDs     []uint32
+}
+
+// Allows reports whether a caller of uid, in groups gids, may use p.
+func (p *Pool) Allows(uid uint32, gids []uint32) bool {
+	if p.Everyone || slices.Contains(p.UIDs, uid) {
+		return true
+	}
+	for _, g := range gids {
+		if slices.Contains(p.GIDs, g) {
+			return true
+		}
+	}
+	return false
+}
+
+// pools is an engine's pools, indexed for decisions.
+type pools struct {
+	list []Pool
+	// of lists, per GPU index, the positions in list of the pools it is in.
+	of [][]int
+}
+
+// WithPools returns a copy of e that places by the pools ps (nil: none, every
+// GPU open to everyone).
+func (e *Engine) WithPools(ps []Pool) *Engine {
+	c := *e
+	c.pools = pools{list: ps}
+	for pi, p := range ps {
+		for _, g := range p.GPUs {
+			for len(c.pools.of) <= g {
+				c.pools.of = append(c.pools.of, nil)
+			}
+			c.pools.of[g] = append(c.pools.of[g], pi)
+		}
+	}
+	return &c
+}
+
+// Open reports whether the engine has no pools: every GPU open to everyone.
+func (e *Engine) Open() bool { return len(e.pools.list) == 0 }
+
+// Pools lists the engine's pools.
+func (e *Engine) Pools() []Pool { return e.pools.list }
+
+// access is what one decision may use: which pools, and how full each is.
+type access struct {
+	// named is the pool the request names (-1: none).
+	named int
+	// allowed marks, per pool, whether the caller may use it.
+	allowed []bool
+	// free is, per pool, its free units; open is that of the GPUs in no pool.
+	free []int
+	open int
+}
+
+// accessFor resolves the request's pool and the pools its caller may use. It
+// returns nil when the engine has no pools: every GPU is open then.
+func (e *Engine) accessFor(n *Node, r Request) (*access, error) {
+	if len(e.pools.list) == 0 {
+		if r.Pool != "" {
+			return nil, api.Errorf(api.ErrNotFound, "pool: no pool named %q (no pools are configured)", r.Pool)
+		}
+		return nil, nil
+	}
+	a := &access{named: -1, allowed: make([]bool, len(e.pools.list)), free: make([]int, len(e.pools.list))}
+	if r.Pool != "" {
+		i := slices.IndexFunc(e.pools.list, func(p Pool) bool { return p.Name == r.Pool })
+		if i < 0 {
+			return nil, api.Errorf(api.ErrNotFound, "pool: no pool named %q (pools: %s)", r.Pool, e.poolNames())
+		}
+		if !r.Admin && !e.pools.list[i].Allows(r.UID, r.GIDs) {
+			return nil, api.Errorf(api.ErrForbidden, "pool %s: uid %d may not lease there", r.Pool, r.UID)
+		}
+		a.named, a.allowed[i] = i, true
+	} else {
+		for i := range e.pools.list {
+			a.allowed[i] = r.Admin || e.pools.list[i].Allows(r.UID, r.GIDs)
+		}
+	}
+	for gi := range n.GPUs {
+		g := &n.GPUs[gi]
+		in := e.poolsOf(g.Index)
+		if len(in) == 0 {
+			a.open += g.Free
+		}
+		for _, pi := range in {
+			a.free[pi] += g.Free
+		}
+	}
+	return a, nil
+}
+
+func (e *Engine) poolsOf(gpu int) []int {
+	if gpu < len(e.pools.of) {
+		return e.pools.of[gpu]
+	}
+	return nil
+}
+
+func (e *Engine) poolNames() string {
+	names := make([]string, len(e.pools.list))
+	for i, p := range e.pools.list {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// gpuAccess says whether the decision may use GPU g and, when it may, the free
+// units of the fullest pool through which it may: among pools that fit, the
+// one left with the fewest free units wins (less fragmentation).
+func (e *Engine) gpuAccess(a *access, g *GPU) (reason, int) {
+	if a == nil {
+		return reason{}, 0
+	}
+	in := e.poolsOf(g.Index)
+	if a.named >= 0 {
+		if !slices.Contains(in, a.named) {
+			return reason{kind: notInPool, text: e.pools.list[a.named].Name}, 0
+		}
+		return reason{}, a.free[a.named]
+	}
+	if len(in) == 0 {
+		return reason{}, a.open
+	}
+	best := -1
+	for _, pi := range in {
+		if a.allowed[pi] && (best < 0 || a.free[pi] < best) {
+			best = a.free[pi]
+		}
+	}
+	if best < 0 {
+		names := make([]string, len(in))
+		for i, pi := range in {
+			names[i] = e.pools.list[pi].Name
+		}
+		return reason{kind: poolsForbidden, text: strings.Join(names, ", ")}, 0
+	}
+	return reason{}, best
+}
+
+// modelRank is where GPU model name stands in prefer (fastest first); models
+// not in it come after every model in it.
+func modelRank(prefer []string, name string) int {
+	if i := slices.Index(prefer, name); i >= 0 {
+		return i
+	}
+	return len(prefer)
+}

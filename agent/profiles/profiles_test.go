@@ -1,0 +1,141 @@
+package profiles
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+const a100, t4 = "NVIDIA A100-SXM4-80GB", "Tesla T4"
+
+func TestSeedsOrderModels(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Seed(map[string]map[string]time.Duration{"resnet50": {a100: 95 * time.Second, t4: 410 * time.Second}})
+	if got := s.Prefer("resnet50"); !slices.Equal(got, []string{a100, t4}) {
+		t.Fatalf("Prefer = %v", got)
+	}
+	if got := s.Prefer("unknown"); got != nil {
+		t.Fatalf("Prefer(unknown) = %v, want nil", got)
+	}
+}
+
+// TestRecordMovesTheMean: each run moves the mean by Weight of its
+// difference, starting from the seed; the order of models follows.
+func TestRecordMovesTheMean(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Seed(map[string]map[string]time.Duration{"bert": {a100: 100 * time.Second, t4: 120 * time.Second}})
+	// 100s → 0.7·100 + 0.3·200 = 130s, then 0.7·130 + 0.3·200 = 151s: the
+	// A100 falls behind the T4.
+	for _, want := range []time.Duration{130 * time.Second, 151 * time.Second} {
+		if err := s.Record("bert", a100, 200*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if e := s.Table().Tasks["bert"][a100]; e.Mean != want {
+			t.Fatalf("mean %s, want %s", e.Mean, want)
+		}
+	}
+	if got := s.Prefer("bert"); !slices.Equal(got, []string{t4, a100}) {
+		t.Fatalf("Prefer = %v", got)
+	}
+	// A task the config does not know starts at its first run.
+	if err := s.Record("new", t4, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if e := s.Table().Tasks["new"][t4]; e.Mean != 10*time.Second || e.Runs != 1 {
+		t.Fatalf("new task entry %+v", e)
+	}
+	// The measured runs survive a restart, and the seeds come back from the
+	// config.
+	s2, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := s2.Table().Tasks["bert"][a100]; e.Mean != 151*time.Second || e.Runs != 2 {
+		t.Fatalf("after restart %+v", e)
+	}
+	if _, ok := s2.Table().Tasks["bert"][t4]; ok {
+		t.Fatal("a seed was written to the state file")
+	}
+	api := s2.Table().API()
+	if len(api.Profiles) != 2 || api.Profiles[0].Task != "bert" || api.Profiles[0].Models[0].Seconds != 151 {
+		t.Fatalf("API = %+v", api)
+	}
+}
+
+func TestDamagedFileIsAnError(t *testing.T) {
+	for _, body := range []string{"{", `{"schema":"other"}`, `{"schema":"gpulet.profiles/v1","tasks":{"x":{"m":{"seconds":-1,"runs":1}}}}`} {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, fileName), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Open(dir); err == nil || !strings.Contains(err.Error(), "move it away") {
+			t.Errorf("%s: err = %v", body, err)
+		}
+	}
+}
+
+func TestLimits(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < MaxModelsPerTask; i++ {
+		if err := s.Record("t", string(rune('A'+i)), time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Record("t", "one too many", time.Second); err == nil {
+		t.Fatal("a model past the limit was kept")
+	}
+}
+
+// TestWriteFailureKeepsTheOldFile: a run that cannot be written is an error,
+// and the file on disk stays whole.
+func TestWriteFailureKeepsTheOldFile(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Record("t", t4, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(filepath.Join(dir, fileName))
+	s.path = filepath.Join(dir, "missing", fileName)
+	if err := s.Record("t", t4, time.Second); err == nil {
+		t.Fatal("write into a missing folder succeeded")
+	}
+	after, _ := os.ReadFile(filepath.Join(dir, fileName))
+	if string(before) != string(after) {
+		t.Fatal("the old file changed")
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	f.Add([]byte(`{"schema":"gpulet.profiles/v1","tasks":{"x":{"Tesla T4":{"seconds":12.5,"runs":3}}}}`))
+	f.Add([]byte(`{"schema":"gpulet.profiles/v1","tasks":{"":{}}}`))
+	f.Add([]byte(`[]`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := decode(b)
+		if err != nil {
+			return
+		}
+		for task, models := range m {
+			for model, e := range models {
+				if task == "" || model == "" || e.Mean <= 0 || e.Runs < 1 {
+					t.Fatalf("accepted %q %q %+v", task, model, e)
+				}
+			}
+		}
+	})
+}
