@@ -30,6 +30,8 @@ type reason struct {
 	// text is the GPU's own word on why it is unusable, or the type asked.
 	text string
 	name string
+	// cc and minCC are the GPU's compute capability and the lowest asked.
+	cc, minCC api.ComputeCapability
 }
 
 type reasonKind uint8
@@ -38,6 +40,7 @@ const (
 	fits reasonKind = iota
 	wrongType
 	memoryTotal
+	ccBelow
 	noInstanceSize
 	unusable
 	memoryFree
@@ -54,6 +57,11 @@ func (r reason) String() string {
 		return fmt.Sprintf("(%s) is not of type %q", r.name, r.text)
 	case memoryTotal:
 		return fmt.Sprintf("has %d MiB in all, less than the %d MiB asked", r.have, r.want)
+	case ccBelow:
+		if r.cc.IsZero() {
+			return fmt.Sprintf("has a compute capability its driver does not report, so not the %s asked", r.minCC)
+		}
+		return fmt.Sprintf("has compute capability %s, below the %s asked", r.cc, r.minCC)
 	case noInstanceSize:
 		return fmt.Sprintf("has no MPS instance of %d units", r.want)
 	case unusable:
@@ -81,6 +89,11 @@ func never(g *GPU, r Request) reason {
 		return reason{kind: wrongType, name: g.Name, text: r.Type}
 	case r.MemoryMiB > g.MemoryTotalMiB:
 		return reason{kind: memoryTotal, have: g.MemoryTotalMiB, want: r.MemoryMiB}
+	case g.Card.CC.Less(r.MinCC):
+		// A card's compute capability is what it is: never, not now. An
+		// unknown one (zero) is below any asked, since nothing says it
+		// reaches it.
+		return reason{kind: ccBelow, cc: g.Card.CC, minCC: r.MinCC}
 	}
 	for _, in := range g.Instances {
 		if in.Size >= r.Units {
