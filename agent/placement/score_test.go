@@ -37,7 +37,10 @@ func TestSpanNorm(t *testing.T) {
 }
 
 func TestCCValueKeepsTheOrder(t *testing.T) {
-	order := []api.ComputeCapability{{}, {7, 0}, {7, 5}, {8, 0}, {8, 6}, {8, 9}, {9, 0}, {10, 0}, {12, 1}}
+	var order []api.ComputeCapability
+	for _, v := range [][2]int{{0, 0}, {7, 0}, {7, 5}, {8, 0}, {8, 6}, {8, 9}, {9, 0}, {10, 0}, {12, 1}} {
+		order = append(order, api.ComputeCapability{Major: v[0], Minor: v[1]})
+	}
 	for i := 1; i < len(order); i++ {
 		if !(ccValue(order[i-1]) < ccValue(order[i])) {
 			t.Errorf("ccValue(%v) = %v is not below ccValue(%v) = %v", order[i-1], ccValue(order[i-1]), order[i], ccValue(order[i]))
