@@ -30,8 +30,6 @@ type reason struct {
 	// text is the GPU's own word on why it is unusable, or the type asked.
 	text string
 	name string
-	// cc and minCC are the GPU's compute capability and the lowest asked.
-	cc, minCC api.ComputeCapability
 }
 
 type reasonKind uint8
@@ -58,10 +56,11 @@ func (r reason) String() string {
 	case memoryTotal:
 		return fmt.Sprintf("has %d MiB in all, less than the %d MiB asked", r.have, r.want)
 	case ccBelow:
-		if r.cc.IsZero() {
-			return fmt.Sprintf("has a compute capability its driver does not report, so not the %s asked", r.minCC)
+		have, want := unpackCC(r.have), unpackCC(r.want)
+		if have.IsZero() {
+			return fmt.Sprintf("has a compute capability its driver does not report, so not the %s asked", want)
 		}
-		return fmt.Sprintf("has compute capability %s, below the %s asked", r.cc, r.minCC)
+		return fmt.Sprintf("has compute capability %s, below the %s asked", have, want)
 	case noInstanceSize:
 		return fmt.Sprintf("has no MPS instance of %d units", r.want)
 	case unusable:
@@ -93,7 +92,7 @@ func never(g *GPU, r Request) reason {
 		// A card's compute capability is what it is: never, not now. An
 		// unknown one (zero) is below any asked, since nothing says it
 		// reaches it.
-		return reason{kind: ccBelow, cc: g.Card.CC, minCC: r.MinCC}
+		return reason{kind: ccBelow, have: packCC(g.Card.CC), want: packCC(r.MinCC)}
 	}
 	for _, in := range g.Instances {
 		if in.Size >= r.Units {
@@ -101,6 +100,16 @@ func never(g *GPU, r Request) reason {
 		}
 	}
 	return reason{kind: noInstanceSize, want: uint64(r.Units)}
+}
+
+// packCC keeps a compute capability in a reason's have or want: reasons are
+// made for every instance a decision passes over, and stay small.
+func packCC(c api.ComputeCapability) uint64 {
+	return uint64(uint32(c.Major))<<32 | uint64(uint32(c.Minor))
+}
+
+func unpackCC(v uint64) api.ComputeCapability {
+	return api.ComputeCapability{Major: int(v >> 32), Minor: int(uint32(v))}
 }
 
 // gpuNow says why g cannot take r now.
