@@ -195,7 +195,7 @@ func unbuilt(req Request) error {
 }
 
 func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
-	r := placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, UID: peer.UID,
+	r := placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, MinCC: req.MinCapability, UID: peer.UID,
 		Pool: req.Pool, Admin: peer.Admin}
 	if !m.engine.Load().Open() {
 		r.GIDs = leaseGroups(peer.GID, peer.Groups)
