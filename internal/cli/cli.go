@@ -1,6 +1,7 @@
 // Package cli is the gpulet command: see the node's units and leases, release
-// leases, and drain the node, through gpuletd's socket API. It only reads and
-// asks; every decision is gpuletd's, and it keeps no state of its own.
+// leases, and drain the node, through gpuletd's socket API; and check a
+// gpuletd config file. It only reads and asks; every decision is gpuletd's,
+// and it keeps no state of its own.
 package cli
 
 import (
@@ -19,6 +20,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
+	"github.com/gpulet/gpulet/config"
 )
 
 // Exit codes.
@@ -113,6 +115,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	e := &env{c: &client.Client{Socket: *socket}, out: stdout, errOut: stderr, args: fs.Args()}
 	if err := run(ctx, e); err != nil {
+		var ue usageErr
+		if errors.As(err, &ue) {
+			return usageError(stderr, "%s: %s", name, ue)
+		}
 		if ctx.Err() != nil {
 			if name == "top" {
 				return ExitOK
@@ -138,6 +144,12 @@ func newFlagSet(name string, cmd command, stdout, stderr io.Writer) *pflag.FlagS
 	}
 	return fs
 }
+
+// usageErr is a usage error found by a command's run, such as an unknown
+// subcommand: it exits ExitUsage as those found by Run do.
+type usageErr string
+
+func (e usageErr) Error() string { return string(e) }
 
 func usageError(stderr io.Writer, format string, args ...any) int {
 	fmt.Fprintf(stderr, "gpulet: "+format+"\nRun 'gpulet help' for usage.\n", args...)
@@ -302,6 +314,61 @@ var commands = map[string]command{
 				return nil
 			}
 		}},
+	"config": {"check FILE", "Check a gpuletd config file (pools, quotas, task profiles, score weights): its\nform, and the users and groups it names against this machine's user database.\nThe GPUs it names are checked against gpuletd's when gpuletd answers on the\nsocket; otherwise only their form is, and a line on stderr says so. Prints\n\"FILE: ok (...)\" and exits 0, or prints the first problem with its line and\nexits 1.", 2, 2,
+		func(fs *pflag.FlagSet) func(context.Context, *env) error {
+			return func(ctx context.Context, e *env) error {
+				if e.args[0] != "check" {
+					return usageErr(fmt.Sprintf("no subcommand %q: gpulet config check FILE", e.args[0]))
+				}
+				return checkConfig(ctx, e, e.args[1])
+			}
+		}},
+}
+
+// gpusTimeout bounds the wait for gpuletd's GPUs in config check: a daemon
+// that hangs should not hang a check that can do without it.
+const gpusTimeout = 5 * time.Second
+
+// checkConfig checks the config file at path: its form, the users and groups
+// it names against this machine's user database, and the GPUs it names
+// against gpuletd's, when gpuletd answers.
+func checkConfig(ctx context.Context, e *env, path string) error {
+	f, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	gctx, cancel := context.WithTimeout(ctx, gpusTimeout)
+	list, err := e.c.GPUs(gctx)
+	cancel()
+	switch {
+	case err == nil:
+		gpus := make([]config.GPURef, len(list.GPUs))
+		for i, g := range list.GPUs {
+			gpus[i] = config.GPURef{Index: g.Index, UUID: g.UUID}
+		}
+		_, err = f.Resolve(gpus, config.SystemDirectory{})
+	case ctx.Err() != nil:
+		return ctx.Err()
+	default:
+		if errors.Is(err, context.DeadlineExceeded) {
+			err = fmt.Errorf("gpuletd at %s did not answer within %s", e.c.SocketPath(), gpusTimeout)
+		}
+		fmt.Fprintf(e.errOut, "gpulet: %s: GPUs not checked against a node, only their form: %v\n", path, err)
+		err = f.CheckNames(config.SystemDirectory{})
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	fmt.Fprintf(e.out, "%s: ok (%s, %s, %s)\n", path, count(len(f.Pools), "pool"), count(len(f.Quotas), "quota"), count(len(f.Profiles), "task profile"))
+	return nil
+}
+
+// count writes "1 pool", "2 pools".
+func count(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // gpuCleared says what became of the GPU whose Xid fault was cleared: an

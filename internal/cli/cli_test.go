@@ -42,6 +42,8 @@ func fakeDaemon(t *testing.T) string {
 			}})
 		case r.URL.Path == "/v1/leases":
 			json.NewEncoder(w).Encode(leases)
+		case r.URL.Path == "/v1/gpus":
+			w.Write([]byte(`{"backend":"simulated","gpus":[{"index":0,"uuid":"GPU-a"},{"index":1,"uuid":"GPU-b"}]}` + "\n"))
 		case r.Method == "DELETE" && r.URL.Path == "/v1/leases/l-mine":
 			w.WriteHeader(http.StatusNoContent)
 		case r.URL.Path == "/v1/node/undrain":
@@ -109,6 +111,10 @@ func TestRun(t *testing.T) {
 			"gpulet: GPU 1 (GPU-b) has no Xid fault now but is still failed: NVML utilization: GPU is lost\n"},
 		{"undrain an empty GPU", []string{"--socket", sock, "undrain", "--gpu", ""}, ExitFailure, "", "--gpu is empty"},
 		{"drain forbidden", []string{"--socket", sock, "drain"}, ExitFailure, "", "gpulet: forbidden: draining the node is for root and the admin group\n"},
+		{"config without a subcommand", []string{"config"}, ExitUsage, "", "config: wrong number of arguments: gpulet config check FILE"},
+		{"config with an unknown subcommand", []string{"config", "lint", "f.yaml"}, ExitUsage, "", "gpulet: config: no subcommand \"lint\": gpulet config check FILE\nRun 'gpulet help' for usage.\n"},
+		{"help of config", []string{"help", "config"}, ExitOK, "Usage: gpulet config check FILE", ""},
+		{"config check of a missing file", []string{"--socket", sock, "config", "check", "/nonexistent/c.yaml"}, ExitFailure, "", "gpulet: /nonexistent/c.yaml: no such file or directory\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errb bytes.Buffer
@@ -263,7 +269,7 @@ func TestWriteLeases(t *testing.T) {
 }
 
 func FuzzRunArgs(f *testing.F) {
-	for _, s := range []string{"status", "leases --all", "release x y", "top --interval 1ns", "--socket", "drain extra", "help status", "status --json --socket", "-h", "undrain --gpu 0", "undrain --gpu"} {
+	for _, s := range []string{"status", "leases --all", "release x y", "top --interval 1ns", "--socket", "drain extra", "help status", "status --json --socket", "-h", "undrain --gpu 0", "undrain --gpu", "config check /nonexistent", "config x y"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
@@ -277,4 +283,82 @@ func FuzzRunArgs(f *testing.F) {
 			t.Fatalf("gpulet %q: exit %d", line, code)
 		}
 	})
+}
+
+func TestConfigCheck(t *testing.T) {
+	sock := fakeDaemon(t)
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	good := write("good.yaml", "pools:\n  p: {gpus: [0, GPU-b], users: [root, 'group:root']}\nquotas: {root: 4, '*': 8}\nprofiles: {t: {Tesla T4: 1s}}\n")
+	gpu5 := write("gpu5.yaml", "pools:\n  p:\n    gpus: [5]\n")
+	syntax := write("syntax.yaml", "quotas:\n  root: 4\n  x: -1\n")
+	nobody := write("nobody.yaml", "quotas:\n  gpulet-no-such-user: 1\n")
+	const noDaemon = "/nonexistent/gpulet.sock"
+	for _, tc := range []struct {
+		name   string
+		socket string
+		file   string
+		code   int
+		stdout string
+		stderr string
+	}{
+		{"good, against the daemon's GPUs", sock, good, ExitOK, good + ": ok (1 pool, 2 quotas, 1 task profile)\n", ""},
+		{"a GPU the daemon lacks", sock, gpu5, ExitFailure, "", "gpulet: " + gpu5 + ": line 3: pools.p.gpus[0]: no GPU with index 5 (this node has 2)\n"},
+		{"a GPU checked only for its form", noDaemon, gpu5, ExitOK, gpu5 + ": ok (1 pool, 0 quotas, 0 task profiles)\n",
+			"gpulet: " + gpu5 + ": GPUs not checked against a node, only their form: cannot reach gpuletd at " + noDaemon + ": is it running?"},
+		{"a bad quota", sock, syntax, ExitFailure, "", "gpulet: " + syntax + ": line 3: quotas.x: -1 is negative: a quota is 0 or more units\n"},
+		{"bad file, no daemon needed", noDaemon, syntax, ExitFailure, "", "quotas.x: -1 is negative"},
+		{"an unknown user without a daemon", noDaemon, nobody, ExitFailure, "", "gpulet: " + nobody + `: line 2: quotas.gpulet-no-such-user: no user "gpulet-no-such-user" on this machine` + "\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := Run(context.Background(), []string{"--socket", tc.socket, "config", "check", tc.file}, &out, &errb)
+			if code != tc.code || out.String() != tc.stdout || !strings.Contains(errb.String(), tc.stderr) {
+				t.Fatalf("exit %d\nstdout %q\nstderr %q\nwant %d, %q, %q", code, out.String(), errb.String(), tc.code, tc.stdout, tc.stderr)
+			}
+			if tc.code == ExitFailure && strings.Count(errb.String(), "\n") != 1 && tc.socket == sock {
+				t.Fatalf("more than one line: %q", errb.String())
+			}
+		})
+	}
+}
+
+// TestConfigCheckDaemonHangs: a daemon that accepts but never answers costs
+// the check its GPUs, not its answer.
+func TestConfigCheckDaemonHangs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the GPU query's timeout")
+	}
+	sock := filepath.Join(t.TempDir(), "s")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	os.WriteFile(path, []byte("pools:\n  p: {gpus: [0]}\n"), 0o644)
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), []string{"--socket", sock, "config", "check", path}, &out, &errb)
+	if code != ExitOK || !strings.Contains(errb.String(), "gpuletd at "+sock+" did not answer within 5s") {
+		t.Fatalf("exit %d\nstdout %q\nstderr %q", code, out.String(), errb.String())
+	}
 }

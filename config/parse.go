@@ -1,0 +1,661 @@
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
+)
+
+const groupPrefix = "group:"
+
+// Parse checks a config file's bytes and returns the file as written. The
+// error, an *Error, is the first problem found, with its line and key.
+func Parse(data []byte) (*File, error) {
+	if len(data) > MaxFileSize {
+		return nil, &Error{Msg: fmt.Sprintf("larger than %d bytes (1 MiB), the most a config file may hold", MaxFileSize)}
+	}
+	if err := checkText(data); err != nil {
+		return nil, err
+	}
+	root, err := decodeOne(data)
+	if err != nil {
+		return nil, err
+	}
+	return parseRoot(root)
+}
+
+// checkText refuses what the YAML library would refuse without saying on
+// which line: bytes that are not UTF-8 and characters YAML does not allow. It
+// also refuses line breaks other than \n and \r\n, so that every line number,
+// the library's and this package's, counts the same lines an editor shows.
+func checkText(data []byte) error {
+	line := 1
+	for i := 0; i < len(data); {
+		r, size := utf8.DecodeRune(data[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			return &Error{Line: line, Msg: "not UTF-8 text: write the file in UTF-8"}
+		case r == '\n':
+			line++
+		case r == '\r' && (i+1 == len(data) || data[i+1] != '\n'):
+			return &Error{Line: line, Msg: `a carriage return (\r) that does not end a line: end lines with \n or \r\n`}
+		case r == 0x85 || r == 0x2028 || r == 0x2029:
+			return &Error{Line: line, Msg: fmt.Sprintf(`character %U: end lines with \n or \r\n`, r)}
+		case !yamlPrintable(r):
+			return &Error{Line: line, Msg: fmt.Sprintf("control character %U: not allowed in YAML", r)}
+		}
+		i += size
+	}
+	return nil
+}
+
+// yamlPrintable is the YAML 1.2 character set (c-printable).
+func yamlPrintable(r rune) bool {
+	return r == '\t' || r == '\n' || r == '\r' || r >= 0x20 && r <= 0x7e || r == 0x85 ||
+		r >= 0xa0 && r <= 0xd7ff || r >= 0xe000 && r <= 0xfffd || r >= 0x10000 && r <= 0x10ffff
+}
+
+// decodeOne decodes the file's one YAML document and returns its root node.
+// A second document, even an empty one, is refused: a file cut and pasted
+// together should not have half of it ignored.
+func decodeOne(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, emptyError()
+		}
+		return nil, syntaxError(err, data)
+	}
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return nil, &Error{Line: next.Line, Msg: "a second YAML document (after ---): a config file holds one"}
+	case !errors.Is(err, io.EOF):
+		return nil, syntaxError(err, data)
+	}
+	if len(doc.Content) != 1 || isNull(doc.Content[0]) {
+		return nil, emptyError()
+	}
+	return doc.Content[0], nil
+}
+
+func emptyError() error {
+	return &Error{Msg: "empty: write {} for a config with no pools, quotas or profiles"}
+}
+
+// parserProblems are the messages of the YAML library's parser, as opposed
+// to its scanner. The library counts the lines of the parser's errors from 0
+// and those of the scanner's from 1, and leaves "line N" out for either on
+// line 1; syntaxError makes them all count from 1.
+var parserProblems = map[string]bool{
+	"did not find expected <stream-start>":   true,
+	"did not find expected <document start>": true,
+	"did not find expected node content":     true,
+	"did not find expected key":              true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"found duplicate %YAML directive":        true,
+	"found duplicate %TAG directive":         true,
+	"found incompatible YAML document":       true,
+	"found undefined tag handle":             true,
+}
+
+// syntaxError turns an error of the YAML library into an *Error on the line
+// the library means.
+func syntaxError(err error, data []byte) *Error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	line := 1
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, tail, ok := strings.Cut(rest, ": "); ok {
+			if v, err := strconv.Atoi(n); err == nil {
+				line, msg = v, tail
+				if parserProblems[msg] {
+					line++
+				}
+			}
+		}
+	} else if name, ok := unknownAnchor(msg); ok {
+		line = aliasLine(data, name)
+	}
+	// The library may point just past the end; the last line is closer.
+	line = min(max(line, 1), bytes.Count(data, []byte("\n"))+1)
+	return &Error{Line: line, Msg: "YAML: " + msg}
+}
+
+// unknownAnchor returns the name in the library's "unknown anchor 'NAME'
+// referenced", an error that carries no line.
+func unknownAnchor(msg string) (string, bool) {
+	rest, ok := strings.CutPrefix(msg, "unknown anchor '")
+	if !ok {
+		return "", false
+	}
+	return strings.CutSuffix(rest, "' referenced")
+}
+
+// aliasLine is the first line with the alias *name, or 1. It can be fooled by
+// the same text in a comment or a quoted string before the alias.
+func aliasLine(data []byte, name string) int {
+	for i, l := range bytes.Split(data, []byte("\n")) {
+		for rest := l; ; {
+			at := bytes.Index(rest, []byte("*"+name))
+			if at < 0 {
+				break
+			}
+			rest = rest[at+1+len(name):]
+			if len(rest) == 0 || strings.IndexByte(" \t\r,[]{}", rest[0]) >= 0 {
+				return i + 1
+			}
+		}
+	}
+	return 1
+}
+
+// join names a key under path: pools.training, quotas."group:ml".
+func join(path, key string) string {
+	if key == "" || strings.ContainsFunc(key, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
+	}) {
+		key = strconv.Quote(key)
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+func index(path string, i int) string { return path + "[" + strconv.Itoa(i) + "]" }
+
+// errorAt is a problem with node n, found under path.
+func errorAt(n *yaml.Node, path, format string, args ...any) *Error {
+	msg := fmt.Sprintf(format, args...)
+	if path != "" {
+		msg = path + ": " + msg
+	}
+	return &Error{Line: n.Line, Msg: msg}
+}
+
+func isNull(n *yaml.Node) bool { return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" }
+
+// what describes a node for "expected ..., found WHAT".
+func what(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.AliasNode:
+		return "an alias"
+	}
+	switch n.ShortTag() {
+	case "!!null":
+		return "nothing"
+	case "!!str":
+		return "the text " + brief(n.Value)
+	case "!!int", "!!float":
+		return "the number " + brief(n.Value)
+	case "!!bool":
+		return "the boolean " + n.Value
+	}
+	tag := n.ShortTag()
+	if strings.ContainsFunc(tag, unicode.IsControl) {
+		// A tag may hold anything, %-escaped.
+		tag = brief(tag)
+	}
+	return brief(n.Value) + " tagged " + tag
+}
+
+// brief quotes s, cut short so that an error stays one readable line.
+func brief(s string) string {
+	const most = 64
+	if len(s) > most {
+		cut := most
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return strconv.Quote(s)
+}
+
+// scalar returns the text of a scalar node: a key or a value written as
+// text, a number, a boolean or a date is taken as written. An alias, a
+// collection, nothing (null) and a value with another tag are refused, naming
+// what was expected.
+func scalar(n *yaml.Node, path, expected string) (string, error) {
+	if n.Kind == yaml.AliasNode {
+		return "", errorAt(n, path, "an alias (*%s): aliases are not supported, write the value out", n.Value)
+	}
+	if n.Kind == yaml.ScalarNode {
+		switch n.ShortTag() {
+		case "!!str", "!!int", "!!float", "!!bool", "!!timestamp":
+			return n.Value, nil
+		case "!!merge":
+			return "", errorAt(n, path, "a merge key (<<): merge keys are not supported")
+		}
+	}
+	return "", errorAt(n, path, "expected %s, found %s", expected, what(n))
+}
+
+// eachPair checks that n is a mapping of distinct keys and calls fn with each
+// key and value, in the file's order.
+func eachPair(n *yaml.Node, path, expected string, fn func(key string, k, v *yaml.Node) error) error {
+	if n.Kind != yaml.MappingNode {
+		if n.Kind == yaml.AliasNode {
+			_, err := scalar(n, path, expected)
+			return err
+		}
+		return errorAt(n, path, "expected %s, found %s", expected, what(n))
+	}
+	seen := make(map[string]int, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key, err := scalar(k, path, "a key")
+		if err != nil {
+			return err
+		}
+		if first, dup := seen[key]; dup {
+			return errorAt(k, path, "key %s given twice (first on line %d)", brief(key), first)
+		}
+		seen[key] = k.Line
+		if v.Kind == yaml.AliasNode {
+			_, err := scalar(v, join(path, key), "")
+			return err
+		}
+		if err := fn(key, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachItem checks that n is a list of scalars and calls fn with each one's
+// text, in order.
+func eachItem(n *yaml.Node, path, expected string, fn func(i int, text string, item *yaml.Node) error) error {
+	if n.Kind != yaml.SequenceNode {
+		if n.Kind == yaml.AliasNode {
+			_, err := scalar(n, path, "")
+			return err
+		}
+		return errorAt(n, path, "expected a list of %s, found %s", expected, what(n))
+	}
+	for i, item := range n.Content {
+		text, err := scalar(item, index(path, i), expected)
+		if err != nil {
+			return err
+		}
+		if err := fn(i, text, item); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func parseRoot(root *yaml.Node) (*File, error) {
+	f := &File{Weights: defaultWeights}
+	err := eachPair(root, "", "a mapping with pools, quotas, profiles or score", func(key string, k, v *yaml.Node) error {
+		if isNull(v) {
+			// A section whose entries are all commented out is as if absent.
+			return nil
+		}
+		switch key {
+		case "pools":
+			return f.parsePools(v)
+		case "quotas":
+			return f.parseQuotas(v)
+		case "profiles":
+			return f.parseProfiles(v)
+		case "score":
+			return f.parseScore(v)
+		}
+		return errorAt(k, "", "unknown key %s (a config file has pools, quotas, profiles and score)", brief(key))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *File) parsePools(n *yaml.Node) error {
+	return eachPair(n, "pools", "a mapping of pool names to pools", func(name string, k, v *yaml.Node) error {
+		if len(f.Pools) == MaxPools {
+			return errorAt(k, "pools", "more than %d pools", MaxPools)
+		}
+		if msg := checkPoolName(name); msg != "" {
+			return errorAt(k, "pools", "pool name %s: %s", brief(name), msg)
+		}
+		p, err := parsePool(name, k, v)
+		if err != nil {
+			return err
+		}
+		f.Pools = append(f.Pools, p)
+		return nil
+	})
+}
+
+// checkPoolName says what is wrong with a pool name, or "". Names are kept
+// plain so that they pass unquoted through command lines, URLs and logs.
+func checkPoolName(name string) string {
+	switch {
+	case name == "":
+		return "empty"
+	case len(name) > MaxPoolName:
+		return fmt.Sprintf("longer than %d bytes", MaxPoolName)
+	case !isAlnum(rune(name[0])):
+		return "must start with a letter or a digit"
+	case strings.ContainsFunc(name, func(r rune) bool { return !isAlnum(r) && r != '.' && r != '_' && r != '-' }):
+		return "may hold only letters, digits and . _ -"
+	}
+	return ""
+}
+
+func isAlnum(r rune) bool {
+	return r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+}
+
+func parsePool(name string, k, v *yaml.Node) (PoolSpec, error) {
+	path := join("pools", name)
+	p := PoolSpec{Name: name, Line: k.Line, Everyone: true}
+	if isNull(v) {
+		return p, errorAt(k, path, "empty: a pool needs gpus")
+	}
+	err := eachPair(v, path, "a pool (gpus, users)", func(key string, kk, vv *yaml.Node) error {
+		switch key {
+		case "gpus":
+			return p.parseGPUs(join(path, key), kk, vv)
+		case "users":
+			p.Everyone = false
+			return p.parseUsers(join(path, key), kk, vv)
+		}
+		return errorAt(kk, path, "unknown key %s (a pool has gpus and users)", brief(key))
+	})
+	if err == nil && len(p.GPUs) == 0 {
+		err = errorAt(k, path, "no gpus: a pool needs at least one GPU")
+	}
+	return p, err
+}
+
+func (p *PoolSpec) parseGPUs(path string, k, v *yaml.Node) error {
+	if isNull(v) || v.Kind == yaml.SequenceNode && len(v.Content) == 0 {
+		return errorAt(k, path, "empty: a pool needs at least one GPU")
+	}
+	if v.Kind == yaml.SequenceNode && len(v.Content) > MaxPoolGPUs {
+		return errorAt(k, path, "more than %d GPUs", MaxPoolGPUs)
+	}
+	seen := map[string]int{}
+	return eachItem(v, path, "GPU indices or UUIDs", func(i int, text string, item *yaml.Node) error {
+		g, msg := parseGPU(text)
+		if msg != "" {
+			return errorAt(item, index(path, i), "%s", msg)
+		}
+		g.Line, g.path = item.Line, index(path, i)
+		id := strings.ToLower(g.UUID)
+		if id == "" {
+			id = strconv.Itoa(g.Index)
+		}
+		if first, dup := seen[id]; dup {
+			return errorAt(item, g.path, "GPU %s listed twice (first on line %d)", brief(text), first)
+		}
+		seen[id] = item.Line
+		p.GPUs = append(p.GPUs, g)
+		return nil
+	})
+}
+
+// uuidMax is the longest UUID NVML reports (NVML_DEVICE_UUID_V2_BUFFER_SIZE
+// less its terminating NUL).
+const uuidMax = 95
+
+// parseGPU reads a GPU entry: a decimal index, or a UUID "GPU-..." in any
+// case, as a lease request's gpu field takes it.
+func parseGPU(s string) (GPUSpec, string) {
+	if s != "" && strings.Trim(s, "0123456789") == "" {
+		n, err := strconv.ParseUint(s, 10, 32)
+		if err != nil || n > MaxGPUIndex {
+			return GPUSpec{}, fmt.Sprintf("GPU index %s is out of range (0 to %d)", brief(s), MaxGPUIndex)
+		}
+		return GPUSpec{Index: int(n)}, ""
+	}
+	if len(s) > len("GPU-") && strings.EqualFold(s[:len("GPU-")], "GPU-") {
+		if len(s) > uuidMax || strings.ContainsFunc(s, func(r rune) bool { return !isAlnum(r) && r != '-' }) {
+			return GPUSpec{}, fmt.Sprintf("%s is not a GPU UUID: GPU- and then at most %d letters, digits and -", brief(s), uuidMax-len("GPU-"))
+		}
+		return GPUSpec{UUID: s}, ""
+	}
+	return GPUSpec{}, fmt.Sprintf("%s is neither a GPU index (0, 1, ...) nor a GPU UUID (GPU-...)", brief(s))
+}
+
+func (p *PoolSpec) parseUsers(path string, k, v *yaml.Node) error {
+	if isNull(v) {
+		// Left empty, users would read as "everyone" to some and "nobody"
+		// to others: make the writer say which.
+		return errorAt(k, path, "empty: leave users out to open the pool to everyone, or write users: [] for admins only")
+	}
+	if v.Kind == yaml.SequenceNode && len(v.Content) > MaxPoolUsers {
+		return errorAt(k, path, "more than %d users", MaxPoolUsers)
+	}
+	p.Users = []Principal{}
+	seen := map[string]int{}
+	return eachItem(v, path, "users and group:NAME", func(i int, text string, item *yaml.Node) error {
+		who, msg := parsePrincipal(text)
+		if msg == "" && who.Kind == Everyone {
+			msg = `"*" is for quotas: leave users out to open the pool to everyone`
+		}
+		if msg != "" {
+			return errorAt(item, index(path, i), "%s", msg)
+		}
+		who.Line, who.path = item.Line, index(path, i)
+		if first, dup := seen[who.String()]; dup {
+			return errorAt(item, who.path, "%s listed twice (first on line %d)", brief(text), first)
+		}
+		seen[who.String()] = item.Line
+		p.Users = append(p.Users, who)
+		return nil
+	})
+}
+
+// parsePrincipal reads "*", a user name, a uid, "group:NAME" or "group:GID".
+func parsePrincipal(s string) (Principal, string) {
+	if s == "*" {
+		return Principal{Kind: Everyone}, ""
+	}
+	kind, name, what := User, s, "user"
+	if rest, ok := strings.CutPrefix(s, groupPrefix); ok {
+		kind, name, what = Group, rest, "group"
+	}
+	if name == "" {
+		if kind == Group {
+			return Principal{}, `"group:" names no group: write group:NAME`
+		}
+		return Principal{}, "empty: write a user name, group:NAME or a uid"
+	}
+	if strings.Trim(name, "0123456789") == "" {
+		// (uid_t)-1 means "no id" to the kernel's calls.
+		n, err := strconv.ParseUint(name, 10, 32)
+		if err != nil || n == math.MaxUint32 {
+			return Principal{}, fmt.Sprintf("%s id %s is out of range (0 to %d)", what, brief(name), uint32(math.MaxUint32-1))
+		}
+		return Principal{Kind: kind, Name: name, ByID: true, ID: uint32(n)}, ""
+	}
+	if msg := checkAccountName(name); msg != "" {
+		return Principal{}, fmt.Sprintf("%s name %s %s: write a user name, group:NAME or a uid", what, brief(name), msg)
+	}
+	return Principal{Kind: kind, Name: name}, ""
+}
+
+// checkAccountName says what is wrong with a user or group name, or "": the
+// characters of portable names (POSIX), and @ and $ that directory services
+// and Samba use.
+func checkAccountName(name string) string {
+	switch {
+	case len(name) > MaxName:
+		return fmt.Sprintf("is longer than %d bytes", MaxName)
+	case name[0] == '-':
+		return "starts with -"
+	case strings.ContainsFunc(name, func(r rune) bool { return !isAlnum(r) && !strings.ContainsRune("._-@$", r) }):
+		return "holds a character other than letters, digits and . _ - @ $"
+	}
+	return ""
+}
+
+func (f *File) parseQuotas(n *yaml.Node) error {
+	return eachPair(n, "quotas", "a mapping of users, group:NAME or * to units", func(key string, k, v *yaml.Node) error {
+		if len(f.Quotas) == MaxQuotas {
+			return errorAt(k, "quotas", "more than %d quotas", MaxQuotas)
+		}
+		who, msg := parsePrincipal(key)
+		if msg != "" {
+			return errorAt(k, "quotas", "%s", msg)
+		}
+		path := join("quotas", key)
+		who.Line, who.path = k.Line, path
+		limit, err := parseUnits(v, path)
+		if err != nil {
+			return err
+		}
+		f.Quotas = append(f.Quotas, QuotaSpec{Who: who, Limit: limit})
+		return nil
+	})
+}
+
+// parseUnits reads a quota: a whole number of units from 0 to MaxQuota,
+// written as a plain decimal number.
+func parseUnits(v *yaml.Node, path string) (int, error) {
+	const expected = "a whole number of units"
+	text, err := scalar(v, path, expected)
+	if err != nil {
+		return 0, err
+	}
+	digits := strings.Trim(text, "0123456789") == ""
+	switch tag := v.ShortTag(); {
+	case tag != "!!int" && tag != "!!float":
+		return 0, errorAt(v, path, "expected %s, found %s", expected, what(v))
+	case strings.HasPrefix(text, "-"):
+		return 0, errorAt(v, path, "%s is negative: a quota is 0 or more units", text)
+	case !digits && tag == "!!float":
+		return 0, errorAt(v, path, "%s is not a whole number of units", text)
+	case !digits:
+		return 0, errorAt(v, path, "%s: write the units as a decimal number", brief(text))
+	}
+	n, err := strconv.ParseUint(text, 10, 32)
+	if err != nil || n > MaxQuota {
+		return 0, errorAt(v, path, "%s units is more than %d, the most a quota may be", text, MaxQuota)
+	}
+	return int(n), nil
+}
+
+func (f *File) parseProfiles(n *yaml.Node) error {
+	f.Profiles = map[string]map[string]time.Duration{}
+	return eachPair(n, "profiles", "a mapping of task names to run times", func(task string, k, v *yaml.Node) error {
+		if len(f.Profiles) == MaxTasks {
+			return errorAt(k, "profiles", "more than %d tasks", MaxTasks)
+		}
+		if msg := checkText256(task); msg != "" {
+			return errorAt(k, "profiles", "task name %s: %s", brief(task), msg)
+		}
+		path := join("profiles", task)
+		if isNull(v) {
+			return errorAt(k, path, "empty: give the task's run time per GPU model")
+		}
+		times := map[string]time.Duration{}
+		err := eachPair(v, path, "a mapping of GPU model names to run times", func(model string, kk, vv *yaml.Node) error {
+			if len(times) == MaxTaskModels {
+				return errorAt(kk, path, "more than %d GPU models", MaxTaskModels)
+			}
+			if msg := checkText256(model); msg != "" {
+				return errorAt(kk, path, "GPU model name %s: %s", brief(model), msg)
+			}
+			d, err := parseRunTime(vv, join(path, model))
+			times[model] = d
+			return err
+		})
+		f.Profiles[task] = times
+		return err
+	})
+}
+
+// checkText256 says what is wrong with a task or GPU model name, or "": the
+// lease API takes task names of at most 256 bytes without control
+// characters.
+func checkText256(s string) string {
+	switch {
+	case s == "":
+		return "empty"
+	case len(s) > MaxName:
+		return fmt.Sprintf("longer than %d bytes", MaxName)
+	case strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return "holds a control character"
+	}
+	return ""
+}
+
+func parseRunTime(v *yaml.Node, path string) (time.Duration, error) {
+	text, err := scalar(v, path, "a run time such as 95s or 6m50s")
+	if err != nil {
+		return 0, err
+	}
+	d, err := time.ParseDuration(text)
+	switch {
+	case err != nil && strings.Trim(text, "0123456789.") == "":
+		return 0, errorAt(v, path, "%s has no unit: write a run time such as 95s or 6m50s", brief(text))
+	case err != nil:
+		return 0, errorAt(v, path, "%s is not a run time such as 95s or 6m50s", brief(text))
+	case d <= 0:
+		return 0, errorAt(v, path, "run time %s: must be more than 0", text)
+	}
+	return d, nil
+}
+
+func (f *File) parseScore(n *yaml.Node) error {
+	var w Weights
+	err := eachPair(n, "score", "a mapping of weights (cc, bandwidth, clock)", func(key string, k, v *yaml.Node) error {
+		var dst *float64
+		switch key {
+		case "cc":
+			dst = &w.CC
+		case "bandwidth":
+			dst = &w.Bandwidth
+		case "clock":
+			dst = &w.Clock
+		default:
+			return errorAt(k, "score", "unknown key %s (score has cc, bandwidth and clock)", brief(key))
+		}
+		var err error
+		*dst, err = parseWeight(v, join("score", key))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if w == (Weights{}) {
+		return errorAt(n, "score", "every weight is 0: give one above 0, or leave score out to weigh each 1/3")
+	}
+	f.Weights = w
+	return nil
+}
+
+func parseWeight(v *yaml.Node, path string) (float64, error) {
+	expected := fmt.Sprintf("a weight from 0 to %d", MaxWeight)
+	text, err := scalar(v, path, expected)
+	if err != nil {
+		return 0, err
+	}
+	if tag := v.ShortTag(); tag != "!!int" && tag != "!!float" {
+		return 0, errorAt(v, path, "expected %s, found %s", expected, what(v))
+	}
+	w, err := strconv.ParseFloat(text, 64)
+	if err != nil || math.IsNaN(w) || w < 0 || w > MaxWeight {
+		return 0, errorAt(v, path, "%s is not %s", brief(text), expected)
+	}
+	return w, nil
+}
