@@ -30,10 +30,12 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/agent/reporter"
 	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/fsview"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/snapshot"
@@ -71,6 +73,9 @@ type Config struct {
 	ReportInterval    time.Duration
 	UpstreamTokenFile string
 	UpstreamCA        string
+	// ConfigPath is the --config file (pools, quotas, task profiles); empty:
+	// none.
+	ConfigPath string
 	// NVML is the library the nvml backend uses (nvml.New() in production).
 	NVML   nvml.Interface
 	Logger *slog.Logger
@@ -105,6 +110,10 @@ type Agent struct {
 	seq uint64
 	// senders push to the upstreams.
 	senders []*reporter.Sender
+	// rules is the --config in force (nil: none); profiles the task–engine
+	// affinity table.
+	rules    atomic.Pointer[config.Rules]
+	profiles *profiles.Store
 }
 
 // Run starts gpuletd and serves until ctx ends, then stops cleanly. Parts
@@ -130,6 +139,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			}
 		}
 	}()
+	// A config that does not hold stops the start before anything is touched.
+	rules, err := a.loadConfig()
+	if err != nil {
+		return err
+	}
 	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
 		return fmt.Errorf("--run-dir: %w", err)
 	}
@@ -149,6 +163,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	closers = append(closers, func() error { ln.Close(); return nil })
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("--state-dir: %w", err)
+	}
+	if err := a.openProfiles(); err != nil {
+		return err
 	}
 	if err := a.startMPS(ctx, &closers); err != nil {
 		return err
@@ -175,6 +192,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		OnChange:    a.changed,
 		MPS:         a.mpsOn,
 		InstanceEnv: func(g, k int) map[string]string { return a.mps.Env(a.devs[g].UUID, k) },
+		Prefer:      a.profiles.Prefer,
+		TaskRan:     a.taskRan,
 		Logger:      log,
 	})
 	if err != nil {
@@ -182,6 +201,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	closers = append(closers, a.leases.Close)
 	a.store.SetBuilder(a.buildSnapshot)
+	a.applyRules(rules)
 	bg, stopBackground := context.WithCancel(context.Background())
 	mpsChecked := make(chan struct{})
 	closers = append(closers, func() error {
@@ -256,7 +276,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		case err := <-serveErr:
 			return fmt.Errorf("API server: %w", err)
 		case <-hangup:
-			log.Info("SIGHUP: nothing to reload, gpuletd runs without --config")
+			a.reload()
 		case <-ticker.C:
 			a.sample()
 			a.ledger.Sweep()

@@ -253,6 +253,20 @@ type Candidate struct {
 	GPU  int    `json:"gpu"`
 	Kept bool   `json:"kept"`
 	Why  string `json:"why,omitempty"`
+	// Score is a kept GPU's score under the score policy.
+	Score *Score `json:"score,omitempty"`
+}
+
+// Score is one GPU's score for one request under the score policy
+// (docs/placement.md): the card's facts normalized over the node's GPUs,
+// S_card (their weighted sum), S_similarity, and their total.
+type Score struct {
+	CC         float64 `json:"cc"`
+	Bandwidth  float64 `json:"bandwidth"`
+	Clock      float64 `json:"clock"`
+	Card       float64 `json:"card"`
+	Similarity float64 `json:"similarity"`
+	Total      float64 `json:"total"`
 }
 
 // ProfileList is the body of GET /v1/profiles: the task–engine affinity
@@ -283,12 +297,9 @@ type PoolList struct {
 
 // Pool is one pool of the config file.
 type Pool struct {
-	Name string `json:"name"`
-	GPUs []int  `json:"gpus"`
-	// Users are who may lease there as the config file names them; empty:
-	// everyone.
-	Users     []string `json:"users,omitempty"`
-	UnitsFree int      `json:"units_free"`
+	Name      string `json:"name"`
+	GPUs      []int  `json:"gpus"`
+	UnitsFree int    `json:"units_free"`
 	// Allowed says whether the caller may lease there.
 	Allowed bool `json:"allowed"`
 }

@@ -249,3 +249,39 @@ func (c *Client) SetSimGPU(ctx context.Context, index int, u api.SimGPUUpdate) (
 	}
 	return &g, nil
 }
+
+// Place is the dry run of a lease: where it would go now, changing nothing.
+func (c *Client) Place(ctx context.Context, req api.LeaseRequest) (*api.Placement, error) {
+	var p api.Placement
+	if err := c.send(ctx, "POST", "/v1/placements", req, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Profiles returns the task–engine affinity table.
+func (c *Client) Profiles(ctx context.Context) (*api.ProfileList, error) {
+	var p api.ProfileList
+	if err := c.send(ctx, "GET", "/v1/profiles", nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Pools lists the configured pools and whether the caller may use each.
+func (c *Client) Pools(ctx context.Context) (*api.PoolList, error) {
+	var p api.PoolList
+	if err := c.send(ctx, "GET", "/v1/pools", nil, &p); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// Quotas lists the quotas that apply to the caller, with what it holds.
+func (c *Client) Quotas(ctx context.Context) (*api.QuotaList, error) {
+	var q api.QuotaList
+	if err := c.send(ctx, "GET", "/v1/quotas", nil, &q); err != nil {
+		return nil, err
+	}
+	return &q, nil
+}

@@ -171,8 +171,8 @@ type Weights struct {
 	CC, Bandwidth, Clock float64
 }
 
-// defaultWeights weigh the three parts alike (DESIGN.md section 1 point 8).
-var defaultWeights = Weights{CC: 1.0 / 3, Bandwidth: 1.0 / 3, Clock: 1.0 / 3}
+// DefaultWeights weigh the three parts alike (DESIGN.md section 1 point 8).
+var DefaultWeights = Weights{CC: 1.0 / 3, Bandwidth: 1.0 / 3, Clock: 1.0 / 3}
 
 // Load reads the config file at path and parses it. Its errors start with
 // path: "/etc/gpulet/config.yaml: line 7: ...".

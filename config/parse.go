@@ -302,7 +302,7 @@ func eachItem(n *yaml.Node, path, expected string, fn func(i int, text string, i
 }
 
 func parseRoot(root *yaml.Node) (*File, error) {
-	f := &File{Weights: defaultWeights}
+	f := &File{Weights: DefaultWeights}
 	err := eachPair(root, "", "a mapping with pools, quotas, profiles or score", func(key string, k, v *yaml.Node) error {
 		if isNull(v) {
 			// A section whose entries are all commented out is as if absent.

@@ -50,7 +50,7 @@ func TestParseDesignExample(t *testing.T) {
 			{Who: Principal{Kind: Everyone, Line: 10, path: `quotas."*"`}, Limit: 64},
 		},
 		Profiles: map[string]map[string]time.Duration{"resnet50": {"NVIDIA A100-SXM4-80GB": 95 * time.Second, "Tesla T4": 410 * time.Second}},
-		Weights:  defaultWeights,
+		Weights:  DefaultWeights,
 	}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("got  %+v\nwant %+v", f, want)
@@ -63,10 +63,10 @@ func TestParseForms(t *testing.T) {
 		check    func(*File) bool
 	}{
 		{"no rules", "{}", func(f *File) bool {
-			return len(f.Pools)+len(f.Quotas)+len(f.Profiles) == 0 && f.Weights == defaultWeights
+			return len(f.Pools)+len(f.Quotas)+len(f.Profiles) == 0 && f.Weights == DefaultWeights
 		}},
 		{"sections left empty", "pools:\nquotas:\nprofiles:\nscore:\n", func(f *File) bool {
-			return len(f.Pools)+len(f.Quotas)+len(f.Profiles) == 0 && f.Weights == defaultWeights
+			return len(f.Pools)+len(f.Quotas)+len(f.Profiles) == 0 && f.Weights == DefaultWeights
 		}},
 		{"explicit document start and end", "---\nquotas: {alice: 1}\n...\n", func(f *File) bool { return len(f.Quotas) == 1 }},
 		{"CRLF line ends", "quotas:\r\n  alice: 3\r\n", func(f *File) bool { return f.Quotas[0].Limit == 3 && f.Quotas[0].Who.Line == 2 }},

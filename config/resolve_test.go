@@ -71,7 +71,7 @@ func TestResolveDesignExample(t *testing.T) {
 			{Key: "*", Kind: Everyone, Limit: 64},
 		},
 		Profiles: map[string]map[string]time.Duration{"resnet50": {"NVIDIA A100-SXM4-80GB": 95 * time.Second, "Tesla T4": 410 * time.Second}},
-		Weights:  defaultWeights,
+		Weights:  DefaultWeights,
 	}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("got  %+v\nwant %+v", r, want)

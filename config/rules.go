@@ -119,7 +119,7 @@ func (r *Rules) Profile(task string) map[string]time.Duration {
 // ScoreWeights returns the score policy's weights: the file's, or 1/3 each.
 func (r *Rules) ScoreWeights() Weights {
 	if r == nil || r.Weights == (Weights{}) {
-		return defaultWeights
+		return DefaultWeights
 	}
 	return r.Weights
 }

@@ -38,6 +38,9 @@ func (m *Manager) Explain(peer Peer, req Request) (api.Placement, error) {
 	}
 	for i, v := range d.Verdicts {
 		p.Candidates[i] = api.Candidate{GPU: v.GPU, Kept: v.Kept, Why: v.Why}
+		if s := v.Score; s != nil {
+			p.Candidates[i].Score = &api.Score{CC: s.CC, Bandwidth: s.Bandwidth, Clock: s.Clock, Card: s.Card, Similarity: s.Similarity, Total: s.Total}
+		}
 	}
 	return p, nil
 }

@@ -5,48 +5,30 @@ import (
 	"slices"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/config"
 )
-
-// QuotaKind says whose units a quota caps.
-type QuotaKind uint8
-
-// The kinds of quota (DESIGN section 11).
-const (
-	// QuotaUser caps the units one uid holds.
-	QuotaUser QuotaKind = iota
-	// QuotaGroup caps the units all members of one group hold together.
-	QuotaGroup
-	// QuotaEveryone caps the units everyone holds together.
-	QuotaEveryone
-)
-
-// Quota is one quota of the config file.
-type Quota struct {
-	// Name is the quota as the config file writes it: alice, group:ml, *.
-	Name  string
-	Kind  QuotaKind
-	ID    uint32
-	Limit int
-}
 
 // Quotas is a set of quotas indexed for a request's check: what one check
 // costs grows with the caller's groups, not with the quotas configured.
 type Quotas struct {
-	byUID    map[uint32]Quota
-	byGID    map[uint32]Quota
-	everyone *Quota
+	byUID    map[uint32]config.Quota
+	byGID    map[uint32]config.Quota
+	everyone *config.Quota
 }
 
-// NewQuotas indexes qs; a later quota of the same user or group wins.
-func NewQuotas(qs []Quota) *Quotas {
-	out := &Quotas{byUID: map[uint32]Quota{}, byGID: map[uint32]Quota{}}
+// NewQuotas indexes the config's quotas (DESIGN section 11): a user's caps
+// the units its uid holds, a group's those all its members hold together,
+// and "*" those everyone holds together. A later quota of the same user or
+// group wins.
+func NewQuotas(qs []config.Quota) *Quotas {
+	out := &Quotas{byUID: map[uint32]config.Quota{}, byGID: map[uint32]config.Quota{}}
 	for _, q := range qs {
 		switch q.Kind {
-		case QuotaUser:
+		case config.User:
 			out.byUID[q.ID] = q
-		case QuotaGroup:
+		case config.Group:
 			out.byGID[q.ID] = q
-		case QuotaEveryone:
+		case config.Everyone:
 			out.everyone = &q
 		}
 	}
@@ -95,7 +77,7 @@ func leaseGroups(gid uint32, groups []uint32) []uint32 {
 // QuotaUse is one quota that applies to a caller, with what is held against
 // it now.
 type QuotaUse struct {
-	Quota
+	config.Quota
 	Held int
 }
 
@@ -144,18 +126,18 @@ func (m *Manager) checkQuotaLocked(peer Peer, units int) error {
 	return nil
 }
 
-func exceeds(q Quota, held, units int) error {
+func exceeds(q config.Quota, held, units int) error {
 	if held+units <= q.Limit {
 		return nil
 	}
 	whose := "you hold"
 	switch q.Kind {
-	case QuotaGroup:
+	case config.Group:
 		whose = "its members hold"
-	case QuotaEveryone:
+	case config.Everyone:
 		whose = "everyone holds"
 	}
-	return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), %s %d, %d more asked", q.Name, q.Limit, whose, held, units)
+	return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), %s %d, %d more asked", q.Key, q.Limit, whose, held, units)
 }
 
 // SetQuotas puts quotas in force (nil: none); a config reload calls it.
@@ -175,5 +157,5 @@ func (m *Manager) QuotaUse(peer Peer) []QuotaUse {
 
 // String names the quota for a message.
 func (q QuotaUse) String() string {
-	return fmt.Sprintf("%s: %d of %d", q.Name, q.Held, q.Limit)
+	return fmt.Sprintf("%s: %d of %d", q.Key, q.Held, q.Limit)
 }

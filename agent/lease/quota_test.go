@@ -10,16 +10,17 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 func TestQuotas(t *testing.T) {
 	f := newFixture(t, 4, 4, 1)
 	m := f.manager(t)
-	m.SetQuotas(NewQuotas([]Quota{
-		{Name: "alice", Kind: QuotaUser, ID: 1000, Limit: 3},
-		{Name: "group:ml", Kind: QuotaGroup, ID: 50, Limit: 4},
-		{Name: "*", Kind: QuotaEveryone, Limit: 6},
+	m.SetQuotas(NewQuotas([]config.Quota{
+		{Key: "alice", Kind: config.User, ID: 1000, Limit: 3},
+		{Key: "group:ml", Kind: config.Group, ID: 50, Limit: 4},
+		{Key: "*", Kind: config.Everyone, Limit: 6},
 	}))
 	alice := Peer{UID: 1000, GID: 1000, Groups: []uint32{50}}
 	bob := Peer{UID: 1001, GID: 50}
@@ -87,7 +88,7 @@ func TestOfflineClaimsCountTowardTheirOwner(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t)
 	me := uint32(os.Getuid())
-	m.SetQuotas(NewQuotas([]Quota{{Name: "me", Kind: QuotaUser, ID: me, Limit: 1}}))
+	m.SetQuotas(NewQuotas([]config.Quota{{Key: "me", Kind: config.User, ID: me, Limit: 1}}))
 	fd := claimOffline(t, f, 0, 0)
 	e2e.Eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 	peer := Peer{UID: me, GID: uint32(os.Getgid())}

@@ -5,44 +5,22 @@ import (
 	"strings"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/config"
 )
-
-// Pool is a named group of GPUs and who may lease there (DESIGN section 1
-// point 7, section 11). A GPU may sit in several pools; a GPU in none is open
-// to everyone.
-type Pool struct {
-	Name string
-	// GPUs are GPU indices.
-	GPUs []int
-	// Everyone: the pool names no users, so anyone may use it.
-	Everyone bool
-	UIDs     []uint32
-	GIDs     []uint32
-}
-
-// Allows reports whether a caller of uid, in groups gids, may use p.
-func (p *Pool) Allows(uid uint32, gids []uint32) bool {
-	if p.Everyone || slices.Contains(p.UIDs, uid) {
-		return true
-	}
-	for _, g := range gids {
-		if slices.Contains(p.GIDs, g) {
-			return true
-		}
-	}
-	return false
-}
 
 // pools is an engine's pools, indexed for decisions.
 type pools struct {
-	list []Pool
-	// of lists, per GPU index, the positions in list of the pools it is in.
-	of [][]int
+	list []config.Pool
+	// of lists, per GPU index, the positions in list of the pools it is in;
+	// names names them, for a refusal, made once so that a decision makes
+	// no words.
+	of    [][]int
+	names []string
 }
 
-// WithPools returns a copy of e that places by the pools ps (nil: none, every
-// GPU open to everyone).
-func (e *Engine) WithPools(ps []Pool) *Engine {
+// WithPools returns a copy of e that places by the pools ps (DESIGN section 1
+// point 7, section 11; nil: none, every GPU open to everyone).
+func (e *Engine) WithPools(ps []config.Pool) *Engine {
 	c := *e
 	c.pools = pools{list: ps}
 	for pi, p := range ps {
@@ -53,6 +31,14 @@ func (e *Engine) WithPools(ps []Pool) *Engine {
 			c.pools.of[g] = append(c.pools.of[g], pi)
 		}
 	}
+	c.pools.names = make([]string, len(c.pools.of))
+	for g, in := range c.pools.of {
+		names := make([]string, len(in))
+		for i, pi := range in {
+			names[i] = ps[pi].Name
+		}
+		c.pools.names[g] = strings.Join(names, ", ")
+	}
 	return &c
 }
 
@@ -60,7 +46,7 @@ func (e *Engine) WithPools(ps []Pool) *Engine {
 func (e *Engine) Open() bool { return len(e.pools.list) == 0 }
 
 // Pools lists the engine's pools.
-func (e *Engine) Pools() []Pool { return e.pools.list }
+func (e *Engine) Pools() []config.Pool { return e.pools.list }
 
 // access is what one decision may use: which pools, and how full each is.
 type access struct {
@@ -84,7 +70,7 @@ func (e *Engine) accessFor(n *Node, r Request) (*access, error) {
 	}
 	a := &access{named: -1, allowed: make([]bool, len(e.pools.list)), free: make([]int, len(e.pools.list))}
 	if r.Pool != "" {
-		i := slices.IndexFunc(e.pools.list, func(p Pool) bool { return p.Name == r.Pool })
+		i := slices.IndexFunc(e.pools.list, func(p config.Pool) bool { return p.Name == r.Pool })
 		if i < 0 {
 			return nil, api.Errorf(api.ErrNotFound, "pool: no pool named %q (pools: %s)", r.Pool, e.poolNames())
 		}
@@ -149,11 +135,7 @@ func (e *Engine) gpuAccess(a *access, g *GPU) (reason, int) {
 		}
 	}
 	if best < 0 {
-		names := make([]string, len(in))
-		for i, pi := range in {
-			names[i] = e.pools.list[pi].Name
-		}
-		return reason{kind: poolsForbidden, text: strings.Join(names, ", ")}, 0
+		return reason{kind: poolsForbidden, text: e.pools.names[g.Index]}, 0
 	}
 	return reason{}, best
 }

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"errors"
+	"github.com/gpulet/gpulet/config"
 	"strings"
 	"testing"
 
@@ -10,8 +11,8 @@ import (
 
 // testPools: GPU 0 is in "training" (uid 1000 and group 50), GPU 1 in
 // "training" and "shared" (everyone), GPU 2 (the T4) in no pool.
-func testPools() []Pool {
-	return []Pool{
+func testPools() []config.Pool {
+	return []config.Pool{
 		{Name: "shared", GPUs: []int{1}, Everyone: true},
 		{Name: "training", GPUs: []int{0, 1}, UIDs: []uint32{1000}, GIDs: []uint32{50}},
 	}
@@ -33,7 +34,7 @@ func TestPoolAllows(t *testing.T) {
 			t.Errorf("Allows(%d, %v) = %v, want %v", tc.uid, tc.gids, got, tc.want)
 		}
 	}
-	if !(&Pool{Everyone: true}).Allows(5, nil) {
+	if !(&config.Pool{Everyone: true}).Allows(5, nil) {
 		t.Error("a pool naming no users must allow everyone")
 	}
 }

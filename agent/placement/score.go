@@ -1,10 +1,10 @@
 package placement
 
 import (
-	"fmt"
 	"math"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -22,36 +22,18 @@ type Card struct {
 	SMClockMHz int
 }
 
-// Weights weigh the card's facts in S_card = CC·cc + Bandwidth·bw + Clock·clock.
-// They are used as given: their sum is how much S_card, whose facts each lie
-// in [0,1], counts against S_similarity, which lies in [0,1] too.
-type Weights struct {
-	CC, Bandwidth, Clock float64
-}
+// Weights weigh the card's facts in S_card = CC·cc + Bandwidth·bw + Clock·clock
+// (the config file's score section, which checks them). They are used as
+// given: their sum is how much S_card, whose facts each lie in [0,1], counts
+// against S_similarity, which lies in [0,1] too.
+type Weights = config.Weights
 
 // DefaultWeights give each fact a third: S_card and S_similarity then both lie
 // in [0,1] and count alike.
-var DefaultWeights = Weights{CC: 1.0 / 3, Bandwidth: 1.0 / 3, Clock: 1.0 / 3}
-
-// Check refuses weights that would make scores meaningless: a negative one
-// (which would prefer the weaker card) or one that is not a finite number. The
-// error names the weight as the config file's score section spells it. All
-// zero is allowed: the similarity alone then decides.
-func (w Weights) Check() error {
-	for _, f := range []struct {
-		name string
-		v    float64
-	}{{"cc", w.CC}, {"bandwidth", w.Bandwidth}, {"clock", w.Clock}} {
-		if math.IsNaN(f.v) || math.IsInf(f.v, 0) || f.v < 0 {
-			return fmt.Errorf("score.%s: must be a number of at least 0, got %v", f.name, f.v)
-		}
-	}
-	return nil
-}
+var DefaultWeights = config.DefaultWeights
 
 // WithWeights returns a copy of e that scores with w, for a config that sets
-// them; e itself is not changed, since decisions may be using it. The caller
-// checks w first (Weights.Check).
+// them; e itself is not changed, since decisions may be using it.
 func (e *Engine) WithWeights(w Weights) *Engine {
 	c := *e
 	c.weights = w

@@ -84,29 +84,6 @@ func TestVectorsAndCosine(t *testing.T) {
 	}
 }
 
-func TestWeightsCheck(t *testing.T) {
-	if err := DefaultWeights.Check(); err != nil {
-		t.Fatal(err)
-	}
-	if err := (Weights{}).Check(); err != nil {
-		t.Fatalf("all-zero weights refused: %v", err)
-	}
-	for _, tc := range []struct {
-		w    Weights
-		want string
-	}{
-		{Weights{CC: -1}, "score.cc: must be a number of at least 0, got -1"},
-		{Weights{Bandwidth: math.NaN()}, "score.bandwidth:"},
-		{Weights{Clock: math.Inf(1)}, "score.clock:"},
-	} {
-		if err := tc.w.Check(); err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("Check(%+v) = %v, want %q", tc.w, err, tc.want)
-		}
-	}
-}
-
-// WithWeights makes a new engine; the one decisions may be using is left as
-// it was.
 func TestWithWeightsCopies(t *testing.T) {
 	e := New(Score)
 	if e.Weights() != DefaultWeights {

@@ -49,6 +49,14 @@ type Core interface {
 	// SimGPU changes what a simulated GPU reports; only the simulated
 	// backend has it, so a nil func means the route does not exist.
 	SimGPU() func(index int, u api.SimGPUUpdate) error
+	// Explain says where a lease for req would go now, changing nothing.
+	Explain(peer lease.Peer, req lease.Request) (api.Placement, error)
+	// Profiles is the task–engine affinity table.
+	Profiles() api.ProfileList
+	// Pools lists the configured pools, as peer may use them.
+	Pools(peer lease.Peer) api.PoolList
+	// Quotas lists the quotas that apply to peer, with what it holds.
+	Quotas(peer lease.Peer) api.QuotaList
 }
 
 type handlerFunc func(w http.ResponseWriter, r *http.Request, peer lease.Peer, params []string) error
@@ -99,6 +107,10 @@ func New(core Core, adminGID int, log *slog.Logger) *Server {
 		add("POST", "/v1/sim/gpus/*", s.simGPU)
 	}
 	add("GET", "/v1/snapshot", s.snapshot)
+	add("POST", "/v1/placements", s.placements)
+	add("GET", "/v1/profiles", s.profiles)
+	add("GET", "/v1/pools", s.pools)
+	add("GET", "/v1/quotas", s.quotas)
 	return s
 }
 

@@ -118,6 +118,22 @@ func (f *fakeCore) SimGPU() func(int, api.SimGPUUpdate) error {
 	}
 }
 
+func (f *fakeCore) Explain(p lease.Peer, r lease.Request) (api.Placement, error) {
+	if r.Pool != "" {
+		return api.Placement{}, api.Errorf(api.ErrForbidden, "pool %s: uid %d may not lease there", r.Pool, p.UID)
+	}
+	return api.Placement{GPU: api.LeaseGPU{Index: 0, UUID: "GPU-x"}, Units: []int{0}, Policy: "best-fit", Candidates: []api.Candidate{{GPU: 0, Kept: true}}}, nil
+}
+func (f *fakeCore) Profiles() api.ProfileList {
+	return api.ProfileList{Profiles: []api.TaskProfile{{Task: "t", Models: []api.ModelRunTime{{Model: "Tesla T4", Seconds: 2, Runs: 1}}}}}
+}
+func (f *fakeCore) Pools(p lease.Peer) api.PoolList {
+	return api.PoolList{Pools: []api.Pool{{Name: "p", GPUs: []int{0}, UnitsFree: 3, Allowed: p.Admin}}}
+}
+func (f *fakeCore) Quotas(p lease.Peer) api.QuotaList {
+	return api.QuotaList{Admin: p.Admin, Quotas: []api.QuotaUsage{{Quota: "*", Limit: 8, Held: 1}}}
+}
+
 // serve runs the API on a real Unix socket, so that SO_PEERCRED is real.
 func serve(t *testing.T, core Core) *http.Client {
 	t.Helper()
@@ -167,6 +183,12 @@ func TestRoutes(t *testing.T) {
 		{"wrong method", "PUT", "/v1/snapshot", "", 405, api.CodeMethodNotAllowed, "GET"},
 		{"sim absent on real backend", "POST", "/v1/sim/gpus/0", `{"utilization_pct":5}`, 404, api.CodeNotFound, ""},
 		{"drain", "POST", "/v1/node/drain", "", 200, "", "schema"},
+		{"dry run", "POST", "/v1/placements", `{"units":1}`, 200, "", `"candidates":[{"gpu":0,"kept":true}]`},
+		{"dry run bad body", "POST", "/v1/placements", `{"units":0}`, 400, api.CodeBadRequest, "units"},
+		{"dry run refused", "POST", "/v1/placements", `{"units":1,"pool":"p"}`, 403, api.CodeForbidden, "may not lease there"},
+		{"profiles", "GET", "/v1/profiles", "", 200, "", `"models":[{"model":"Tesla T4","seconds":2,"runs":1}]`},
+		{"pools", "GET", "/v1/pools", "", 200, "", `"units_free":3,"allowed":true`},
+		{"quotas", "GET", "/v1/quotas", "", 200, "", `"quotas":[{"quota":"*","limit":8,"held":1}]`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

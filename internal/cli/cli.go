@@ -37,8 +37,10 @@ const usage = `gpulet shows and manages the GPU units of this node through gpule
 Usage: gpulet [--socket PATH] COMMAND [flags]
 
 Commands:
-  status [--json]            one row per GPU: state, units used/offline/free, utilization, memory
+  status [--json]            one row per GPU: state, units used/offline/free, utilization, memory;
+                             then the pools and your quota use, when the config has any
   gpus [--json]              one row per GPU: what it is (compute capability, memory, bandwidth, SM clock)
+  profiles [--json]          the task–engine affinity table: run time per task and GPU model
   top [--interval D]         the status table, refreshed until Ctrl-C
   leases [--all] [--json]    your leases (--all: every lease gpuletd shows you)
   release ID...              end leases
@@ -185,7 +187,7 @@ func describe(err error) string {
 }
 
 var commands = map[string]command{
-	"status": {"[--json]", "Show one row per GPU: state, eligibility, a bar of its units (# leased, o offline,\nr reserved, . free), utilization and memory; then the node's totals.", 0, 0,
+	"status": {"[--json]", "Show one row per GPU: state, eligibility, a bar of its units (# leased, o offline,\nr reserved, . free), utilization and memory; then the node's totals; then, when\ngpuletd's --config has any, the pools (their GPUs, free units, and whether you may\nuse them) and the quotas that bind you with what you hold.", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			asJSON := fs.Bool("json", false, "print the snapshot exactly as gpuletd sent it")
 			return func(ctx context.Context, e *env) error {
@@ -202,6 +204,15 @@ var commands = map[string]command{
 					return err
 				}
 				WriteStatus(e.out, s)
+				pools, err := e.c.Pools(ctx)
+				if err != nil {
+					return err
+				}
+				quotas, err := e.c.Quotas(ctx)
+				if err != nil {
+					return err
+				}
+				writeAccess(e.out, pools, quotas)
 				return nil
 			}
 		}},

@@ -37,13 +37,17 @@ func fakeDaemon(t *testing.T) string {
 			w.Write([]byte(`{"schema":"gpulet.snapshot/v1","node":"n1","state":"working","backend":"simulated","units_total":16,"units_free":16,"gpus":[]}` + "\n"))
 		case r.URL.Path == "/v1/gpus":
 			json.NewEncoder(w).Encode(api.GPUList{Backend: api.BackendSimulated, GPUs: []api.GPU{
-				{Index: 0, Name: "Tesla T4", State: "working", UnitsTotal: 16, UnitsFree: 12, MemoryTotalMiB: 15360,
+				{Index: 0, UUID: "GPU-a", Name: "Tesla T4", State: "working", UnitsTotal: 16, UnitsFree: 12, MemoryTotalMiB: 15360,
 					Capability: api.Capability{ComputeCapability: "7.5", MaxSMClockMHz: 1590, MemoryBandwidthGBps: 320}},
+				{Index: 1, UUID: "GPU-b", Name: "NVIDIA A100-SXM4-80GB", State: "failed", UnitsTotal: 16, MemoryTotalMiB: 81920,
+					Capability: api.Capability{ComputeCapability: "8.0", MaxSMClockMHz: 1410, MemoryBandwidthGBps: 2039}},
 			}})
 		case r.URL.Path == "/v1/leases":
 			json.NewEncoder(w).Encode(leases)
-		case r.URL.Path == "/v1/gpus":
-			w.Write([]byte(`{"backend":"simulated","gpus":[{"index":0,"uuid":"GPU-a"},{"index":1,"uuid":"GPU-b"}]}` + "\n"))
+		case r.URL.Path == "/v1/pools":
+			w.Write([]byte(`{"pools":[]}` + "\n"))
+		case r.URL.Path == "/v1/quotas":
+			w.Write([]byte(`{"admin":false,"quotas":[]}` + "\n"))
 		case r.Method == "DELETE" && r.URL.Path == "/v1/leases/l-mine":
 			w.WriteHeader(http.StatusNoContent)
 		case r.URL.Path == "/v1/node/undrain":
@@ -96,7 +100,7 @@ func TestRun(t *testing.T) {
 		{"status --json is the daemon's bytes", []string{"--socket", sock, "status", "--json"}, ExitOK,
 			`{"schema":"gpulet.snapshot/v1","node":"n1","state":"working","backend":"simulated","units_total":16,"units_free":16,"gpus":[]}` + "\n", ""},
 		{"socket after the command", []string{"status", "--socket", sock}, ExitOK, "backend: simulated (no real GPU)", ""},
-		{"gpus", []string{"--socket", sock, "gpus"}, ExitOK, "0    Tesla T4  7.5  15360         320               1590            12/16       working\n", ""},
+		{"gpus", []string{"--socket", sock, "gpus"}, ExitOK, "0    Tesla T4               7.5  15360         320               1590            12/16       working\n1    NVIDIA A100-SXM4-80GB  8.0  81920         2039              1410            0/16        failed\n", ""},
 		{"gpus --json", []string{"--socket", sock, "gpus", "--json"}, ExitOK, `"memory_bandwidth_gbps": 320`, ""},
 		{"own leases", []string{"--socket", sock, "leases"}, ExitOK, "l-mine", "1 lease(s) of other users not shown; --all shows them"},
 		{"all leases", []string{"--socket", sock, "leases", "--all"}, ExitOK, "l-other", ""},

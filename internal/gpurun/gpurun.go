@@ -74,9 +74,12 @@ type Options struct {
 	Reservation string
 	Wait        time.Duration
 	Offline     bool
-	Socket      string
-	RunDir      string
-	Command     []string
+	// DryRun shows where a lease would go and why, leases nothing and runs
+	// nothing.
+	DryRun  bool
+	Socket  string
+	RunDir  string
+	Command []string
 }
 
 const usageHead = `gpurun runs a command on GPU units leased from gpuletd.
@@ -95,6 +98,7 @@ Examples:
   gpurun --min-cc 8.0 -- python train.py         a GPU of compute capability 8.0 or above
   gpurun --wait 10m -- python train.py           queue for up to 10 minutes
   gpurun --offline -- ./job                      claim units without gpuletd
+  gpurun --dry-run --units 2 --task resnet50     where would it go, and why
 
 Exit status: the command's; gpurun's own failures exit 125 (no units, no
 daemon, an API error), 126 (command not executable), 127 (command not found),
@@ -123,6 +127,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	fs.StringVar(&o.Reservation, "reservation", "", "workflow reservation to draw from")
 	fs.DurationVar(&o.Wait, "wait", 0, "wait up to this long for units instead of failing at once, e.g. 30s or 10m")
 	fs.BoolVar(&o.Offline, "offline", false, "claim units through the pipe-file ledger, without gpuletd")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "show where the lease would go now and why each GPU was kept or left out; lease nothing, run nothing (COMMAND may be left out)")
 	fs.StringVar(&o.Socket, "socket", "", "gpuletd's socket (default $GPULET_SOCKET, else "+client.DefaultSocket+")")
 	fs.StringVar(&o.RunDir, "run-dir", "", "gpuletd's run dir, for --offline (default $"+pipefile.EnvRunDir+", else "+pipefile.DefaultRunDir+")")
 	fs.Usage = func() { fmt.Fprint(help, usageHead+fs.FlagUsages()) }
@@ -130,7 +135,10 @@ func Parse(args []string, help io.Writer) (Options, error) {
 		return o, err
 	}
 	o.Command = fs.Args()
-	if len(o.Command) == 0 {
+	if o.DryRun && o.Offline {
+		return o, errors.New("--dry-run asks gpuletd: it cannot be used with --offline")
+	}
+	if len(o.Command) == 0 && !o.DryRun {
 		return o, errors.New("no command given: gpurun [flags] -- COMMAND [ARGS...]")
 	}
 	if o.Units < 1 {
@@ -251,6 +259,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpurun: %v\nRun 'gpurun --help' for usage.\n", err)
 		return ExitUsage
 	}
+	if o.DryRun {
+		return dryRun(ctx, o, stdout, stderr)
+	}
 	// The command is found before any unit is taken: a typo costs nothing.
 	path, code, err := lookCommand(o.Command[0])
 	if err != nil {
@@ -293,6 +304,38 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return code
 }
 
+// request is the lease request the flags ask for.
+func (o Options) request() api.LeaseRequest {
+	return api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, MinCC: o.MinCC, Task: o.Task, Reservation: o.Reservation}
+}
+
+// dryRun asks gpuletd where the lease would go and prints its answer.
+func dryRun(ctx context.Context, o Options, stdout, stderr io.Writer) int {
+	c := &client.Client{Socket: o.Socket}
+	p, err := c.Place(ctx, o.request())
+	if err != nil {
+		fmt.Fprintln(stderr, "gpurun: dry run:", describe(err, o))
+		return ExitFailure
+	}
+	units := make([]string, len(p.Units))
+	for i, u := range p.Units {
+		units[i] = strconv.Itoa(u)
+	}
+	fmt.Fprintf(stdout, "a lease of %d unit(s) would go to GPU %d (%s), MPS instance %d, units %s (policy %s); nothing was leased\n",
+		o.Units, p.GPU.Index, p.GPU.UUID, p.Instance, strings.Join(units, ","), p.Policy)
+	for _, cand := range p.Candidates {
+		switch {
+		case cand.Kept && cand.Score != nil:
+			fmt.Fprintf(stdout, "  GPU %d: kept, score %.3f (card %.3f + similarity %.3f)\n", cand.GPU, cand.Score.Total, cand.Score.Card, cand.Score.Similarity)
+		case cand.Kept:
+			fmt.Fprintf(stdout, "  GPU %d: kept\n", cand.GPU)
+		default:
+			fmt.Fprintf(stdout, "  GPU %d: left out: %s\n", cand.GPU, cand.Why)
+		}
+	}
+	return 0
+}
+
 // lookCommand finds the command the way a shell does.
 func lookCommand(name string) (string, int, error) {
 	path, err := exec.LookPath(name)
@@ -315,7 +358,7 @@ func lease(ctx context.Context, o Options, stderr io.Writer) (map[string]string,
 	c := &client.Client{Socket: o.Socket}
 	// No ttl and no pid: gpuletd binds the lease to the process that
 	// connected (SO_PEERPIDFD), which is gpurun and, after exec, the command.
-	req := api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, MinCC: o.MinCC, Task: o.Task, Reservation: o.Reservation}
+	req := o.request()
 	l, err := c.Lease(ctx, req)
 	if o.Wait > 0 && errors.Is(err, client.ErrInsufficientUnits) {
 		// Asking without waiting first means the message below is printed

@@ -1,0 +1,129 @@
+package agent
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/profiles"
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/config"
+)
+
+// loadConfig reads, checks and resolves the --config file against this
+// node's GPUs and the user database; nil rules and no error without
+// --config.
+func (a *Agent) loadConfig() (*config.Rules, error) {
+	if a.cfg.ConfigPath == "" {
+		return nil, nil
+	}
+	f, err := config.Load(a.cfg.ConfigPath)
+	if err != nil {
+		return nil, err
+	}
+	gpus := make([]config.GPURef, len(a.devs))
+	for i, d := range a.devs {
+		gpus[i] = config.GPURef{Index: d.Index, UUID: d.UUID}
+	}
+	r, err := f.Resolve(gpus, config.SystemDirectory{})
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", a.cfg.ConfigPath, err)
+	}
+	return r, nil
+}
+
+// applyRules puts r in force: a new placement engine (pools, score
+// weights), the quotas and the profiles' starting figures. Decisions under
+// way finish with the old engine.
+func (a *Agent) applyRules(r *config.Rules) {
+	e := placement.New(a.cfg.Policy)
+	var quotas *lease.Quotas
+	var seeds map[string]map[string]time.Duration
+	if r != nil {
+		e = e.WithPools(r.Pools).WithWeights(r.ScoreWeights())
+		quotas = lease.NewQuotas(r.Quotas)
+		seeds = r.Profiles
+	}
+	a.rules.Store(r)
+	a.leases.SetEngine(e)
+	a.leases.SetQuotas(quotas)
+	a.profiles.Seed(seeds)
+	a.changed()
+}
+
+// reload is SIGHUP: the config file read again and, if it is sound, put in
+// force; a bad file is logged and the config in force stays.
+func (a *Agent) reload() {
+	if a.cfg.ConfigPath == "" {
+		a.log.Info("SIGHUP: nothing to reload, gpuletd runs without --config")
+		return
+	}
+	r, err := a.loadConfig()
+	if err != nil {
+		a.log.Error("SIGHUP: config not reloaded; the config in force stays", "err", err)
+		return
+	}
+	a.applyRules(r)
+	a.log.Info("SIGHUP: config reloaded", "config", a.cfg.ConfigPath, "pools", len(r.Pools), "quotas", len(r.Quotas), "profiles", len(r.Profiles))
+}
+
+// taskRan records a measured run of a task (the lease manager's TaskRan).
+func (a *Agent) taskRan(task, model string, d time.Duration) {
+	if err := a.profiles.Record(task, model, d); err != nil {
+		a.log.Warn("task run not recorded", "task", task, "model", model, "err", err)
+	}
+}
+
+// Explain is the dry run of a lease.
+func (a *Agent) Explain(peer lease.Peer, req lease.Request) (api.Placement, error) {
+	return a.leases.Explain(peer, req)
+}
+
+// Profiles is the task–engine affinity table.
+func (a *Agent) Profiles() api.ProfileList { return a.profiles.Table().API() }
+
+// Pools lists the configured pools with their free units now.
+func (a *Agent) Pools(peer lease.Peer) api.PoolList {
+	out := api.PoolList{Pools: []api.Pool{}}
+	r := a.rules.Load()
+	if r == nil {
+		return out
+	}
+	var free []int
+	if p := a.store.Load(); p != nil {
+		for _, g := range p.Snapshot.GPUs {
+			free = append(free, g.UnitsFree)
+		}
+	}
+	gids := append([]uint32{peer.GID}, peer.Groups...)
+	for _, p := range r.Pools {
+		ap := api.Pool{Name: p.Name, GPUs: p.GPUs, Allowed: peer.Admin || p.Allows(peer.UID, gids)}
+		for _, g := range p.GPUs {
+			if g < len(free) {
+				ap.UnitsFree += free[g]
+			}
+		}
+		out.Pools = append(out.Pools, ap)
+	}
+	return out
+}
+
+// Quotas lists the quotas that apply to peer and what it holds against each.
+func (a *Agent) Quotas(peer lease.Peer) api.QuotaList {
+	out := api.QuotaList{Admin: peer.Admin, Quotas: []api.QuotaUsage{}}
+	for _, q := range a.leases.QuotaUse(peer) {
+		out.Quotas = append(out.Quotas, api.QuotaUsage{Quota: q.Key, Limit: q.Limit, Held: q.Held})
+	}
+	return out
+}
+
+// openProfiles opens the task profiles kept in the state dir.
+func (a *Agent) openProfiles() error {
+	s, err := profiles.Open(a.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	a.profiles = s
+	return nil
+}

@@ -1,0 +1,32 @@
+package server
+
+import (
+	"net/http"
+
+	"github.com/gpulet/gpulet/agent/lease"
+)
+
+// placements is the dry run: where a lease of the body would go now.
+func (s *Server) placements(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
+	req, err := lease.DecodeRequest(r.Body)
+	if err != nil {
+		return err
+	}
+	p, err := s.core.Explain(peer, req)
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, p)
+}
+
+func (s *Server) profiles(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
+	return writeJSON(w, http.StatusOK, s.core.Profiles())
+}
+
+func (s *Server) pools(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
+	return writeJSON(w, http.StatusOK, s.core.Pools(peer))
+}
+
+func (s *Server) quotas(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
+	return writeJSON(w, http.StatusOK, s.core.Quotas(peer))
+}

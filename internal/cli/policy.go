@@ -1,0 +1,79 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+func init() {
+	commands["profiles"] = command{"[--json]", "Show the task–engine affinity table: per task, its run time on each GPU model,\nfastest first, and how many measured runs the figure rests on (0: the config\nfile's figure alone). A lease with --task goes to the fastest model that has\nroom, then the next.", 0, 0,
+		func(fs *pflag.FlagSet) func(context.Context, *env) error {
+			asJSON := fs.Bool("json", false, "print the table as the API does")
+			return func(ctx context.Context, e *env) error {
+				p, err := e.c.Profiles(ctx)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(e.out, p)
+				}
+				WriteProfiles(e.out, p)
+				return nil
+			}
+		}}
+}
+
+// WriteProfiles prints the affinity table, one row per task and model.
+func WriteProfiles(w io.Writer, p *api.ProfileList) {
+	if len(p.Profiles) == 0 {
+		fmt.Fprintln(w, "no task profiles: none in the config file, and no task lease has ended by its process exiting yet")
+		return
+	}
+	t := newTable(w, "TASK", "MODEL", "RUN TIME", "RUNS")
+	for _, task := range p.Profiles {
+		for _, m := range task.Models {
+			d := time.Duration(m.Seconds * float64(time.Second)).Round(time.Millisecond)
+			t.row(task.Task, m.Model, d.String(), strconv.Itoa(m.Runs))
+		}
+	}
+	t.flush()
+}
+
+// writeAccess prints the pools and the caller's quota use under the status
+// table; nothing when neither is configured.
+func writeAccess(w io.Writer, pools *api.PoolList, quotas *api.QuotaList) {
+	if len(pools.Pools) > 0 {
+		fmt.Fprintln(w)
+		t := newTable(w, "POOL", "GPUS", "FREE", "YOU")
+		for _, p := range pools.Pools {
+			gpus := make([]string, len(p.GPUs))
+			for i, g := range p.GPUs {
+				gpus[i] = strconv.Itoa(g)
+			}
+			you := "may not use"
+			if p.Allowed {
+				you = "may use"
+			}
+			t.row(p.Name, strings.Join(gpus, ","), strconv.Itoa(p.UnitsFree), you)
+		}
+		t.flush()
+	}
+	switch {
+	case quotas.Admin && len(pools.Pools) > 0:
+		fmt.Fprintln(w, "\nquotas: none bind you (admin)")
+	case len(quotas.Quotas) > 0:
+		parts := make([]string, len(quotas.Quotas))
+		for i, q := range quotas.Quotas {
+			parts[i] = fmt.Sprintf("%s %d/%d", q.Quota, q.Held, q.Limit)
+		}
+		fmt.Fprintln(w, "\nyour quotas (held/limit):", strings.Join(parts, ", "))
+	}
+}
