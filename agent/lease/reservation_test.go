@@ -881,3 +881,33 @@ func TestOtherUsersKeepOutOfAReservationsInstance(t *testing.T) {
 }
 
 func closeFD(fd int) { syscall.Close(fd) }
+
+// TestTimeBoundBorrowersJustEnd: a borrowed lease bound to time has no
+// process to signal: a stage that takes it back ends it at once.
+func TestTimeBoundBorrowersJustEnd(t *testing.T) {
+	h := newResHarness(t, 1, 8, 1)
+	h.reserve(alice, spec("wf", []int{2, 8}, member("bob", 0)))
+	h.fill()
+	var ids []string
+	for range 6 {
+		g, err := h.m.Acquire(context.Background(), bob, ttlReq(1, "1h"))
+		if err != nil || !g.Preemptible {
+			t.Fatalf("bob's ttl borrow: %+v, %v", g.Lease, err)
+		}
+		ids = append(ids, g.ID)
+	}
+	r, err := h.m.Advance(alice, "wf")
+	if err != nil || r.Reclaimed != 6 || r.Lent != 0 || r.Reclaiming != 0 {
+		t.Fatalf("advance: %+v, %v", r.ReservationStatus, err)
+	}
+	for _, id := range ids {
+		if _, err := h.m.Get(bob, id); !errors.Is(err, api.ErrNotFound) {
+			t.Fatalf("reclaimed ttl lease %s: %v", id, err)
+		}
+	}
+	// Their ends are in the journal: a restart does not bring them back.
+	h.restart()
+	if r := h.get("wf"); r.Lent != 0 || r.Reserved != 8 {
+		t.Fatalf("after a restart: %+v", r.ReservationStatus)
+	}
+}

@@ -375,6 +375,9 @@ func waitMessage(ctx context.Context, c *client.Client, o Options) string {
 		return msg
 	}
 	msg += fmt.Sprintf("; %d of %d units free on the node now", s.UnitsFree, s.UnitsTotal)
+	if s.UnitsReserved > 0 {
+		msg += fmt.Sprintf(", %d set aside for reservations", s.UnitsReserved)
+	}
 	var gpus []string
 	for _, g := range s.GPUs {
 		if !pipefile.MatchGPU(o.GPU, g.Index, g.UUID) || !pipefile.MatchType(o.Type, g.Name) {
