@@ -67,6 +67,9 @@ type Snapshot struct {
 	// Upstreams is how pushing to each --upstream goes, as of this
 	// snapshot's making; absent when none is configured.
 	Upstreams []UpstreamStatus `json:"upstreams,omitempty"`
+	// Reservations are the workflow reservations, by name; absent when
+	// there are none.
+	Reservations []ReservationStatus `json:"reservations,omitempty"`
 }
 
 // UpstreamStatus is how pushing snapshots to one upstream goes.
@@ -241,11 +244,15 @@ type UndrainRequest struct {
 // Placement is the body of POST /v1/placements: where a lease of the same
 // request would go now, and why each GPU was kept or left out.
 type Placement struct {
-	GPU        LeaseGPU    `json:"gpu"`
-	Instance   int         `json:"instance"`
-	Units      []int       `json:"units"`
-	Policy     string      `json:"policy"`
-	Candidates []Candidate `json:"candidates"`
+	GPU      LeaseGPU `json:"gpu"`
+	Instance int      `json:"instance"`
+	Units    []int    `json:"units"`
+	Policy   string   `json:"policy"`
+	// Reservation names the reservation the lease would draw on or borrow
+	// from; Preemptible says it would borrow.
+	Reservation string      `json:"reservation,omitempty"`
+	Preemptible bool        `json:"preemptible,omitempty"`
+	Candidates  []Candidate `json:"candidates"`
 }
 
 // Candidate is one GPU of a dry run: kept, or left out and why.

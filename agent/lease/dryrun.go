@@ -6,13 +6,12 @@ import (
 
 // Explain says where a lease for req would go now and why each GPU was kept
 // or left out, or gives the error the lease would get; it changes nothing
-// (POST /v1/placements, gpurun --dry-run).
+// (POST /v1/placements, gpurun --dry-run). A lease that would draw on or
+// borrow from a reservation says which, with no verdicts: its units come from
+// the reservation, not from a choice among GPUs.
 func (m *Manager) Explain(peer Peer, req Request) (api.Placement, error) {
 	if req.Units > m.cfg.Model.UnitsPerClient {
 		return api.Placement{}, api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
-	}
-	if err := unbuilt(req); err != nil {
-		return api.Placement{}, err
 	}
 	if !m.lockOpen() {
 		return api.Placement{}, errStopping
@@ -24,17 +23,26 @@ func (m *Manager) Explain(peer Peer, req Request) (api.Placement, error) {
 	if err := m.checkQuotaLocked(peer, req.Units); err != nil {
 		return api.Placement{}, err
 	}
-	e := m.engine.Load()
-	d, err := e.Explain(m.nodeLocked(), m.placementRequest(peer, req))
+	// The decision the lease would get, borrowing or drawing on a
+	// reservation included; then, for an ordinary placement, why each GPU
+	// was kept or left out.
+	d, dr, err := m.placeLocked(peer, req)
 	if err != nil {
 		return api.Placement{}, err
 	}
+	if dr == nil {
+		if ex, err := m.engine.Load().Explain(m.nodeLocked(), m.placementRequest(peer, req)); err == nil {
+			d.Verdicts = ex.Verdicts
+		}
+	}
 	p := api.Placement{
-		GPU:        api.LeaseGPU{Index: d.Choice.GPU, UUID: m.gpus[d.Choice.GPU].dev.UUID},
-		Instance:   d.Choice.Instance,
-		Units:      d.Choice.Units,
-		Policy:     string(d.Policy),
-		Candidates: make([]api.Candidate, len(d.Verdicts)),
+		GPU:         api.LeaseGPU{Index: d.Choice.GPU, UUID: m.gpus[d.Choice.GPU].dev.UUID},
+		Instance:    d.Choice.Instance,
+		Units:       d.Choice.Units,
+		Policy:      string(d.Policy),
+		Reservation: dr.name(),
+		Preemptible: dr.borrowed(),
+		Candidates:  make([]api.Candidate, len(d.Verdicts)),
 	}
 	for i, v := range d.Verdicts {
 		p.Candidates[i] = api.Candidate{GPU: v.GPU, Kept: v.Kept, Why: v.Why}

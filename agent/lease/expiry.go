@@ -114,11 +114,11 @@ func (m *Manager) dropLocked(l *lease) {
 	delete(m.leases, l.ID)
 	for _, u := range l.Units {
 		if s := &m.gpus[l.GPU.Index].slots[u]; s.lease == l {
-			*s = slot{own: s.own}
+			s.vacate()
 		}
 	}
 	m.touchLocked(l.GPU.Index)
-	m.usage.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), -len(l.Units))
+	m.quotaUse.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), -len(l.Units))
 	if l.holder != nil {
 		if m.held[*l.holder] -= len(l.Units); m.held[*l.holder] <= 0 {
 			delete(m.held, *l.holder)

@@ -48,6 +48,10 @@ type lease struct {
 	// holder is the process whose units (Manager.held) the lease counts
 	// toward; nil for a lease bound to no process.
 	holder *procKey
+	// share is the share member a borrowed lease counts toward;
+	// reclaiming says its holder was told to end (reservation.go).
+	share      string
+	reclaiming bool
 }
 
 // encode makes pub and json from Lease; call it after every change of Lease.
@@ -85,9 +89,6 @@ var errStopping = api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, error) {
 	if req.Units > m.cfg.Model.UnitsPerClient {
 		return Grant{}, api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
-	}
-	if err := unbuilt(req); err != nil {
-		return Grant{}, err
 	}
 	bind, err := m.bindingFor(peer, req)
 	if err != nil {
@@ -186,14 +187,6 @@ func (m *Manager) settle() {
 	m.cfg.OnChange()
 }
 
-// unbuilt refuses the request fields whose features this version lacks.
-func unbuilt(req Request) error {
-	if req.Reservation != "" {
-		return api.Errorf(api.ErrNotFound, "reservation: no reservation named %q", req.Reservation)
-	}
-	return nil
-}
-
 func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
 	r := placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, MinCC: req.MinCapability, UID: peer.UID,
 		Pool: req.Pool, Admin: peer.Admin}
@@ -220,7 +213,8 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		return nil, err
 	}
 	for {
-		d, err := m.engine.Load().Place(m.nodeLocked(), m.placementRequest(peer, req))
+		// Reservations: a draw, or a borrow where ordinary units are short.
+		d, dr, err := m.placeLocked(peer, req)
 		if err != nil {
 			return nil, err
 		}
@@ -230,7 +224,7 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		} else if retry {
 			continue
 		}
-		l := m.newLease(peer, req, bind, c)
+		l := m.newLease(peer, req, bind, c, dr)
 		m.addLocked(l)
 		if err := m.recordLocked(record{Op: opLease, Entry: l.entry()}); err != nil {
 			// The binding stays its caller's (Acquire, or a waiter that may be
@@ -287,7 +281,7 @@ func (m *Manager) addLocked(l *lease) {
 	}
 	m.touchLocked(l.GPU.Index)
 	m.leases[l.ID] = l
-	m.usage.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), len(l.Units))
+	m.quotaUse.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), len(l.Units))
 	if pb, ok := l.bind.(*pidBinding); ok {
 		key := pb.key()
 		l.holder = &key
@@ -295,7 +289,7 @@ func (m *Manager) addLocked(l *lease) {
 	}
 }
 
-func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Choice) *lease {
+func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Choice, dr *draw) *lease {
 	dev := m.gpus[c.GPU].dev
 	now := m.clock.Now().UTC()
 	l := &lease{Lease: api.Lease{
@@ -306,11 +300,12 @@ func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Cho
 		Owner:       api.Owner{UID: peer.UID, GID: peer.GID, Groups: peer.Groups},
 		Created:     now,
 		Binding:     string(bind.kind()),
-		Reservation: req.Reservation,
+		Reservation: dr.name(),
+		Preemptible: dr.borrowed(),
 		Task:        req.Task,
 		Labels:      req.Labels,
 		MemoryMiB:   req.MemoryMiB,
-	}, bind: bind}
+	}, bind: bind, share: dr.member()}
 	switch b := bind.(type) {
 	case *pidBinding:
 		l.Owner.PID = b.pid
@@ -359,7 +354,9 @@ func (m *Manager) ConditionsChanged() {
 }
 
 // serveWaitersLocked grants waiting requests, oldest first, while they fit.
+// Pending reservations go first: units freed while one waits are held for it.
 func (m *Manager) serveWaitersLocked() {
+	m.admitPendingLocked()
 	for i := 0; i < len(m.waiters); {
 		w := m.waiters[i]
 		l, err := m.tryGrantLocked(w.peer, w.req, w.bind)

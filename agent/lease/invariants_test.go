@@ -173,7 +173,7 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 			held[*l.holder] += len(l.Units)
 		}
 	}
-	want := newUsage()
+	want := newQuotaUse()
 	for _, l := range m.leases {
 		want.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), len(l.Units))
 	}
@@ -184,8 +184,8 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 			}
 		}
 	}
-	if fmt.Sprint(want) != fmt.Sprint(m.usage) {
-		t.Fatalf("%s: units counted against quotas %+v, the table says %+v", when, m.usage, want)
+	if fmt.Sprint(want) != fmt.Sprint(m.quotaUse) {
+		t.Fatalf("%s: units counted against quotas %+v, the table says %+v", when, m.quotaUse, want)
 	}
 	if fmt.Sprint(held) != fmt.Sprint(m.held) {
 		t.Fatalf("%s: units held per process %v, the leases say %v", when, m.held, held)

@@ -35,19 +35,19 @@ func NewQuotas(qs []config.Quota) *Quotas {
 	return out
 }
 
-// usage counts the units held, for quotas: per uid (leases and offline claims,
+// quotaUse counts the units held, for quotas: per uid (leases and offline claims,
 // an offline claim counting toward its FIFO's owner), per group (leases, by
 // the groups their caller had), and in all.
-type usage struct {
+type quotaUse struct {
 	byUID map[uint32]int
 	byGID map[uint32]int
 	total int
 }
 
-func newUsage() usage { return usage{byUID: map[uint32]int{}, byGID: map[uint32]int{}} }
+func newQuotaUse() quotaUse { return quotaUse{byUID: map[uint32]int{}, byGID: map[uint32]int{}} }
 
 // add counts n units (n < 0: no longer) held by uid in groups gids.
-func (u *usage) add(uid uint32, gids []uint32, n int) {
+func (u *quotaUse) add(uid uint32, gids []uint32, n int) {
 	u.total += n
 	bump(u.byUID, uid, n)
 	for _, g := range gids {
@@ -82,7 +82,7 @@ type QuotaUse struct {
 }
 
 // applying lists the quotas that apply to a caller of uid in groups gids.
-func (q *Quotas) applying(uid uint32, gids []uint32, u *usage) []QuotaUse {
+func (q *Quotas) applying(uid uint32, gids []uint32, u *quotaUse) []QuotaUse {
 	if q == nil {
 		return nil
 	}
@@ -109,19 +109,19 @@ func (m *Manager) checkQuotaLocked(peer Peer, units int) error {
 	}
 	gids := leaseGroups(peer.GID, peer.Groups)
 	if qu, ok := m.quotas.byUID[peer.UID]; ok {
-		if err := exceeds(qu, m.usage.byUID[peer.UID], units); err != nil {
+		if err := exceeds(qu, m.quotaUse.byUID[peer.UID], units); err != nil {
 			return err
 		}
 	}
 	for _, g := range gids {
 		if qg, ok := m.quotas.byGID[g]; ok {
-			if err := exceeds(qg, m.usage.byGID[g], units); err != nil {
+			if err := exceeds(qg, m.quotaUse.byGID[g], units); err != nil {
 				return err
 			}
 		}
 	}
 	if q := m.quotas.everyone; q != nil {
-		return exceeds(*q, m.usage.total, units)
+		return exceeds(*q, m.quotaUse.total, units)
 	}
 	return nil
 }
@@ -152,7 +152,7 @@ func (m *Manager) SetQuotas(q *Quotas) {
 func (m *Manager) QuotaUse(peer Peer) []QuotaUse {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.quotas.applying(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.usage)
+	return m.quotas.applying(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse)
 }
 
 // String names the quota for a message.
