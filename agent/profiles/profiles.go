@@ -188,8 +188,11 @@ func (s *Store) Record(task, model string, ran time.Duration) error {
 	e.Mean = time.Duration((1-Weight)*float64(e.Mean) + Weight*float64(ran))
 	e.Runs++
 	models[model] = e
+	// Written before it is shown: what GET /v1/profiles shows survives a
+	// restart. A run that cannot be written is still shown and used.
+	err := s.writeLocked()
 	s.publishLocked()
-	return s.writeLocked()
+	return err
 }
 
 // Table returns the table as last published.
