@@ -163,9 +163,7 @@ func aliasLine(data []byte, name string) int {
 
 // join names a key under path: pools.training, quotas."group:ml".
 func join(path, key string) string {
-	if key == "" || strings.ContainsFunc(key, func(r rune) bool {
-		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-')
-	}) {
+	if key == "" || strings.ContainsFunc(key, func(r rune) bool { return !isAlnum(r) && r != '_' && r != '-' }) {
 		key = strconv.Quote(key)
 	}
 	if path == "" {
@@ -226,6 +224,15 @@ func brief(s string) string {
 		s = s[:cut] + "…"
 	}
 	return strconv.Quote(s)
+}
+
+// number shows a value that reads as a number as it is written, anything
+// else (a tag can make any text a number) quoted and cut short by brief.
+func number(s string) string {
+	if s != "" && len(s) <= 32 && strings.Trim(s, "0123456789.+-eE") == "" {
+		return s
+	}
+	return brief(s)
 }
 
 // scalar returns the text of a scalar node: a key or a value written as
@@ -422,7 +429,7 @@ func parseGPU(s string) (GPUSpec, string) {
 	if s != "" && strings.Trim(s, "0123456789") == "" {
 		n, err := strconv.ParseUint(s, 10, 32)
 		if err != nil || n > MaxGPUIndex {
-			return GPUSpec{}, fmt.Sprintf("GPU index %s is out of range (0 to %d)", brief(s), MaxGPUIndex)
+			return GPUSpec{}, fmt.Sprintf("GPU index %s is out of range (0 to %d)", number(s), MaxGPUIndex)
 		}
 		return GPUSpec{Index: int(n)}, ""
 	}
@@ -483,7 +490,7 @@ func parsePrincipal(s string) (Principal, string) {
 		// (uid_t)-1 means "no id" to the kernel's calls.
 		n, err := strconv.ParseUint(name, 10, 32)
 		if err != nil || n == math.MaxUint32 {
-			return Principal{}, fmt.Sprintf("%s id %s is out of range (0 to %d)", what, brief(name), uint32(math.MaxUint32-1))
+			return Principal{}, fmt.Sprintf("%s id %s is out of range (0 to %d)", what, number(name), uint32(math.MaxUint32-1))
 		}
 		return Principal{Kind: kind, Name: name, ByID: true, ID: uint32(n)}, ""
 	}
@@ -541,15 +548,15 @@ func parseUnits(v *yaml.Node, path string) (int, error) {
 	case tag != "!!int" && tag != "!!float":
 		return 0, errorAt(v, path, "expected %s, found %s", expected, what(v))
 	case strings.HasPrefix(text, "-"):
-		return 0, errorAt(v, path, "%s is negative: a quota is 0 or more units", text)
+		return 0, errorAt(v, path, "%s is negative: a quota is 0 or more units", number(text))
 	case !digits && tag == "!!float":
-		return 0, errorAt(v, path, "%s is not a whole number of units", text)
+		return 0, errorAt(v, path, "%s is not a whole number of units", number(text))
 	case !digits:
 		return 0, errorAt(v, path, "%s: write the units as a decimal number", brief(text))
 	}
 	n, err := strconv.ParseUint(text, 10, 32)
 	if err != nil || n > MaxQuota {
-		return 0, errorAt(v, path, "%s units is more than %d, the most a quota may be", text, MaxQuota)
+		return 0, errorAt(v, path, "%s units is more than %d, the most a quota may be", number(text), MaxQuota)
 	}
 	return int(n), nil
 }
@@ -611,7 +618,7 @@ func parseRunTime(v *yaml.Node, path string) (time.Duration, error) {
 	case err != nil:
 		return 0, errorAt(v, path, "%s is not a run time such as 95s or 6m50s", brief(text))
 	case d <= 0:
-		return 0, errorAt(v, path, "run time %s: must be more than 0", text)
+		return 0, errorAt(v, path, "run time %s: must be more than 0", brief(text))
 	}
 	return d, nil
 }
@@ -655,7 +662,7 @@ func parseWeight(v *yaml.Node, path string) (float64, error) {
 	}
 	w, err := strconv.ParseFloat(text, 64)
 	if err != nil || math.IsNaN(w) || w < 0 || w > MaxWeight {
-		return 0, errorAt(v, path, "%s is not %s", brief(text), expected)
+		return 0, errorAt(v, path, "%s is not %s", number(text), expected)
 	}
 	return w, nil
 }

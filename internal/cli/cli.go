@@ -50,6 +50,7 @@ Commands:
   reservations [--json]      the workflow reservations: stage, need, lent, reclaimed
   advance NAME               start a reservation's next stage (takes lent units back if needed)
   unreserve NAME             end a reservation; its units go back to the node
+  config check FILE          check a gpuletd config file (pools, quotas, task profiles)
   help [COMMAND]             this text, or a command's
 
 Examples:

@@ -91,6 +91,7 @@ func TestRun(t *testing.T) {
 		{"unknown global flag", []string{"--bogus", "status"}, ExitUsage, "", "unknown flag: --bogus"},
 		{"help flag", []string{"--help"}, ExitOK, "Commands:", ""},
 		{"help command", []string{"help"}, ExitOK, "Examples:", ""},
+		{"help lists config check", []string{"help"}, ExitOK, "  config check FILE ", ""},
 		{"help of a command", []string{"help", "leases"}, ExitOK, "Usage: gpulet leases [--all] [--json]", ""},
 		{"help of a bogus command", []string{"help", "bogus"}, ExitUsage, "", `help: no command "bogus"`},
 		{"command help", []string{"status", "--help"}, ExitOK, "--json", ""},
