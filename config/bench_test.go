@@ -27,32 +27,3 @@ func BenchmarkParseLargest(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkMayUseGPU asks about one GPU of an 8-GPU node split into 16 pools
-// of 100 users and 10 groups each, for a caller in none of them: the most
-// work a request's placement asks of the Rules per GPU.
-func BenchmarkMayUseGPU(b *testing.B) {
-	var s strings.Builder
-	s.WriteString("pools:\n")
-	for p := range 16 {
-		s.WriteString("  p" + strconv.Itoa(p) + ":\n    gpus: [" + strconv.Itoa(p%8) + "]\n    users: [" + seq(100, "") + ", " + seq(10, "group:") + "]\n")
-	}
-	gpus := make([]GPURef, 8)
-	for i := range gpus {
-		gpus[i] = GPURef{Index: i, UUID: "GPU-" + strconv.Itoa(i)}
-	}
-	f, err := Parse([]byte(s.String()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	r, err := f.Resolve(gpus, anyone{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	gids := []uint32{5000, 5001, 5002, 5003}
-	for b.Loop() {
-		if r.MayUseGPU(3, 4000, gids) {
-			b.Fatal("an outsider may use a pooled GPU")
-		}
-	}
-}

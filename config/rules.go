@@ -74,48 +74,6 @@ func (p *Pool) Allows(uid uint32, gids []uint32) bool {
 	return false
 }
 
-// MayUseGPU says whether a request that names no pool may be placed on the GPU
-// index for a caller with uid and groups gids: yes when the GPU is in no
-// pool, or in a pool that allows the caller.
-func (r *Rules) MayUseGPU(index int, uid uint32, gids []uint32) bool {
-	if r == nil {
-		return true
-	}
-	pooled := false
-	for i := range r.Pools {
-		p := &r.Pools[i]
-		if _, ok := slices.BinarySearch(p.GPUs, index); ok {
-			if p.Allows(uid, gids) {
-				return true
-			}
-			pooled = true
-		}
-	}
-	return !pooled
-}
-
-// Applies says whether the quota counts the units of a holder with uid and
-// groups gids: a User quota those of its uid, a Group quota those of the
-// group's members, Everyone's those of all.
-func (q Quota) Applies(uid uint32, gids []uint32) bool {
-	switch q.Kind {
-	case User:
-		return q.ID == uid
-	case Group:
-		return slices.Contains(gids, q.ID)
-	}
-	return q.Kind == Everyone
-}
-
-// Profile returns the run time of task on each GPU model it has one for, or
-// nil. The map is the Rules'; do not change it.
-func (r *Rules) Profile(task string) map[string]time.Duration {
-	if r == nil {
-		return nil
-	}
-	return r.Profiles[task]
-}
-
 // ScoreWeights returns the score policy's weights: the file's, or 1/3 each.
 func (r *Rules) ScoreWeights() Weights {
 	if r == nil || r.Weights == (Weights{}) {

@@ -1,7 +1,6 @@
 package config
 
 import (
-	"strings"
 	"testing"
 	"time"
 )
@@ -10,12 +9,6 @@ func TestNilRulesAreNoConfig(t *testing.T) {
 	for name, r := range map[string]*Rules{"nil": nil, "zero": {}} {
 		if p, ok := r.Pool("training"); ok || p != nil {
 			t.Errorf("%s: Pool found %+v", name, p)
-		}
-		if !r.MayUseGPU(0, 1000, nil) {
-			t.Errorf("%s: a GPU is closed", name)
-		}
-		if r.Profile("resnet50") != nil {
-			t.Errorf("%s: a profile", name)
 		}
 		if w := r.ScoreWeights(); w != (Weights{1.0 / 3, 1.0 / 3, 1.0 / 3}) {
 			t.Errorf("%s: weights %+v", name, w)
@@ -74,61 +67,13 @@ func TestPoolAllows(t *testing.T) {
 	}
 }
 
-func TestMayUseGPU(t *testing.T) {
-	r := rules(t)
-	for _, tc := range []struct {
-		gpu  int
-		uid  uint32
-		gids []uint32
-		want bool
-	}{
-		{0, 1001, nil, true},            // alice, training
-		{0, 1002, []uint32{2000}, true}, // a member of ml
-		{0, 1003, nil, false},           // carol: GPU 0 is in training and admins only
-		{1, 1003, nil, true},            // in shared as well
-		{2, 1003, nil, true},            // shared
-		{3, 1003, nil, true},            // in no pool
-		{7, 1003, nil, true},            // in no pool either
-	} {
-		if got := r.MayUseGPU(tc.gpu, tc.uid, tc.gids); got != tc.want {
-			t.Errorf("GPU %d for uid %d groups %v: %v, want %v", tc.gpu, tc.uid, tc.gids, got, tc.want)
-		}
-	}
-}
-
-func TestQuotaApplies(t *testing.T) {
-	r := rules(t)
-	applying := func(uid uint32, gids []uint32) (keys []string) {
-		for _, q := range r.Quotas {
-			if q.Applies(uid, gids) {
-				keys = append(keys, q.Key)
-			}
-		}
-		return keys
-	}
-	for _, tc := range []struct {
-		uid  uint32
-		gids []uint32
-		want string
-	}{
-		{1001, nil, "alice *"},
-		{1001, []uint32{2000}, "alice group:ml *"},
-		{1003, []uint32{2000}, "group:ml *"},
-		{1003, []uint32{2001}, "*"},
-	} {
-		if got := applying(tc.uid, tc.gids); strings.Join(got, " ") != tc.want {
-			t.Errorf("uid %d groups %v: %q, want %q", tc.uid, tc.gids, got, tc.want)
-		}
-	}
-}
-
 func TestRulesProfileAndWeights(t *testing.T) {
 	r := rules(t)
-	if got := r.Profile("resnet50"); len(got) != 1 || got["Tesla T4"] != 410*time.Second {
+	if got := r.Profiles["resnet50"]; len(got) != 1 || got["Tesla T4"] != 410*time.Second {
 		t.Fatalf("profile %v", got)
 	}
-	if r.Profile("bert") != nil {
-		t.Fatal("a profile for a task the file does not have")
+	if q := r.Quotas; len(q) != 3 {
+		t.Fatalf("quotas %+v", q)
 	}
 	if w := r.ScoreWeights(); w != (Weights{CC: 2}) {
 		t.Fatalf("weights %+v", w)
