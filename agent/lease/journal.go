@@ -359,6 +359,13 @@ func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string
 			return fmt.Sprintf("unit %d is also in lease %s, created later: this one had ended", u, other)
 		}
 	}
+	if Kind(l.Binding) == KindPod {
+		// Bound to neither: the kubelet plugin ends it.
+		if e.Deadline != nil || l.Owner.PID != 0 {
+			return "pod lease with a process or a deadline"
+		}
+		return ""
+	}
 	if (e.Deadline == nil) == (l.Owner.PID == 0) {
 		return "neither or both of process and deadline"
 	}

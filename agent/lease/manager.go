@@ -12,7 +12,8 @@
 // offline probe), records.go (journal glue), recovery.go (a journal that
 // cannot be written or was damaged), view.go (the published view and the
 // reads), loglines.go (the per-lease line budget), journal.go (the journal's
-// format), request.go (request decoding).
+// format), request.go (request decoding), pod.go (leases the kubelet plugin
+// makes for Kubernetes containers).
 package lease
 
 import (
