@@ -21,6 +21,9 @@ type Device struct {
 	MaxSMClockMHz     int
 	MemoryBusWidthBit int
 	MemoryClockMHz    int
+	// NUMANode is the NUMA node the GPU is attached to, the topology hint the
+	// kubelet aligns CPUs with; -1 when unknown.
+	NUMANode int
 }
 
 // ComputeCapability is the device's capability as "major.minor".

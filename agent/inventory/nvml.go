@@ -202,7 +202,7 @@ func nvmlErr(what string, ret nvml.Return) error {
 // readDevice reads what does not change. Missing optional figures (cores, clocks,
 // bus width) stay zero; a missing identity or memory size is an error.
 func readDevice(lib nvml.Interface, i int) (Device, nvml.Device, error) {
-	d := Device{Index: i, UUID: fmt.Sprintf("GPU-unknown-%d", i), Name: "unknown"}
+	d := Device{Index: i, UUID: fmt.Sprintf("GPU-unknown-%d", i), Name: "unknown", NUMANode: -1}
 	h, ret := lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
 		return d, nil, nvmlErr("device handle", ret)
@@ -236,6 +236,9 @@ func readDevice(lib nvml.Interface, i int) (Device, nvml.Device, error) {
 	}
 	if w, ret := h.GetMemoryBusWidth(); ret == nvml.SUCCESS {
 		d.MemoryBusWidthBit = int(w)
+	}
+	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
+		d.NUMANode = numaNode(sysfsPCI, pci)
 	}
 	return d, h, nil
 }
