@@ -60,6 +60,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.MaxWaitersPerUID, "max-waiters-per-uid", 16, "most lease requests one uid may have waiting for units (\"wait\"); more get too_many_requests (root is not capped)")
 	fs.StringVar(&cfg.MPS, "mps", "auto", "MPS: on (refuse to start when MPS cannot run: no control binary, a run dir too long, no control daemon starting), off, or auto (on where MPS works, else off with the reason logged)")
 	fs.StringVar(&cfg.MPSControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary (looked up in PATH)")
+	kubeFlags(fs, &cfg.Kube)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "gpuletd shares this host's NVIDIA GPUs as units leased over a Unix-socket API.\n\nUsage: gpuletd [flags]\n\nFlags:\n%s", fs.FlagUsages())
 	}
@@ -111,6 +112,9 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 		if f.v == "" {
 			return Config{}, fmt.Errorf("%s must not be empty", f.name)
 		}
+	}
+	if err := checkKubeFlags(fs, cfg.Kube); err != nil {
+		return Config{}, err
 	}
 	if !fs.Changed("mount") {
 		mount = cfg.RunDir + "/view"

@@ -162,8 +162,10 @@ func (m *Manager) GrantPod(units []Unit, pod api.LeasePod) (g Grant, reused bool
 // AdoptPod makes a pod lease for units that the kubelet lists as held by a
 // running container although no lease holds them (the journal was lost, or
 // gpuletd ran without the plugin): what already runs is recorded, so neither
-// the placement engine's conditions nor --units-per-client apply. Units held
-// otherwise (a lease that is not a pod's, an offline claim) are refused.
+// the placement engine's conditions nor --units-per-client apply. When the
+// units are exactly one pod lease's, that lease is the answer. Units held
+// otherwise (another pod lease, a lease that is not a pod's, an offline
+// claim) are refused: unlike Allocate, a listing names no new owner.
 func (m *Manager) AdoptPod(units []Unit, pod api.LeasePod) (Grant, error) {
 	g, _, err := m.podLease(units, pod, true)
 	return g, err
@@ -233,6 +235,10 @@ func (m *Manager) podLease(units []Unit, pod api.LeasePod, adopt bool) (Grant, b
 		g := l.grant()
 		m.unlock()
 		return g, true, nil
+	}
+	if adopt && len(stale) > 0 {
+		m.unlock()
+		return Grant{}, false, api.Errorf(api.ErrInsufficientUnits, "units %v of GPU %d overlap those of pod lease %s (%v)", idx, gpu, stale[0].ID, stale[0].Units)
 	}
 	for _, l := range stale {
 		if err := m.supersedeLocked(l); err != nil {
