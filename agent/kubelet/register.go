@@ -24,9 +24,10 @@ const kubeletSocketName = "kubelet.sock"
 // registerTimeout bounds one Register call; the kubelet answers at once.
 const registerTimeout = 10 * time.Second
 
-// Backoff of registration retries after a failure while kubelet.sock exists.
-// A kubelet that restarts makes its socket anew, which is watched for, so
-// retries are only for a kubelet that refuses or is half up.
+// Backoff of retries after the plugin socket could not be served, or a
+// registration failed while kubelet.sock exists. A kubelet that restarts
+// makes its socket anew, which is watched for, so registration retries are
+// only for a kubelet that refuses or is half up.
 const (
 	retryFirst = time.Second
 	retryMax   = 30 * time.Second
@@ -152,13 +153,20 @@ func (r *registrar) run(ctx context.Context) {
 				continue
 			}
 			registered = false
-			if err := r.serve(); err != nil {
-				log.Error("cannot serve the kubelet plugin", "err", err)
-			}
+			r.stopServer()
 		case <-retry.C:
 		}
-		if registered || r.server == nil {
+		if registered {
 			continue
+		}
+		// Served anew after an event, or again after a failure.
+		if r.server == nil {
+			if err := r.serve(); err != nil {
+				log.Error("cannot serve the kubelet plugin; retrying", "in", backoff, "err", err)
+				retry.Reset(backoff)
+				backoff = min(2*backoff, retryMax)
+				continue
+			}
 		}
 		if _, err := os.Stat(r.kubeletSock); err != nil {
 			// No kubelet yet: its socket's creation is watched for.

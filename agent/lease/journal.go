@@ -348,7 +348,13 @@ func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string
 		return "GPU not on this node"
 	}
 	g := gpus[l.GPU.Index]
-	if len(l.Units) == 0 || len(l.Units) > g.UnitsPerMax {
+	most := g.UnitsPerMax
+	if Kind(l.Binding) == KindPod {
+		// A pod lease rebuilt from the kubelet records what a container
+		// holds, whatever --units-per-client says now.
+		most = g.UnitsTotal
+	}
+	if len(l.Units) == 0 || len(l.Units) > most {
 		return "bad unit count"
 	}
 	for _, u := range l.Units {
