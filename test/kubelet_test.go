@@ -79,7 +79,7 @@ func TestKubeletPlugin(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer run.Process.Kill()
-	up, seen := k.WaitUpdate(seen, 10*time.Second, func(devs []*pluginapi.Device) bool { return kubelettest.Healthy(devs) == 30 })
+	up, _ := k.WaitUpdate(seen, 10*time.Second, func(devs []*pluginapi.Device) bool { return kubelettest.Healthy(devs) == 30 })
 	ls, err := d.Client.Leases(e2e.Ctx(t))
 	if err != nil || len(ls) != 1 || ls[0].Binding != "pid" {
 		t.Fatalf("leases %v, %v", ls, err)
