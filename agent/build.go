@@ -45,6 +45,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 			Capability: api.Capability{
 				ComputeCapability: d.ComputeCapability(), Cores: d.Cores, MaxSMClockMHz: d.MaxSMClockMHz,
 				MemoryBusWidthBit: d.MemoryBusWidthBit, MemoryClockMHz: d.MemoryClockMHz,
+				MemoryBandwidthGBps: d.MemoryBandwidthGBps(),
 			},
 		}
 		if samples[i].Err != nil {

@@ -2,11 +2,13 @@ package agent
 
 import (
 	"errors"
-	"github.com/gpulet/gpulet/api"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/api"
 )
 
 func TestParseFlags(t *testing.T) {
@@ -37,7 +39,8 @@ func TestParseFlags(t *testing.T) {
 		{"U not a number", []string{"--units-per-gpu", "lots"}, nil, `invalid argument "lots"`},
 		{"bad backend", []string{"--backend", "cuda"}, nil, `--backend "cuda"`},
 		{"bad sim spec", []string{"--sim-gpus", "3xGTX1080"}, nil, `unknown model "GTX1080"`},
-		{"bad policy", []string{"--policy", "random"}, nil, `--policy "random"`},
+		{"bad policy", []string{"--policy", "random"}, nil, `--policy "random": must be one of best-fit, first-fit, spread, score`},
+		{"score policy", []string{"--policy", "score"}, func(c Config) bool { return c.Policy == placement.Score }, ""},
 		{"bad utilization", []string{"--max-utilization", "120"}, nil, "--max-utilization 120"},
 		{"bad interval", []string{"--sample-interval", "1ns"}, nil, "--sample-interval 1ns"},
 		{"stray argument", []string{"serve"}, nil, `unexpected argument "serve"`},

@@ -124,12 +124,17 @@ type GPU struct {
 }
 
 // Capability is what a GPU model can do.
+// A figure NVML could not give is 0 ("0.0" for the compute capability).
 type Capability struct {
 	ComputeCapability string `json:"compute_capability"`
 	Cores             int    `json:"cores,omitempty"`
 	MaxSMClockMHz     int    `json:"max_sm_clock_mhz"`
 	MemoryBusWidthBit int    `json:"memory_bus_width_bits"`
 	MemoryClockMHz    int    `json:"memory_clock_mhz"`
+	// MemoryBandwidthGBps is the peak memory bandwidth, derived from the bus
+	// width and memory clock: bits/8 × MHz × 2 (NVML's memory clock counts
+	// one edge of a double data rate), in GB/s (10^9 bytes a second).
+	MemoryBandwidthGBps int `json:"memory_bandwidth_gbps"`
 }
 
 // Instance is one MPS control daemon of a GPU.
@@ -199,11 +204,14 @@ type LeasePod struct {
 
 // LeaseRequest is the body of POST /v1/leases. Every field but Units is optional.
 type LeaseRequest struct {
-	Units       int               `json:"units"`
-	GPU         string            `json:"gpu,omitempty"`
-	Pool        string            `json:"pool,omitempty"`
-	Type        string            `json:"type,omitempty"`
-	MemoryMiB   uint64            `json:"memory_mib,omitempty"`
+	Units     int    `json:"units"`
+	GPU       string `json:"gpu,omitempty"`
+	Pool      string `json:"pool,omitempty"`
+	Type      string `json:"type,omitempty"`
+	MemoryMiB uint64 `json:"memory_mib,omitempty"`
+	// MinCC is the lowest compute capability the request accepts, MAJOR.MINOR
+	// such as "8.0"; empty: any.
+	MinCC       string            `json:"min_cc,omitempty"`
 	Task        string            `json:"task,omitempty"`
 	Reservation string            `json:"reservation,omitempty"`
 	TTL         string            `json:"ttl,omitempty"`

@@ -18,8 +18,11 @@ import (
 const MaxSnapshotBody = 1 << 20
 
 // DecodeSnapshot decodes and validates a snapshot body (DESIGN section 8).
-// Decoding is strict: unknown fields and trailing data are refused. Every
-// error wraps api.ErrBadRequest and names the field at fault.
+// Fields the collector does not know are ignored: schema v1 grows by added
+// fields (a newer gpuletd's GPU figures, reservations), and a cluster upgraded
+// node by node must not have its newer nodes' snapshots refused. Wrong types,
+// missing or bad required fields and trailing data are refused. Every error
+// wraps api.ErrBadRequest and names the field at fault.
 //
 // Bodies are decoded with goccy/go-json, about twice as fast as
 // encoding/json, which is most of what ingesting 10,000 snapshots a second
@@ -40,7 +43,6 @@ func DecodeSnapshot(body []byte) (*api.Snapshot, error) {
 // fastDecode decodes body into s as strictly as strictDecode.
 func fastDecode(body []byte, s *api.Snapshot) error {
 	dec := gojson.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(s); err != nil {
 		return err
 	}
@@ -54,7 +56,6 @@ func fastDecode(body []byte, s *api.Snapshot) error {
 func strictDecode(body []byte) (*api.Snapshot, error) {
 	var s api.Snapshot
 	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(&s); err != nil {
 		return nil, decodeError(err)
 	}
@@ -86,7 +87,6 @@ func decodeError(err error) error {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return api.Errorf(api.ErrBadRequest, "snapshot: body ends inside the JSON object")
 	}
-	// Unknown fields read `json: unknown field "x"`, which names it.
 	return api.Errorf(api.ErrBadRequest, "snapshot: %v", err)
 }
 

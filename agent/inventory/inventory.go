@@ -4,30 +4,47 @@
 package inventory
 
 import (
-	"fmt"
-
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
-// Device is what a GPU is; it does not change while the daemon runs.
+// Device is what a GPU is; it does not change while the daemon runs. A figure
+// the backend could not read is 0.
 type Device struct {
-	Index             int
-	UUID              string
-	Name              string
-	MemoryTotalMiB    uint64
-	CCMajor, CCMinor  int
-	Cores             int
+	Index            int
+	UUID             string
+	Name             string
+	MemoryTotalMiB   uint64
+	CCMajor, CCMinor int
+	Cores            int
+	// MaxSMClockMHz is the SM clock's maximum (boost) clock.
 	MaxSMClockMHz     int
 	MemoryBusWidthBit int
-	MemoryClockMHz    int
+	// MemoryClockMHz is the memory's maximum clock as NVML reports it, which
+	// counts one edge of a double data rate (see MemoryBandwidthGBps).
+	MemoryClockMHz int
 	// NUMANode is the NUMA node the GPU is attached to, the topology hint the
 	// kubelet aligns CPUs with; -1 when unknown.
 	NUMANode int
 }
 
+// CC is the device's compute capability; zero when unknown.
+func (d Device) CC() api.ComputeCapability {
+	return api.ComputeCapability{Major: d.CCMajor, Minor: d.CCMinor}
+}
+
 // ComputeCapability is the device's capability as "major.minor".
-func (d Device) ComputeCapability() string { return fmt.Sprintf("%d.%d", d.CCMajor, d.CCMinor) }
+func (d Device) ComputeCapability() string { return d.CC().String() }
+
+// MemoryBandwidthGBps is the peak memory bandwidth in GB/s (10^9 bytes a
+// second), rounded down: bus width/8 bytes × memory clock × 2 transfers a
+// clock. NVML reports HBM's clock (A100-80GB: 1593 MHz on 5120 bits, 2039
+// GB/s) and GDDR's (T4: 5001 MHz on 256 bits, 320 GB/s) alike, so that one
+// formula gives the published figure of either; docs/placement.md has the
+// table. 0 when the bus width or the clock is unknown.
+func (d Device) MemoryBandwidthGBps() int {
+	return d.MemoryBusWidthBit / 8 * d.MemoryClockMHz * 2 / 1000
+}
 
 // Load is what the agent knows of a GPU's use; the simulated backend derives its
 // figures from it, the NVML backend ignores it.

@@ -72,7 +72,13 @@ func newNVML(lib nvml.Interface, log *slog.Logger, waitMS uint32) (*NVML, error)
 	b := &NVML{lib: lib, log: log, waitMS: waitMS, faults: newXidFaults(n),
 		xidLog: ratelog.New(log, "Xid events", xidLinesPerSecond, nil)}
 	for i := 0; i < n; i++ {
-		d, h, err := readDevice(lib, i)
+		d, h, missing, err := readDevice(lib, i)
+		if len(missing) > 0 {
+			// Said once, at start: the figures do not change, and a GPU that
+			// cannot give them still serves.
+			log.Warn("NVML did not give some of a GPU's figures; they read 0, and the score policy counts them as the weakest of the node",
+				"gpu", i, "missing", strings.Join(missing, "; "))
+		}
 		b.devices = append(b.devices, d)
 		b.handles = append(b.handles, h)
 		b.initErrs = append(b.initErrs, err)
@@ -199,48 +205,62 @@ func nvmlErr(what string, ret nvml.Return) error {
 	return fmt.Errorf("NVML %s: %s", what, nvml.ErrorString(ret))
 }
 
-// readDevice reads what does not change. Missing optional figures (cores, clocks,
-// bus width) stay zero; a missing identity or memory size is an error.
-func readDevice(lib nvml.Interface, i int) (Device, nvml.Device, error) {
-	d := Device{Index: i, UUID: fmt.Sprintf("GPU-unknown-%d", i), Name: "unknown", NUMANode: -1}
+// readDevice reads what does not change. A missing identity or memory size is
+// an error (the GPU is then failed); a missing optional figure (compute
+// capability, cores, clocks, bus width) stays zero and is named in missing.
+func readDevice(lib nvml.Interface, i int) (d Device, h nvml.Device, missing []string, err error) {
+	d = Device{Index: i, UUID: fmt.Sprintf("GPU-unknown-%d", i), Name: "unknown", NUMANode: -1}
 	h, ret := lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
-		return d, nil, nvmlErr("device handle", ret)
+		return d, nil, nil, nvmlErr("device handle", ret)
 	}
 	if uuid, ret := h.GetUUID(); ret == nvml.SUCCESS {
 		d.UUID = uuid
 	} else {
-		return d, nil, nvmlErr("UUID", ret)
+		return d, nil, nil, nvmlErr("UUID", ret)
 	}
 	if name, ret := h.GetName(); ret == nvml.SUCCESS {
 		d.Name = name
 	} else {
-		return d, nil, nvmlErr("name", ret)
+		return d, nil, nil, nvmlErr("name", ret)
 	}
 	mem, ret := h.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
-		return d, nil, nvmlErr("memory info", ret)
+		return d, nil, nil, nvmlErr("memory info", ret)
 	}
 	d.MemoryTotalMiB = mem.Total / (1 << 20)
+	lack := func(what string, ret nvml.Return) {
+		missing = append(missing, what+": "+nvml.ErrorString(ret))
+	}
 	if maj, min, ret := h.GetCudaComputeCapability(); ret == nvml.SUCCESS {
 		d.CCMajor, d.CCMinor = maj, min
+	} else {
+		lack("compute capability", ret)
 	}
 	if c, ret := h.GetNumGpuCores(); ret == nvml.SUCCESS {
 		d.Cores = c
+	} else {
+		lack("cores", ret)
 	}
 	if c, ret := h.GetMaxClockInfo(nvml.CLOCK_SM); ret == nvml.SUCCESS {
 		d.MaxSMClockMHz = int(c)
+	} else {
+		lack("max SM clock", ret)
 	}
 	if c, ret := h.GetMaxClockInfo(nvml.CLOCK_MEM); ret == nvml.SUCCESS {
 		d.MemoryClockMHz = int(c)
+	} else {
+		lack("max memory clock", ret)
 	}
 	if w, ret := h.GetMemoryBusWidth(); ret == nvml.SUCCESS {
 		d.MemoryBusWidthBit = int(w)
+	} else {
+		lack("memory bus width", ret)
 	}
 	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
 		d.NUMANode = numaNode(sysfsPCI, pci)
 	}
-	return d, h, nil
+	return d, h, missing, nil
 }
 
 // OnFault sets what to call after a critical Xid event failed a GPU.

@@ -168,11 +168,58 @@ func TestNVMLReadsDevices(t *testing.T) {
 	if d.MemoryTotalMiB != 40960 || d.ComputeCapability() != "8.0" || d.Cores != 6912 || d.MaxSMClockMHz != 1410 || d.MemoryClockMHz != 1215 || d.MemoryBusWidthBit != 5120 {
 		t.Fatalf("device figures %+v", d)
 	}
+	// The mock's A100-SXM4-40GB: 5120 bits at 1215 MHz is its published 1555 GB/s.
+	if bw := d.MemoryBandwidthGBps(); bw != 1555 {
+		t.Fatalf("bandwidth %d GB/s, want 1555", bw)
+	}
 	if got := b.Sample(3, Load{}); got.Err != nil || got.UtilizationPct != 30 {
 		t.Fatalf("sample %+v", got)
 	}
 	if m, err := b.ComputeMode(3); err != nil || m != nvml.COMPUTEMODE_DEFAULT {
 		t.Fatalf("compute mode %v %v", m, err)
+	}
+}
+
+// A figure NVML cannot give reads 0 and is logged once, at start; the GPU
+// still serves.
+func TestNVMLMissingFiguresAreZeroAndLoggedOnce(t *testing.T) {
+	s, _ := newMockServer(t)
+	dev := s.Devices[2].(*server.Device)
+	dev.GetCudaComputeCapabilityFunc = func() (int, int, nvml.Return) { return 0, 0, nvml.ERROR_NOT_SUPPORTED }
+	dev.GetMemoryBusWidthFunc = func() (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
+	dev.GetMaxClockInfoFunc = func(c nvml.ClockType) (uint32, nvml.Return) {
+		if c == nvml.CLOCK_SM {
+			return 0, nvml.ERROR_UNKNOWN
+		}
+		return 1215, nvml.SUCCESS
+	}
+	b, log := openNVML(t, s)
+	d := b.Devices()[2]
+	if !d.CC().IsZero() || d.ComputeCapability() != "0.0" || d.MemoryBusWidthBit != 0 || d.MaxSMClockMHz != 0 || d.MemoryBandwidthGBps() != 0 {
+		t.Fatalf("device 2 = %+v, want the missing figures 0", d)
+	}
+	if d.MemoryClockMHz != 1215 || d.Cores != 6912 {
+		t.Fatalf("device 2 = %+v lost figures NVML gave", d)
+	}
+	if got := b.Sample(2, Load{}); got.Err != nil {
+		t.Fatalf("GPU without some figures failed: %v", got.Err)
+	}
+	lines := log.lines("did not give some of a GPU's figures")
+	if len(lines) != 1 {
+		t.Fatalf("%d log lines about missing figures, want 1:\n%s", len(lines), log.String())
+	}
+	for _, want := range []string{"gpu=2", "compute capability: " + nvml.ErrorString(nvml.ERROR_NOT_SUPPORTED),
+		"memory bus width: " + nvml.ErrorString(nvml.ERROR_NOT_SUPPORTED), "max SM clock: " + nvml.ErrorString(nvml.ERROR_UNKNOWN)} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("log line %q does not say %q", lines[0], want)
+		}
+	}
+	b.Sample(2, Load{})
+	if n := len(log.lines("did not give")); n != 1 {
+		t.Fatalf("%d lines after more samples, want the one of the start", n)
+	}
+	if d := b.Devices()[1]; d.ComputeCapability() != "8.0" || d.MemoryBandwidthGBps() != 1555 {
+		t.Fatalf("device 1 = %+v, want its figures", d)
 	}
 }
 

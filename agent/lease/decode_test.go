@@ -36,13 +36,21 @@ func TestDecodeRequest(t *testing.T) {
 		{"pid of 2^31", `{"units":1,"pid":2147483648}`, "pid: must be a process id"},
 		{"pid of 2^32+1", `{"units":1,"pid":4294967297}`, "pid: must be a process id"},
 		{"pid beyond int64", `{"units":1,"pid":9223372036854775808}`, "pid: must be a whole number"},
+		{"min cc", `{"units":1,"min_cc":"8.0"}`, ""},
+		{"min cc without minor", `{"units":1,"min_cc":"8"}`, `min_cc: "8" is not a compute capability MAJOR.MINOR`},
+		{"min cc as a number", `{"units":1,"min_cc":8.0}`, "min_cc: must be a string"},
+		{"min cc words", `{"units":1,"min_cc":"ampere"}`, `min_cc: "ampere" is not`},
+		{"min cc zero", `{"units":1,"min_cc":"0.0"}`, "min_cc: \"0.0\" is not a compute capability: they start at 1.0"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := DecodeRequest(strings.NewReader(tc.body))
+			req, err := DecodeRequest(strings.NewReader(tc.body))
 			if tc.wantMsg == "" {
 				if err != nil {
 					t.Fatal(err)
+				}
+				if req.MinCC != "" && req.MinCapability.String() != req.MinCC {
+					t.Fatalf("min_cc %q parsed as %v", req.MinCC, req.MinCapability)
 				}
 				return
 			}
@@ -55,7 +63,8 @@ func TestDecodeRequest(t *testing.T) {
 
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{`{"units":1}`, `{"units":2,"gpu":"GPU-x","ttl":"30s","wait":"1s","labels":{"k":"v"}}`, `{"units":1,"pid":1}`, `{`, `null`, `{"units":1e99}`, `{"labels":{"":""}}`,
-		`{"units":1,"pid":4194303}`, `{"units":1,"pid":4194304}`, `{"units":1,"pid":2147483648}`, `{"units":1,"pid":-2147483648}`, `{"units":1,"pid":4294967297}`} {
+		`{"units":1,"pid":4194303}`, `{"units":1,"pid":4194304}`, `{"units":1,"pid":2147483648}`, `{"units":1,"pid":-2147483648}`, `{"units":1,"pid":4294967297}`,
+		`{"units":1,"min_cc":"8.0"}`, `{"units":1,"min_cc":"12.1"}`, `{"units":1,"min_cc":"8"}`, `{"units":1,"min_cc":""}`, `{"units":1,"min_cc":null}`} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
@@ -68,6 +77,10 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		if req.Units < 1 || (req.TTL > 0 && req.PID != 0) || len(req.Labels) > maxLabels || req.PID < 0 || req.PID > procwatch.MaxPID {
 			t.Fatalf("accepted an invalid request %+v", req)
+		}
+		// A min_cc is kept only parsed, and as what was sent.
+		if (req.MinCC == "") != req.MinCapability.IsZero() || req.MinCC != "" && req.MinCapability.Major < 1 {
+			t.Fatalf("min_cc %q kept as %v", req.MinCC, req.MinCapability)
 		}
 	})
 }

@@ -198,7 +198,7 @@ func unbuilt(req Request) error {
 }
 
 func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
-	return placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, UID: peer.UID}
+	return placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, MinCC: req.MinCapability, UID: peer.UID}
 }
 
 // tryGrantLocked places and grants req, or says why it cannot now.

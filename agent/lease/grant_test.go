@@ -86,11 +86,16 @@ func TestRequestChecks(t *testing.T) {
 		{"unknown pool", api.LeaseRequest{Units: 1, Pool: "p", TTL: "1m"}, api.ErrNotFound, "pool"},
 		{"dead pid", api.LeaseRequest{Units: 1, PID: 1 << 30}, api.ErrBadRequest, "not running"},
 		{"too much memory", api.LeaseRequest{Units: 1, MemoryMiB: 1 << 30, TTL: "1m"}, placement.ErrNeverFits, "81920 MiB in all"},
+		{"min cc above every GPU, waiting", api.LeaseRequest{Units: 1, MinCC: "9.0", TTL: "1m", Wait: "1h"}, placement.ErrNeverFits,
+			"GPU 0 has compute capability 8.0, below the 9.0 asked; GPU 1 has compute capability 7.5, below the 9.0 asked"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := Request{LeaseRequest: tc.req}
 			req.TTL, _ = time.ParseDuration(tc.req.TTL)
 			req.Wait, _ = time.ParseDuration(tc.req.Wait)
+			if tc.req.MinCC != "" {
+				req.MinCapability, _ = api.ParseComputeCapability(tc.req.MinCC)
+			}
 			// A request that can never fit does not wait, so a long wait
 			// ends the test only by a failure.
 			_, err := m.Acquire(context.Background(), root, req)
@@ -114,6 +119,35 @@ func TestTypeAndGPUSelection(t *testing.T) {
 	l, err = m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: f.devs[1].UUID}, TTL: time.Minute})
 	if err != nil || l.GPU.Index != 1 {
 		t.Fatalf("gpu by uuid placed on %+v, %v", l.GPU, err)
+	}
+}
+
+// The manager gives placement each GPU's card as the inventory reads it (GPU
+// 0 an A100-80GB, GPU 1 a T4): min_cc and the score policy see them.
+func TestCardsReachPlacement(t *testing.T) {
+	f := newFixture(t, 1, 4, 1)
+	m := f.manager(t, func(c *Config) { c.Policy = placement.BestFit })
+	// GPU 1 holds a unit: best-fit now prefers it, the score policy the A100.
+	if _, err := m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "1"}, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); err != nil || l.GPU.Index != 1 {
+		t.Fatalf("best-fit placed on %+v, %v; want GPU 1", l.GPU, err)
+	}
+	for _, tc := range []struct {
+		name   string
+		policy placement.Policy
+		minCC  api.ComputeCapability
+	}{
+		{"best-fit with min_cc 8.0", placement.BestFit, api.ComputeCapability{Major: 8}},
+		{"score", placement.Score, api.ComputeCapability{}},
+	} {
+		m.SetEngine(placement.New(tc.policy))
+		req := ttlReq(1, "1m")
+		req.MinCapability = tc.minCC
+		if l, err := m.Acquire(context.Background(), root, req); err != nil || l.GPU.Index != 0 {
+			t.Fatalf("%s placed on %+v, %v; want the A100, GPU 0", tc.name, l.GPU, err)
+		}
 	}
 }
 

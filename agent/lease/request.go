@@ -23,11 +23,14 @@ const (
 	MaxRequestBody = 1 << 20
 )
 
-// Request is a validated lease request.
+// Request is a validated lease request, with its fields that need parsing
+// parsed.
 type Request struct {
 	api.LeaseRequest
 	TTL  time.Duration
 	Wait time.Duration
+	// MinCapability is MinCC parsed; zero when none is asked.
+	MinCapability api.ComputeCapability
 }
 
 // DecodeRequest reads one JSON lease request from r and checks every field that
@@ -72,6 +75,11 @@ func (req *Request) validate() error {
 	// cut to another pid on its way into a syscall.
 	if lr.PID < 0 || lr.PID > procwatch.MaxPID {
 		return api.Errorf(api.ErrBadRequest, "pid: must be a process id from 1 to %d, got %d", procwatch.MaxPID, lr.PID)
+	}
+	if lr.MinCC != "" {
+		if req.MinCapability, err = api.ParseComputeCapability(lr.MinCC); err != nil {
+			return api.Errorf(api.ErrBadRequest, "min_cc: %v", err)
+		}
 	}
 	for _, f := range []struct{ name, v string }{{"gpu", lr.GPU}, {"pool", lr.Pool}, {"type", lr.Type}, {"task", lr.Task}, {"reservation", lr.Reservation}} {
 		if len(f.v) > maxTextLen {

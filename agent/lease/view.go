@@ -220,7 +220,8 @@ func (m *Manager) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUCondition)
 	*pg = placement.GPU{
 		Index: g.dev.Index, UUID: g.dev.UUID, Name: g.dev.Name,
 		MemoryTotalMiB: g.dev.MemoryTotalMiB, MemoryFreeMiB: g.dev.MemoryTotalMiB,
-		Free: m.cfg.Model.UnitsPerGPU - gv.Used, Instances: pg.Instances[:0],
+		Free: m.cfg.Model.UnitsPerGPU - gv.Used, Units: m.cfg.Model.UnitsPerGPU, Instances: pg.Instances[:0],
+		Card: placement.Card{CC: g.dev.CC(), MemoryBandwidthGBps: g.dev.MemoryBandwidthGBps(), SMClockMHz: g.dev.MaxSMClockMHz},
 	}
 	if gc != nil {
 		pg.Unusable, pg.MemoryFreeMiB = gc.Unusable, gc.MemoryFreeMiB

@@ -14,8 +14,11 @@ func testNode() *Node {
 	n := &Node{ClientsPerInstance: 4, OneUserPerInstance: true}
 	names := []string{"NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "Tesla T4"}
 	mem := []uint64{81920, 81920, 15360}
+	a100 := Card{CC: api.ComputeCapability{Major: 8}, MemoryBandwidthGBps: 2039, SMClockMHz: 1410}
+	t4 := Card{CC: api.ComputeCapability{Major: 7, Minor: 5}, MemoryBandwidthGBps: 320, SMClockMHz: 1590}
+	cards := []Card{a100, a100, t4}
 	for gi, name := range names {
-		g := GPU{Index: gi, UUID: fmt.Sprintf("GPU-%d", gi), Name: name, MemoryTotalMiB: mem[gi], MemoryFreeMiB: mem[gi], Free: 16}
+		g := GPU{Index: gi, UUID: fmt.Sprintf("GPU-%d", gi), Name: name, MemoryTotalMiB: mem[gi], MemoryFreeMiB: mem[gi], Free: 16, Units: 16, Card: cards[gi]}
 		for k := 0; k < 2; k++ {
 			in := Instance{Index: k, Size: 8}
 			for u := 8 * k; u < 8*k+8; u++ {
@@ -60,6 +63,20 @@ func TestEngineFilters(t *testing.T) {
 		{name: "type", req: Request{Units: 1, Type: "t4"}, policy: FirstFit, gpu: 2, inst: 0, units: []int{0}},
 		{name: "no such type never fits", req: Request{Units: 1, Type: "H100"}, err: api.ErrInsufficientUnits, never: true, message: `not of type "H100"`},
 		{name: "more memory than any GPU never fits", req: Request{Units: 1, MemoryMiB: 90000}, err: api.ErrInsufficientUnits, never: true, message: "81920 MiB in all"},
+		{name: "min cc keeps the cards that reach it", req: Request{Units: 1, MinCC: api.ComputeCapability{Major: 8}}, policy: FirstFit, gpu: 0, inst: 0, units: []int{0}},
+		{name: "min cc below every card", req: Request{Units: 1, GPU: "2", MinCC: api.ComputeCapability{Major: 7}}, gpu: 2, inst: 0, units: []int{0}},
+		{name: "min cc equal to the card", req: Request{Units: 1, GPU: "2", MinCC: api.ComputeCapability{Major: 7, Minor: 5}}, gpu: 2, inst: 0, units: []int{0}},
+		{name: "min cc above a card names both", req: Request{Units: 1, GPU: "2", MinCC: api.ComputeCapability{Major: 7, Minor: 6}}, err: api.ErrInsufficientUnits, never: true, message: "GPU 2 has compute capability 7.5, below the 7.6 asked"},
+		{name: "min cc above every card never fits", req: Request{Units: 1, MinCC: api.ComputeCapability{Major: 9}}, err: api.ErrInsufficientUnits, never: true, message: "of compute capability 9.0 or above: GPU 0 has compute capability 8.0, below the 9.0 asked"},
+		{name: "min cc of a card whose cc is unknown", change: func(n *Node) {
+			for i := range n.GPUs {
+				n.GPUs[i].Card.CC = api.ComputeCapability{}
+			}
+		}, req: Request{Units: 1, MinCC: api.ComputeCapability{Major: 1}}, err: api.ErrInsufficientUnits, never: true, message: "has a compute capability its driver does not report, so not the 1.0 asked"},
+		{name: "min cc met by a busy card waits", change: func(n *Node) {
+			n.GPUs[0].Unusable = "is 95% busy"
+			n.GPUs[1].Unusable = "is 95% busy"
+		}, req: Request{Units: 1, MinCC: api.ComputeCapability{Major: 8}}, err: api.ErrInsufficientUnits, never: false, message: "GPU 2 has compute capability 7.5, below the 8.0 asked"},
 		{name: "more units than an instance owns never fits", req: Request{Units: 9}, err: api.ErrInsufficientUnits, never: true, message: "has no MPS instance of 9 units"},
 		{name: "memory free now", change: func(n *Node) { n.GPUs[0].MemoryFreeMiB = 100; n.GPUs[1].MemoryFreeMiB = 100 }, req: Request{Units: 1, MemoryMiB: 20000}, err: api.ErrInsufficientUnits, message: "100 MiB free"},
 		{name: "unusable GPU is skipped with its reason", change: func(n *Node) { n.GPUs[0].Unusable = "is 95% busy" }, req: Request{Units: 1, Type: "A100"}, policy: FirstFit, gpu: 1, inst: 0, units: []int{0}},

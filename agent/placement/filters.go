@@ -38,6 +38,7 @@ const (
 	fits reasonKind = iota
 	wrongType
 	memoryTotal
+	ccBelow
 	noInstanceSize
 	unusable
 	memoryFree
@@ -54,6 +55,12 @@ func (r reason) String() string {
 		return fmt.Sprintf("(%s) is not of type %q", r.name, r.text)
 	case memoryTotal:
 		return fmt.Sprintf("has %d MiB in all, less than the %d MiB asked", r.have, r.want)
+	case ccBelow:
+		have, want := unpackCC(r.have), unpackCC(r.want)
+		if have.IsZero() {
+			return fmt.Sprintf("has a compute capability its driver does not report, so not the %s asked", want)
+		}
+		return fmt.Sprintf("has compute capability %s, below the %s asked", have, want)
 	case noInstanceSize:
 		return fmt.Sprintf("has no MPS instance of %d units", r.want)
 	case unusable:
@@ -81,6 +88,11 @@ func never(g *GPU, r Request) reason {
 		return reason{kind: wrongType, name: g.Name, text: r.Type}
 	case r.MemoryMiB > g.MemoryTotalMiB:
 		return reason{kind: memoryTotal, have: g.MemoryTotalMiB, want: r.MemoryMiB}
+	case g.Card.CC.Less(r.MinCC):
+		// A card's compute capability is what it is: never, not now. An
+		// unknown one (zero) is below any asked, since nothing says it
+		// reaches it.
+		return reason{kind: ccBelow, have: packCC(g.Card.CC), want: packCC(r.MinCC)}
 	}
 	for _, in := range g.Instances {
 		if in.Size >= r.Units {
@@ -88,6 +100,16 @@ func never(g *GPU, r Request) reason {
 		}
 	}
 	return reason{kind: noInstanceSize, want: uint64(r.Units)}
+}
+
+// packCC keeps a compute capability in a reason's have or want: reasons are
+// made for every instance a decision passes over, and stay small.
+func packCC(c api.ComputeCapability) uint64 {
+	return uint64(uint32(c.Major))<<32 | uint64(uint32(c.Minor))
+}
+
+func unpackCC(v uint64) api.ComputeCapability {
+	return api.ComputeCapability{Major: int(v >> 32), Minor: int(uint32(v))}
 }
 
 // gpuNow says why g cannot take r now.

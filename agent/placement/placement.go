@@ -6,9 +6,10 @@
 // allocation asks it and commits nothing.
 //
 // A decision is a pipeline: node filters (draining), GPU filters (the GPU asked
-// for, type, memory, the GPU's state and utilization), instance filters (up,
-// capacity, one user per MPS server), then the policy orders what is left. Each
-// method of DESIGN section 1 is one filter or one policy.
+// for, type, memory, compute capability, the GPU's state and utilization),
+// instance filters (up, capacity, one user per MPS server), then the policy
+// orders what is left. Each method of DESIGN section 1 is one filter or one
+// policy.
 package placement
 
 import (
@@ -41,8 +42,11 @@ type GPU struct {
 	// Unusable says why the GPU takes no new leases now (failed, too busy);
 	// empty when it may.
 	Unusable string
-	// Free is the GPU's free units, over all its instances.
+	// Free is the GPU's free units, over all its instances; Units all its
+	// units, free or not (U).
 	Free      int
+	Units     int
+	Card      Card
 	Instances []Instance
 }
 
@@ -70,7 +74,9 @@ type Request struct {
 	// Type is a case-insensitive part of the GPU's name; empty: any.
 	Type      string
 	MemoryMiB uint64
-	UID       uint32
+	// MinCC is the lowest compute capability accepted; zero: any.
+	MinCC api.ComputeCapability
+	UID   uint32
 }
 
 // Choice is where a request goes.
@@ -85,6 +91,8 @@ type Verdict struct {
 	Kept bool
 	// Why says what left it out, or, when kept, is empty.
 	Why string
+	// Score is a kept GPU's score under the score policy; nil otherwise.
+	Score *GPUScore
 }
 
 // Decision is the engine's answer: the choice, and per GPU why it was kept or
@@ -104,11 +112,12 @@ var ErrNeverFits = errors.New(api.NeverFits)
 // Engine decides with one policy. It holds no state of the node and may be
 // swapped whole (a config reload) while decisions run.
 type Engine struct {
-	policy Policy
+	policy  Policy
+	weights Weights
 }
 
-// New makes an engine with policy p.
-func New(p Policy) *Engine { return &Engine{policy: p} }
+// New makes an engine with policy p and the default score weights.
+func New(p Policy) *Engine { return &Engine{policy: p, weights: DefaultWeights} }
 
 // Policy is the engine's policy.
 func (e *Engine) Policy() Policy { return e.policy }
@@ -142,6 +151,11 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 	if explain {
 		verdicts = make([]gpuVerdict, 0, len(n.GPUs))
 	}
+	scoring := e.policy == Score
+	var sc scorer
+	if scoring {
+		sc = newScorer(n, e.weights)
+	}
 	for gi := range n.GPUs {
 		g := &n.GPUs[gi]
 		if want >= 0 && gi != want {
@@ -161,6 +175,10 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 			}
 			continue
 		}
+		var score GPUScore
+		if scoring {
+			score = sc.score(g, r)
+		}
 		for ki := range g.Instances {
 			in := &g.Instances[ki]
 			if why := instanceNow(n, in, r); why.kind != fits {
@@ -170,12 +188,18 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 				continue
 			}
 			v.kept = true
-			c := Candidate{GPU: gi, Instance: ki, Free: len(in.FreeUnits), GPUFree: g.Free}
+			c := Candidate{GPU: gi, Instance: ki, Free: len(in.FreeUnits), GPUFree: g.Free, Score: score.rank()}
 			if !found || less(c, best) {
 				best, found = c, true
 			}
 		}
 		if explain {
+			if v.kept && scoring {
+				// A copy: taking score's own address would move it to the
+				// heap on every decision, explained or not.
+				kept := score
+				v.score = &kept
+			}
 			verdicts = append(verdicts, v)
 		}
 	}
@@ -203,10 +227,11 @@ type gpuVerdict struct {
 	kept      bool
 	why       reason
 	instances []reason
+	score     *GPUScore
 }
 
 func (v gpuVerdict) verdict() Verdict {
-	out := Verdict{GPU: v.gpu, Kept: v.kept}
+	out := Verdict{GPU: v.gpu, Kept: v.kept, Score: v.score}
 	if v.kept {
 		return out
 	}
@@ -257,6 +282,9 @@ func describe(r Request) string {
 	}
 	if r.MemoryMiB > 0 {
 		parts = append(parts, fmt.Sprintf("with %d MiB", r.MemoryMiB))
+	}
+	if !r.MinCC.IsZero() {
+		parts = append(parts, fmt.Sprintf("of compute capability %s or above", r.MinCC))
 	}
 	if len(parts) == 0 {
 		return ""

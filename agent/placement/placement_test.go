@@ -16,6 +16,8 @@ func TestChoose(t *testing.T) {
 		{BestFit, 1, 0},
 		{FirstFit, 0, 0},
 		{Spread, 2, 0},
+		// No scores: all tie, and best-fit decides.
+		{Score, 1, 0},
 	} {
 		got, ok := choose(tc.policy, cands)
 		if !ok || got.GPU != tc.gpu || got.Instance != tc.inst {
@@ -26,6 +28,13 @@ func TestChoose(t *testing.T) {
 	got, _ := choose(BestFit, cands[:2])
 	if got.Instance != 1 {
 		t.Errorf("best-fit within a GPU chose instance %d, want 1", got.Instance)
+	}
+	// Score takes the highest score, whatever the fit, and on that GPU the
+	// tightest instance.
+	scored := append([]Candidate(nil), cands...)
+	scored[0].Score, scored[1].Score, scored[2].Score, scored[3].Score = 1.5, 1.5, 1.2, 1.4
+	if got, _ := choose(Score, scored); got.GPU != 0 || got.Instance != 1 {
+		t.Errorf("score chose %+v, want GPU 0 instance 1", got)
 	}
 }
 
@@ -46,7 +55,7 @@ func TestParsePolicy(t *testing.T) {
 			t.Errorf("ParsePolicy(%q) = %q, %v", p, got, err)
 		}
 	}
-	for _, bad := range []string{"", "bestfit", "score"} {
+	for _, bad := range []string{"", "bestfit", "Score", "scored"} {
 		if _, err := ParsePolicy(bad); err == nil {
 			t.Errorf("ParsePolicy(%q) accepted", bad)
 		}

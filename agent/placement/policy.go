@@ -13,10 +13,12 @@ const (
 	BestFit  Policy = "best-fit"
 	FirstFit Policy = "first-fit"
 	Spread   Policy = "spread"
+	// Score ranks GPUs by S_card + S_similarity (score.go).
+	Score Policy = "score"
 )
 
 // Policies lists the accepted policies.
-var Policies = []Policy{BestFit, FirstFit, Spread}
+var Policies = []Policy{BestFit, FirstFit, Spread, Score}
 
 // ParsePolicy checks a --policy value.
 func ParsePolicy(s string) (Policy, error) {
@@ -29,9 +31,6 @@ func ParsePolicy(s string) (Policy, error) {
 	for i, p := range Policies {
 		names[i] = string(p)
 	}
-	if s == "score" {
-		return "", fmt.Errorf("--policy score is not available in this version; use one of %s", strings.Join(names, ", "))
-	}
 	return "", fmt.Errorf("--policy %q: must be one of %s", s, strings.Join(names, ", "))
 }
 
@@ -43,6 +42,9 @@ type Candidate struct {
 	// Free is the instance's free units; GPUFree the whole GPU's.
 	Free    int
 	GPUFree int
+	// Score is the GPU's score as the score policy compares it; 0 under
+	// the other policies.
+	Score float64
 }
 
 func byIndex(a, b Candidate) bool {
@@ -59,6 +61,17 @@ func (p Policy) less() func(a, b Candidate) bool {
 	switch p {
 	case FirstFit:
 		return byIndex
+	case Score:
+		// The highest score, then as best-fit: the score's similarity
+		// compares the shapes of what is free and what is asked, not their
+		// amounts, so GPUs alike in shape tie, and the tighter one keeps the
+		// larger holes elsewhere whole.
+		return func(a, b Candidate) bool {
+			if a.Score != b.Score {
+				return a.Score > b.Score
+			}
+			return bestFit(a, b)
+		}
 	case Spread:
 		// The emptiest GPU, then its emptiest instance.
 		return func(a, b Candidate) bool {
@@ -71,15 +84,17 @@ func (p Policy) less() func(a, b Candidate) bool {
 			return byIndex(a, b)
 		}
 	}
-	// Best fit: the GPU whose free units exceed the request by the least,
-	// then the tightest instance on it, which keeps large holes whole.
-	return func(a, b Candidate) bool {
-		if a.GPUFree != b.GPUFree {
-			return a.GPUFree < b.GPUFree
-		}
-		if a.Free != b.Free {
-			return a.Free < b.Free
-		}
-		return byIndex(a, b)
+	return bestFit
+}
+
+// bestFit puts first the GPU whose free units exceed the request by the
+// least, then the tightest instance on it, which keeps large holes whole.
+func bestFit(a, b Candidate) bool {
+	if a.GPUFree != b.GPUFree {
+		return a.GPUFree < b.GPUFree
 	}
+	if a.Free != b.Free {
+		return a.Free < b.Free
+	}
+	return byIndex(a, b)
 }

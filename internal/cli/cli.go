@@ -36,6 +36,7 @@ Usage: gpulet [--socket PATH] COMMAND [flags]
 
 Commands:
   status [--json]            one row per GPU: state, units used/offline/free, utilization, memory
+  gpus [--json]              one row per GPU: what it is (compute capability, memory, bandwidth, SM clock)
   top [--interval D]         the status table, refreshed until Ctrl-C
   leases [--all] [--json]    your leases (--all: every lease gpuletd shows you)
   release ID...              end leases
@@ -189,6 +190,21 @@ var commands = map[string]command{
 					return err
 				}
 				WriteStatus(e.out, s)
+				return nil
+			}
+		}},
+	"gpus": {"[--json]", "Show one row per GPU: what the card is, as placement's min_cc filter and score\npolicy see it (compute capability, memory, peak memory bandwidth, boost SM clock), and\nits units free. A figure the driver does not report shows as -.", 0, 0,
+		func(fs *pflag.FlagSet) func(context.Context, *env) error {
+			asJSON := fs.Bool("json", false, `print {"backend","mps","gpus":[...]} as GET /v1/gpus answers`)
+			return func(ctx context.Context, e *env) error {
+				l, err := e.c.GPUs(ctx)
+				if err != nil {
+					return err
+				}
+				if *asJSON {
+					return writeJSON(e.out, l)
+				}
+				WriteGPUs(e.out, l)
 				return nil
 			}
 		}},
@@ -459,6 +475,27 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// WriteGPUs prints what each GPU is: its card's figures and its units.
+func WriteGPUs(w io.Writer, l *api.GPUList) {
+	tw := newTable(w, "GPU", "NAME", "CC", "MEMORY (MiB)", "BANDWIDTH (GB/s)", "SM CLOCK (MHz)", "UNITS FREE", "STATE")
+	known := func(v int) string {
+		if v == 0 {
+			return "-"
+		}
+		return strconv.Itoa(v)
+	}
+	for _, g := range l.GPUs {
+		c := g.Capability
+		cc := c.ComputeCapability
+		if cc == "" || cc == (api.ComputeCapability{}).String() {
+			cc = "-"
+		}
+		tw.row(strconv.Itoa(g.Index), g.Name, cc, strconv.FormatUint(g.MemoryTotalMiB, 10), known(c.MemoryBandwidthGBps),
+			known(c.MaxSMClockMHz), fmt.Sprintf("%d/%d", g.UnitsFree, g.UnitsTotal), g.State)
+	}
+	tw.flush()
 }
 
 func yesNo(b bool) string {

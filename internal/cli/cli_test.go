@@ -35,6 +35,11 @@ func fakeDaemon(t *testing.T) string {
 		switch {
 		case r.URL.Path == "/v1/snapshot":
 			w.Write([]byte(`{"schema":"gpulet.snapshot/v1","node":"n1","state":"working","backend":"simulated","units_total":16,"units_free":16,"gpus":[]}` + "\n"))
+		case r.URL.Path == "/v1/gpus":
+			json.NewEncoder(w).Encode(api.GPUList{Backend: api.BackendSimulated, GPUs: []api.GPU{
+				{Index: 0, Name: "Tesla T4", State: "working", UnitsTotal: 16, UnitsFree: 12, MemoryTotalMiB: 15360,
+					Capability: api.Capability{ComputeCapability: "7.5", MaxSMClockMHz: 1590, MemoryBandwidthGBps: 320}},
+			}})
 		case r.URL.Path == "/v1/leases":
 			json.NewEncoder(w).Encode(leases)
 		case r.Method == "DELETE" && r.URL.Path == "/v1/leases/l-mine":
@@ -89,6 +94,8 @@ func TestRun(t *testing.T) {
 		{"status --json is the daemon's bytes", []string{"--socket", sock, "status", "--json"}, ExitOK,
 			`{"schema":"gpulet.snapshot/v1","node":"n1","state":"working","backend":"simulated","units_total":16,"units_free":16,"gpus":[]}` + "\n", ""},
 		{"socket after the command", []string{"status", "--socket", sock}, ExitOK, "backend: simulated (no real GPU)", ""},
+		{"gpus", []string{"--socket", sock, "gpus"}, ExitOK, "0    Tesla T4  7.5  15360         320               1590            12/16       working\n", ""},
+		{"gpus --json", []string{"--socket", sock, "gpus", "--json"}, ExitOK, `"memory_bandwidth_gbps": 320`, ""},
 		{"own leases", []string{"--socket", sock, "leases"}, ExitOK, "l-mine", "1 lease(s) of other users not shown; --all shows them"},
 		{"all leases", []string{"--socket", sock, "leases", "--all"}, ExitOK, "l-other", ""},
 		{"release", []string{"--socket", sock, "release", "l-mine"}, ExitOK, "released l-mine\n", ""},
@@ -193,6 +200,23 @@ func TestStatusSaysWhyTheNodeIsDegraded(t *testing.T) {
 	WriteStatus(&b, s)
 	if want := "node degraded: cannot record leases (no space left on device)\n"; !strings.Contains(b.String(), want) {
 		t.Errorf("status lacks %q:\n%s", want, b.String())
+	}
+}
+
+// A figure the driver did not give shows as -, not as a 0 that reads like a
+// measurement.
+func TestGPUsTableUnknownFigures(t *testing.T) {
+	var b bytes.Buffer
+	WriteGPUs(&b, &api.GPUList{GPUs: []api.GPU{
+		{Index: 0, Name: "NVIDIA A100-SXM4-80GB", State: "working", UnitsTotal: 16, UnitsFree: 16, MemoryTotalMiB: 81920,
+			Capability: api.Capability{ComputeCapability: "8.0", MaxSMClockMHz: 1410, MemoryBandwidthGBps: 2039}},
+		{Index: 1, Name: "unknown", State: "failed", UnitsTotal: 16, Capability: api.Capability{ComputeCapability: "0.0"}},
+	}})
+	want := "GPU  NAME                   CC   MEMORY (MiB)  BANDWIDTH (GB/s)  SM CLOCK (MHz)  UNITS FREE  STATE\n" +
+		"0    NVIDIA A100-SXM4-80GB  8.0  81920         2039              1410            16/16       working\n" +
+		"1    unknown                -    0             -                 -               0/16        failed\n"
+	if b.String() != want {
+		t.Fatalf("gpus table:\n%s\nwant:\n%s", b.String(), want)
 	}
 }
 

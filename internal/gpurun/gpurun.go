@@ -62,11 +62,14 @@ var managedEnv = []string{
 
 // Options are gpurun's parsed flags.
 type Options struct {
-	Units       int
-	GPU         string
-	Pool        string
-	Type        string
-	MemoryMiB   uint64
+	Units     int
+	GPU       string
+	Pool      string
+	Type      string
+	MemoryMiB uint64
+	// MinCC is the lowest compute capability accepted, MAJOR.MINOR as
+	// checked by Parse; empty: any.
+	MinCC       string
 	Task        string
 	Reservation string
 	Wait        time.Duration
@@ -89,6 +92,7 @@ Examples:
   gpurun -- python train.py                      one unit, anywhere
   gpurun --units 2 --type A100 -- python train.py
   gpurun --gpu 1 --memory 20G -- ./infer.sh      GPU 1, with 20 GiB of its memory
+  gpurun --min-cc 8.0 -- python train.py         a GPU of compute capability 8.0 or above
   gpurun --wait 10m -- python train.py           queue for up to 10 minutes
   gpurun --offline -- ./job                      claim units without gpuletd
 
@@ -114,6 +118,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	fs.StringVar(&o.Pool, "pool", "", "pool to lease from")
 	fs.StringVar(&o.Type, "type", "", "GPU type: a case-insensitive part of its name, e.g. A100 or t4")
 	fs.StringVar(&memory, "memory", "", "GPU memory the command needs: 8G, 512M, or MiB as a plain number")
+	fs.StringVar(&o.MinCC, "min-cc", "", "lowest CUDA compute capability the command runs on, MAJOR.MINOR such as 8.0 (A100) or 7.5 (T4)")
 	fs.StringVar(&o.Task, "task", "", "task name, for gpuletd's run-time profiles")
 	fs.StringVar(&o.Reservation, "reservation", "", "workflow reservation to draw from")
 	fs.DurationVar(&o.Wait, "wait", 0, "wait up to this long for units instead of failing at once, e.g. 30s or 10m")
@@ -137,13 +142,20 @@ func Parse(args []string, help io.Writer) (Options, error) {
 			return o, err
 		}
 	}
+	if o.MinCC != "" {
+		if _, err := api.ParseComputeCapability(o.MinCC); err != nil {
+			return o, fmt.Errorf("--min-cc: %v", err)
+		}
+	}
 	if o.Wait < 0 {
 		return o, fmt.Errorf("--wait %s: want a positive duration such as 30s or 10m", o.Wait)
 	}
 	if o.Offline {
 		// Only gpuletd knows pools, reservations, memory use, task profiles and
 		// waiters; an offline claim that silently ignored them would mislead.
-		for _, f := range []string{"pool", "reservation", "memory", "task", "wait"} {
+		// layout.json, which offline claims read, does not carry compute
+		// capabilities.
+		for _, f := range []string{"pool", "reservation", "memory", "min-cc", "task", "wait"} {
 			if fs.Changed(f) {
 				return o, fmt.Errorf("--%s needs gpuletd: it cannot be used with --offline", f)
 			}
@@ -303,7 +315,7 @@ func lease(ctx context.Context, o Options, stderr io.Writer) (map[string]string,
 	c := &client.Client{Socket: o.Socket}
 	// No ttl and no pid: gpuletd binds the lease to the process that
 	// connected (SO_PEERPIDFD), which is gpurun and, after exec, the command.
-	req := api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, Task: o.Task, Reservation: o.Reservation}
+	req := api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, MinCC: o.MinCC, Task: o.Task, Reservation: o.Reservation}
 	l, err := c.Lease(ctx, req)
 	if o.Wait > 0 && errors.Is(err, client.ErrInsufficientUnits) {
 		// Asking without waiting first means the message below is printed
@@ -358,6 +370,9 @@ func what(o Options) string {
 	if o.MemoryMiB > 0 {
 		s += fmt.Sprintf(" with %d MiB", o.MemoryMiB)
 	}
+	if o.MinCC != "" {
+		s += " of compute capability " + o.MinCC + " or above"
+	}
 	if o.Pool != "" {
 		s += " in pool " + o.Pool
 	}
@@ -375,9 +390,15 @@ func waitMessage(ctx context.Context, c *client.Client, o Options) string {
 		return msg
 	}
 	msg += fmt.Sprintf("; %d of %d units free on the node now", s.UnitsFree, s.UnitsTotal)
+	// Parse checked it; a GPU whose capability does not read is below it,
+	// as gpuletd counts it.
+	minCC, _ := api.ParseComputeCapability(o.MinCC)
 	var gpus []string
 	for _, g := range s.GPUs {
 		if !pipefile.MatchGPU(o.GPU, g.Index, g.UUID) || !pipefile.MatchType(o.Type, g.Name) {
+			continue
+		}
+		if cc, err := api.ParseComputeCapability(g.Capability.ComputeCapability); o.MinCC != "" && (err != nil || cc.Less(minCC)) {
 			continue
 		}
 		gpu := fmt.Sprintf("GPU %d %s: %d free", g.Index, g.Name, g.UnitsFree)
@@ -386,7 +407,7 @@ func waitMessage(ctx context.Context, c *client.Client, o Options) string {
 		}
 		gpus = append(gpus, gpu)
 	}
-	if (o.GPU != "" || o.Type != "") && len(gpus) > 0 {
+	if (o.GPU != "" || o.Type != "" || o.MinCC != "") && len(gpus) > 0 {
 		msg += " (" + strings.Join(gpus, "; ") + ")"
 	}
 	if s.State == api.NodeDraining {

@@ -30,8 +30,8 @@ func TestParse(t *testing.T) {
 	}{
 		{name: "defaults", args: []string{"--", "python", "train.py"},
 			want: Options{Units: 1, Command: []string{"python", "train.py"}}},
-		{name: "every flag", args: []string{"--units", "2", "--gpu", "1", "--pool", "p", "--type", "a100", "--memory", "8G", "--task", "t", "--reservation", "wf", "--wait", "10s", "--socket", "/s", "--run-dir", "/r", "--", "x"},
-			want: Options{Units: 2, GPU: "1", Pool: "p", Type: "a100", MemoryMiB: 8192, Task: "t", Reservation: "wf", Wait: 10 * time.Second, Socket: "/s", RunDir: "/r", Command: []string{"x"}}},
+		{name: "every flag", args: []string{"--units", "2", "--gpu", "1", "--pool", "p", "--type", "a100", "--memory", "8G", "--min-cc", "8.0", "--task", "t", "--reservation", "wf", "--wait", "10s", "--socket", "/s", "--run-dir", "/r", "--", "x"},
+			want: Options{Units: 2, GPU: "1", Pool: "p", Type: "a100", MemoryMiB: 8192, MinCC: "8.0", Task: "t", Reservation: "wf", Wait: 10 * time.Second, Socket: "/s", RunDir: "/r", Command: []string{"x"}}},
 		{name: "short units and = form", args: []string{"-n", "3", "--gpu=GPU-abc", "x"},
 			want: Options{Units: 3, GPU: "GPU-abc", Command: []string{"x"}}},
 		{name: "offline", args: []string{"--offline", "--units", "2", "--type", "T4", "--", "x"},
@@ -48,6 +48,9 @@ func TestParse(t *testing.T) {
 		{name: "offline with wait", args: []string{"--offline", "--wait", "1s", "--", "x"}, wantErr: "--wait needs gpuletd"},
 		{name: "offline with pool", args: []string{"--offline", "--pool", "p", "--", "x"}, wantErr: "--pool needs gpuletd"},
 		{name: "offline with memory", args: []string{"--offline", "--memory", "1G", "--", "x"}, wantErr: "--memory needs gpuletd"},
+		{name: "offline with min cc", args: []string{"--offline", "--min-cc", "8.0", "--", "x"}, wantErr: "--min-cc needs gpuletd"},
+		{name: "min cc without minor", args: []string{"--min-cc", "8", "--", "x"}, wantErr: `--min-cc: "8" is not a compute capability MAJOR.MINOR`},
+		{name: "min cc of a name", args: []string{"--min-cc", "sm_80", "--", "x"}, wantErr: `--min-cc: "sm_80" is not`},
 		{name: "unknown flag", args: []string{"--gpus", "2", "--", "x"}, wantErr: "unknown flag: --gpus"},
 		{name: "help", args: []string{"--help"}, wantErr: "help requested"},
 	}
