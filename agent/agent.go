@@ -32,6 +32,7 @@ import (
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/reporter"
+	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
@@ -66,6 +67,9 @@ type Config struct {
 	MaxWaitersPerUID int
 	// Listen is the TCP address of the read-only endpoints; empty: none.
 	Listen string
+	// ReclaimGrace is the time between SIGTERM and SIGKILL for a borrower
+	// whose units a reservation takes back.
+	ReclaimGrace time.Duration
 	// Upstreams receive the snapshots every ReportInterval and on change,
 	// with the bearer token of UpstreamTokenFile and trusting UpstreamCA.
 	Upstreams         []string
@@ -179,6 +183,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		MPS:         a.mpsOn,
 		InstanceEnv: func(g, k int) map[string]string { return a.mps.Env(a.devs[g].UUID, k) },
 		Logger:      log,
+		// Reservations survive a reboot: the state dir, not the run dir.
+		ReservationsPath: filepath.Join(cfg.StateDir, reserve.FileName),
+		ReclaimGrace:     cfg.ReclaimGrace,
 	})
 	if err != nil {
 		return err

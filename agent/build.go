@@ -39,7 +39,8 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		state, unusable := a.gpuState(samples[i])
 		g := api.GPU{
 			Index: d.Index, UUID: d.UUID, Name: d.Name, State: state, Eligible: unusable == "",
-			UnitsTotal: U, UnitsUsed: gv.Used, UnitsFree: U - gv.Used, UnitsOffline: gv.Offline,
+			UnitsTotal: U, UnitsUsed: gv.Used, UnitsFree: U - gv.Used - gv.Reserved, UnitsOffline: gv.Offline,
+			UnitsReserved:  gv.Reserved,
 			UtilizationPct: samples[i].UtilizationPct, MaxUtilizationPct: a.cfg.MaxUtilization,
 			MemoryTotalMiB: d.MemoryTotalMiB, MemoryUsedMiB: samples[i].MemoryUsedMiB,
 			Capability: api.Capability{
@@ -87,6 +88,9 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		s.UnitsTotal += g.UnitsTotal
 		s.UnitsFree += g.UnitsFree
 		s.UnitsReserved += g.UnitsReserved
+	}
+	for _, r := range view.Reservations {
+		s.Reservations = append(s.Reservations, r.ReservationStatus)
 	}
 	leases := view.Leases()
 	counts := metrics.Leases{Live: uint64(len(leases)), Granted: view.Granted, Ended: view.Ended}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -34,6 +35,25 @@ func (a *Agent) Renew(peer lease.Peer, id string) (api.Lease, error) { return a.
 
 // Release ends a lease.
 func (a *Agent) Release(peer lease.Peer, id string) error { return a.leases.Release(peer, id) }
+
+// Reserve makes a workflow reservation.
+func (a *Agent) Reserve(peer lease.Peer, spec reserve.Spec) (api.Reservation, error) {
+	return a.leases.Reserve(peer, spec)
+}
+
+// Reservations lists the workflow reservations.
+func (a *Agent) Reservations() []api.Reservation { return a.leases.Reservations() }
+
+// Reservation returns one workflow reservation.
+func (a *Agent) Reservation(name string) (api.Reservation, error) { return a.leases.Reservation(name) }
+
+// Advance starts the next stage of a reservation.
+func (a *Agent) Advance(peer lease.Peer, name string) (api.Reservation, error) {
+	return a.leases.Advance(peer, name)
+}
+
+// Unreserve ends a reservation.
+func (a *Agent) Unreserve(peer lease.Peer, name string) error { return a.leases.Unreserve(peer, name) }
 
 // SetDraining stops or resumes new leases.
 func (a *Agent) SetDraining(on bool) {

@@ -38,7 +38,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket (systemd socket activation overrides it)")
 	fs.StringVar(&cfg.SocketGroup, "socket-group", "gpulet", "group that owns the socket (mode 0660) and the ledger's instance folders (1770: who may claim offline); a warning if it does not exist")
 	fs.StringVar(&cfg.RunDir, "run-dir", DefaultRunDir, "state that survives a daemon restart but not a reboot: pipe-file ledger, lease journal")
-	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/gpulet", "state that survives a reboot")
+	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/gpulet", "state that survives a reboot, written with fsync: workflow reservations")
 	fs.StringVar(&mount, "mount", "", "FUSE view mount point (default <run-dir>/view; \"\" for none)")
 	fs.StringVar(&cfg.Backend, "backend", "auto", "GPU backend: nvml, sim, or auto (NVML when it initializes, else simulated)")
 	fs.StringVar(&cfg.SimGPUs, "sim-gpus", "2xA100-80GB", "simulated GPUs, COUNTxMODEL[,...]; models: "+strings.Join(inventory.ModelKeys(), ", ")+" (the memory suffix may be left out where only one size exists)")
@@ -60,6 +60,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.MaxWaitersPerUID, "max-waiters-per-uid", 16, "most lease requests one uid may have waiting for units (\"wait\"); more get too_many_requests (root is not capped)")
 	fs.StringVar(&cfg.MPS, "mps", "auto", "MPS: on (refuse to start when MPS cannot run: no control binary, a run dir too long, no control daemon starting), off, or auto (on where MPS works, else off with the reason logged)")
 	fs.StringVar(&cfg.MPSControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary (looked up in PATH)")
+	fs.DurationVar(&cfg.ReclaimGrace, "reclaim-grace", 10*time.Second, "time between SIGTERM and SIGKILL for a borrower whose units a reservation takes back")
 	kubeFlags(fs, &cfg.Kube)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "gpuletd shares this host's NVIDIA GPUs as units leased over a Unix-socket API.\n\nUsage: gpuletd [flags]\n\nFlags:\n%s", fs.FlagUsages())
@@ -104,6 +105,9 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 		if f.v < 1 || f.v > 1<<20 {
 			return Config{}, fmt.Errorf("%s %d: must be from 1 to %d", f.name, f.v, 1<<20)
 		}
+	}
+	if cfg.ReclaimGrace < 0 || cfg.ReclaimGrace > time.Hour {
+		return Config{}, fmt.Errorf("--reclaim-grace %s: must be between 0s and 1h", cfg.ReclaimGrace)
 	}
 	if cfg.SampleInterval < 10*time.Millisecond || cfg.SampleInterval > time.Hour {
 		return Config{}, fmt.Errorf("--sample-interval %s: must be between 10ms and 1h", cfg.SampleInterval)

@@ -21,8 +21,12 @@ func TestParseFlags(t *testing.T) {
 		{"defaults", nil, func(c Config) bool {
 			return c.Socket == api.DefaultSocket && c.RunDir == DefaultRunDir && c.Mount == "/run/gpulet/view" &&
 				c.Model.UnitsPerGPU == 16 && c.Backend == "auto" && c.SampleInterval == time.Second && c.MaxUtilization == 90 &&
-				c.MaxConnsPerUID == 64 && c.MaxWaitersPerUID == 16
+				c.MaxConnsPerUID == 64 && c.MaxWaitersPerUID == 16 && c.ReclaimGrace == 10*time.Second && c.StateDir == "/var/lib/gpulet"
 		}, ""},
+		{"reclaim grace", []string{"--reclaim-grace", "250ms"}, func(c Config) bool { return c.ReclaimGrace == 250*time.Millisecond }, ""},
+		{"no reclaim grace", []string{"--reclaim-grace", "0s"}, func(c Config) bool { return c.ReclaimGrace == 0 }, ""},
+		{"negative reclaim grace", []string{"--reclaim-grace", "-1s"}, nil, "--reclaim-grace -1s: must be between 0s and 1h"},
+		{"reclaim grace not a duration", []string{"--reclaim-grace", "10"}, nil, `invalid argument "10" for "--reclaim-grace"`},
 		{"per-uid caps", []string{"--max-conns-per-uid", "8", "--max-waiters-per-uid", "2"}, func(c Config) bool { return c.MaxConnsPerUID == 8 && c.MaxWaitersPerUID == 2 }, ""},
 		{"no connections", []string{"--max-conns-per-uid", "0"}, nil, "--max-conns-per-uid 0: must be from 1"},
 		{"negative waiters", []string{"--max-waiters-per-uid", "-1"}, nil, "--max-waiters-per-uid -1: must be from 1"},
@@ -80,7 +84,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if !errors.Is(err, ErrHelp) {
 		t.Fatalf("err = %v", err)
 	}
-	for _, f := range []string{"--socket", "--socket-group", "--run-dir", "--state-dir", "--mount", "--backend", "--sim-gpus", "--units-per-client", "--clients-per-instance", "--instances-per-gpu", "--units-per-gpu", "--max-utilization", "--policy", "--sample-interval", "--node-name", "--admin-group", "--max-conns-per-uid", "--max-waiters-per-uid", "--mps", "--mps-control", "--kubelet-plugin", "--kubelet-dir", "--pod-resources-socket", "--pod-resources-interval"} {
+	for _, f := range []string{"--socket", "--socket-group", "--run-dir", "--state-dir", "--mount", "--backend", "--sim-gpus", "--units-per-client", "--clients-per-instance", "--instances-per-gpu", "--units-per-gpu", "--max-utilization", "--policy", "--sample-interval", "--node-name", "--admin-group", "--max-conns-per-uid", "--max-waiters-per-uid", "--mps", "--mps-control", "--reclaim-grace", "--kubelet-plugin", "--kubelet-dir", "--pod-resources-socket", "--pod-resources-interval"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}

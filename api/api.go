@@ -67,6 +67,9 @@ type Snapshot struct {
 	// Upstreams is how pushing to each --upstream goes, as of this
 	// snapshot's making; absent when none is configured.
 	Upstreams []UpstreamStatus `json:"upstreams,omitempty"`
+	// Reservations are the workflow reservations, by name; absent when
+	// there are none.
+	Reservations []ReservationStatus `json:"reservations,omitempty"`
 }
 
 // UpstreamStatus is how pushing snapshots to one upstream goes.

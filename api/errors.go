@@ -19,7 +19,10 @@ const (
 	// CodeTooManyRequests: the caller's user has as many requests under way
 	// as one user may; retry once one has ended.
 	CodeTooManyRequests = "too_many_requests"
-	CodeInternal        = "internal"
+	// CodeConflict: what the request would make exists already (a
+	// reservation of that name).
+	CodeConflict = "conflict"
+	CodeInternal = "internal"
 )
 
 // NeverFits begins the message of an insufficient_units error that no change
@@ -39,6 +42,7 @@ var (
 	ErrMethodNotAllowed  = errors.New(CodeMethodNotAllowed)
 	ErrRequestTooLarge   = errors.New(CodeRequestTooLarge)
 	ErrTooManyRequests   = errors.New(CodeTooManyRequests)
+	ErrConflict          = errors.New(CodeConflict)
 )
 
 var codes = []struct {
@@ -55,6 +59,7 @@ var codes = []struct {
 	{ErrMethodNotAllowed, CodeMethodNotAllowed, http.StatusMethodNotAllowed},
 	{ErrRequestTooLarge, CodeRequestTooLarge, http.StatusRequestEntityTooLarge},
 	{ErrTooManyRequests, CodeTooManyRequests, http.StatusTooManyRequests},
+	{ErrConflict, CodeConflict, http.StatusConflict},
 }
 
 // ErrorBody is the JSON body of every non-2xx answer.

@@ -41,6 +41,8 @@ var (
 	// ErrTooManyRequests: the caller's user has as many requests waiting for
 	// units as gpuletd allows one user (--max-waiters-per-uid).
 	ErrTooManyRequests = api.ErrTooManyRequests
+	// ErrConflict: a reservation of that name exists already.
+	ErrConflict = api.ErrConflict
 	// ErrNoDaemon means nothing answered on the socket.
 	ErrNoDaemon = errors.New("gpuletd not reachable")
 )
@@ -248,4 +250,48 @@ func (c *Client) SetSimGPU(ctx context.Context, index int, u api.SimGPUUpdate) (
 		return nil, err
 	}
 	return &g, nil
+}
+
+// Reserve makes a workflow reservation: its largest stage's units are set
+// aside at once, or, with req.Wait, as soon as they can be had.
+func (c *Client) Reserve(ctx context.Context, req api.ReservationRequest) (*api.Reservation, error) {
+	var r api.Reservation
+	if err := c.send(ctx, "POST", "/v1/reservations", req, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Reservations lists the node's reservations.
+func (c *Client) Reservations(ctx context.Context) ([]api.Reservation, error) {
+	var l api.ReservationList
+	if err := c.send(ctx, "GET", "/v1/reservations", nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Reservations, nil
+}
+
+// GetReservation returns one reservation.
+func (c *Client) GetReservation(ctx context.Context, name string) (*api.Reservation, error) {
+	var r api.Reservation
+	if err := c.send(ctx, "GET", "/v1/reservations/"+pathSegment(name), nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Advance starts a reservation's next stage, taking lent units back when the
+// stage needs them; past the last stage the reservation ends (state
+// "ended").
+func (c *Client) Advance(ctx context.Context, name string) (*api.Reservation, error) {
+	var r api.Reservation
+	if err := c.send(ctx, "POST", "/v1/reservations/"+pathSegment(name)+"/advance", nil, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Unreserve ends a reservation; its units go back to the node.
+func (c *Client) Unreserve(ctx context.Context, name string) error {
+	return c.send(ctx, "DELETE", "/v1/reservations/"+pathSegment(name), nil, nil)
 }

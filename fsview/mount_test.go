@@ -167,11 +167,12 @@ func TestMountLayout(t *testing.T) {
 			dir  string
 			want []string // sorted, as os.ReadDir returns them
 		}{
-			{"", []string{"free_units", "gpus", "leases", "metrics", "snapshot.json", "state", "total_units"}},
+			{"", []string{"free_units", "gpus", "leases", "metrics", "reservations", "reserved_units", "snapshot.json", "state", "total_units"}},
 			{"gpus", []string{"0", "1", "GPU-aaaa", "GPU-bbbb"}},
 			{"gpus/1", []string{"eligible", "memory_total_mib", "memory_used_mib", "name", "state", "units_free",
-				"units_offline", "units_total", "units_used", "utilization_pct", "uuid"}},
+				"units_offline", "units_reserved", "units_total", "units_used", "utilization_pct", "uuid"}},
 			{"leases", []string{"lease-1"}},
+			{"reservations", []string{"wf1"}},
 		}
 		for _, tc := range tests {
 			if got := dirNames(t, filepath.Join(dir, tc.dir)); !slices.Equal(got, tc.want) {
@@ -354,8 +355,8 @@ func TestMountNilSnapshot(t *testing.T) {
 	var store snapshot.Store
 	_, dir := mountView(t, &store)
 
-	if got := dirNames(t, dir); len(got) != 7 {
-		t.Errorf("root = %v, want the 7 fixed names", got)
+	if got := dirNames(t, dir); len(got) != len(rootNames) {
+		t.Errorf("root = %v, want the %d fixed names", got, len(rootNames))
 	}
 	if got := dirNames(t, filepath.Join(dir, "gpus")); len(got) != 0 {
 		t.Errorf("gpus = %v, want empty", got)
@@ -417,8 +418,8 @@ func TestMountReadOnly(t *testing.T) {
 			}
 		})
 	}
-	if got := dirNames(t, dir); len(got) != 7 {
-		t.Errorf("root = %v after the attempts, want the 7 fixed names", got)
+	if got := dirNames(t, dir); len(got) != len(rootNames) {
+		t.Errorf("root = %v after the attempts, want the %d fixed names", got, len(rootNames))
 	}
 	if got := readFile(t, at("free_units")); got != "28\n" {
 		t.Errorf("free_units = %q after the attempts", got)

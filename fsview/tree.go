@@ -46,11 +46,13 @@ type dirent struct {
 var rootNames = []dirent{
 	{"free_units", kindFile},
 	{"total_units", kindFile},
+	{"reserved_units", kindFile},
 	{"state", kindFile},
 	{"snapshot.json", kindFile},
 	{"metrics", kindFile},
 	{"gpus", kindDir},
 	{"leases", kindDir},
+	{"reservations", kindDir},
 }
 
 // gpuNames lists gpus/<index>/.
@@ -63,6 +65,7 @@ var gpuNames = []dirent{
 	{"units_used", kindFile},
 	{"units_free", kindFile},
 	{"units_offline", kindFile},
+	{"units_reserved", kindFile},
 	{"utilization_pct", kindFile},
 	{"memory_used_mib", kindFile},
 	{"memory_total_mib", kindFile},
@@ -101,6 +104,11 @@ func lookup(p *snapshot.Published, path string) (entry, bool) {
 			return staticDir, true
 		}
 		return lookupLease(p, rest)
+	case "reservations":
+		if !nested {
+			return staticDir, true
+		}
+		return lookupReservation(current(p), rest)
 	}
 	if nested {
 		return entry{}, false
@@ -119,6 +127,10 @@ func lookupRoot(p *snapshot.Published, name string) (entry, bool) {
 	case "total_units":
 		if s != nil {
 			e.data = intLine(int64(s.UnitsTotal))
+		}
+	case "reserved_units":
+		if s != nil {
+			e.data = intLine(int64(s.UnitsReserved))
 		}
 	case "state":
 		if s != nil {
@@ -201,6 +213,8 @@ func gpuFile(g *api.GPU, name string) ([]byte, bool) {
 		return intLine(int64(g.UnitsFree)), true
 	case "units_offline":
 		return intLine(int64(g.UnitsOffline)), true
+	case "units_reserved":
+		return intLine(int64(g.UnitsReserved)), true
 	case "utilization_pct":
 		return intLine(int64(g.UtilizationPct)), true
 	case "memory_used_mib":
@@ -234,6 +248,26 @@ func lookupLease(p *snapshot.Published, id string) (entry, bool) {
 	}, true
 }
 
+// lookupReservation resolves reservations/<name>: where the reservation
+// stands, as the snapshot shows it (JSON), readable by all as the snapshot is.
+func lookupReservation(s *api.Snapshot, name string) (entry, bool) {
+	if s == nil || !validName(name) {
+		return entry{}, false
+	}
+	for _, r := range s.Reservations {
+		if r.Name != name {
+			continue
+		}
+		b, err := json.Marshal(r)
+		if err != nil {
+			// Unreachable: the snapshot holding it was encoded already.
+			return entry{}, false
+		}
+		return entry{kind: kindFile, data: append(b, '\n'), perm: 0o444}, true
+	}
+	return entry{}, false
+}
+
 // list returns the names of the directory at path in a stable order, and false
 // if path is not a directory in p.
 func list(p *snapshot.Published, path string) ([]dirent, bool) {
@@ -244,6 +278,8 @@ func list(p *snapshot.Published, path string) ([]dirent, bool) {
 		return listGPUs(current(p)), true
 	case "leases":
 		return listLeases(p), true
+	case "reservations":
+		return listReservations(current(p)), true
 	}
 	if e, ok := lookup(p, path); !ok || e.kind != kindDir {
 		return nil, false
@@ -283,6 +319,21 @@ func listLeases(p *snapshot.Published) []dirent {
 		if validName(l.ID) && !seen[l.ID] {
 			seen[l.ID] = true
 			out = append(out, dirent{l.ID, kindFile})
+		}
+	}
+	return out
+}
+
+func listReservations(s *api.Snapshot) []dirent {
+	if s == nil {
+		return []dirent{}
+	}
+	out := make([]dirent, 0, len(s.Reservations))
+	seen := make(map[string]bool, len(s.Reservations))
+	for _, r := range s.Reservations {
+		if validName(r.Name) && !seen[r.Name] {
+			seen[r.Name] = true
+			out = append(out, dirent{r.Name, kindFile})
 		}
 	}
 	return out

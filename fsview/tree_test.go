@@ -22,20 +22,23 @@ func testMetrics(s *api.Snapshot) []byte {
 // testSnapshot is a two-GPU node with unitsFree free units.
 func testSnapshot(seq uint64, unitsFree int) *api.Snapshot {
 	return &api.Snapshot{
-		Schema:     api.SnapshotSchema,
-		Node:       "host1",
-		BootID:     "boot-1",
-		Seq:        seq,
-		Time:       testTime.Add(time.Duration(seq) * time.Second),
-		State:      api.NodeWorking,
-		Backend:    api.BackendSimulated,
-		MPS:        "on",
-		UnitsTotal: 32,
-		UnitsFree:  unitsFree,
+		Schema:        api.SnapshotSchema,
+		Node:          "host1",
+		BootID:        "boot-1",
+		Seq:           seq,
+		Time:          testTime.Add(time.Duration(seq) * time.Second),
+		State:         api.NodeWorking,
+		Backend:       api.BackendSimulated,
+		MPS:           "on",
+		UnitsTotal:    32,
+		UnitsFree:     unitsFree,
+		UnitsReserved: 2,
+		Reservations: []api.ReservationStatus{{Name: "wf1", State: api.ReservationActive, Priority: 10, Reserved: 8,
+			Stage: 1, Stages: 4, Need: 6, InUse: 6, Lendable: 2, Lent: 2, Reclaimed: 4}},
 		GPUs: []api.GPU{
 			{
 				Index: 0, UUID: "GPU-aaaa", Name: "NVIDIA A100-SXM4-80GB", State: api.GPUWorking,
-				Eligible: true, UnitsTotal: 16, UnitsUsed: 4, UnitsFree: 12, UnitsOffline: 1,
+				Eligible: true, UnitsTotal: 16, UnitsUsed: 4, UnitsFree: 10, UnitsOffline: 1, UnitsReserved: 2,
 				UtilizationPct: 37, MaxUtilizationPct: 90, MemoryTotalMiB: 81920, MemoryUsedMiB: 20000,
 			},
 			{
@@ -81,6 +84,7 @@ func layoutCases(p *snapshot.Published, uid uint32) []layoutCase {
 	return []layoutCase{
 		{"free_units", "28\n"},
 		{"total_units", "32\n"},
+		{"reserved_units", "2\n"},
 		{"state", "working\n"},
 		{"snapshot.json", string(p.JSON())},
 		{"metrics", "gpulet_units_free 28\ngpulet_seq 7\n"},
@@ -90,8 +94,9 @@ func layoutCases(p *snapshot.Published, uid uint32) []layoutCase {
 		{"gpus/0/eligible", "true\n"},
 		{"gpus/0/units_total", "16\n"},
 		{"gpus/0/units_used", "4\n"},
-		{"gpus/0/units_free", "12\n"},
+		{"gpus/0/units_free", "10\n"},
 		{"gpus/0/units_offline", "1\n"},
+		{"gpus/0/units_reserved", "2\n"},
 		{"gpus/0/utilization_pct", "37\n"},
 		{"gpus/0/memory_used_mib", "20000\n"},
 		{"gpus/0/memory_total_mib", "81920\n"},
@@ -103,10 +108,12 @@ func layoutCases(p *snapshot.Published, uid uint32) []layoutCase {
 		{"gpus/1/units_used", "0\n"},
 		{"gpus/1/units_free", "16\n"},
 		{"gpus/1/units_offline", "0\n"},
+		{"gpus/1/units_reserved", "0\n"},
 		{"gpus/1/utilization_pct", "0\n"},
 		{"gpus/1/memory_used_mib", "0\n"},
 		{"gpus/1/memory_total_mib", "15360\n"},
 		{"leases/lease-1", lease},
+		{"reservations/wf1", `{"name":"wf1","state":"active","priority":10,"reserved":8,"stage":1,"stages_total":4,"need":6,"in_use":6,"lendable":2,"lent":2,"reclaimed":4}` + "\n"},
 	}
 }
 
@@ -146,7 +153,7 @@ func TestLookupEntries(t *testing.T) {
 		{"gpu dir", "gpus/1", entry{kind: kindDir, perm: 0o555}},
 		{"uuid link", "gpus/GPU-bbbb", entry{kind: kindLink, data: []byte("1"), perm: 0o777}},
 		{"root file", "free_units", entry{kind: kindFile, data: []byte("28\n"), perm: 0o444, static: true}},
-		{"gpu file", "gpus/0/units_free", entry{kind: kindFile, data: []byte("12\n"), perm: 0o444, static: true}},
+		{"gpu file", "gpus/0/units_free", entry{kind: kindFile, data: []byte("10\n"), perm: 0o444, static: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -178,7 +185,9 @@ func TestLookupMissing(t *testing.T) {
 		{"index not canonical", "gpus/00"},
 		{"unknown uuid", "gpus/GPU-cccc"},
 		{"through the uuid link", "gpus/GPU-aaaa/uuid"},
-		{"unknown gpu file", "gpus/0/units_reserved"},
+		{"unknown gpu file", "gpus/0/units_lent"},
+		{"unknown reservation", "reservations/wf2"},
+		{"below a reservation", "reservations/wf1/x"},
 		{"below a gpu file", "gpus/0/uuid/x"},
 		{"unknown lease", "leases/lease-2"},
 		{"below a lease", "leases/lease-1/x"},
@@ -210,13 +219,14 @@ func names(ds []dirent) []string {
 func TestList(t *testing.T) {
 	p := publish(t, testSnapshot(7, 28), testLease("lease-2", 1000), testLease("lease-1", 1001))
 	gpuFiles := []string{"uuid", "name", "state", "eligible", "units_total", "units_used", "units_free",
-		"units_offline", "utilization_pct", "memory_used_mib", "memory_total_mib"}
+		"units_offline", "units_reserved", "utilization_pct", "memory_used_mib", "memory_total_mib"}
 	tests := []struct {
 		name string
 		path string
 		want []string // nil: not a directory
 	}{
-		{"root", "", []string{"free_units", "total_units", "state", "snapshot.json", "metrics", "gpus", "leases"}},
+		{"root", "", []string{"free_units", "total_units", "reserved_units", "state", "snapshot.json", "metrics", "gpus", "leases", "reservations"}},
+		{"reservations", "reservations", []string{"wf1"}},
 		{"gpus", "gpus", []string{"0", "1", "GPU-aaaa", "GPU-bbbb"}},
 		{"gpu 0", "gpus/0", gpuFiles},
 		{"gpu 1", "gpus/1", gpuFiles},
@@ -335,8 +345,10 @@ func TestInodeNumbers(t *testing.T) {
 		}
 	}
 	walk("")
-	if len(seen) != 7+4+2*11+1 {
-		t.Errorf("walked %d names, want %d", len(seen), 7+4+2*11+1)
+	// The root's 9, gpus/ (2 GPUs and 2 links), 2 GPUs of 12 files, one
+	// lease, one reservation.
+	if want := 9 + 4 + 2*12 + 1 + 1; len(seen) != want {
+		t.Errorf("walked %d names, want %d", len(seen), want)
 	}
 }
 

@@ -91,8 +91,9 @@ func clip(s string) string {
 // health says, per device, whether the kubelet may allocate it: its GPU
 // takes leases (eligible, the node neither draining nor unable to record
 // leases), its MPS instance is up, and it is free or a pod's. A unit that a
-// lease outside Kubernetes (gpurun, the API) holds, or that is claimed
-// offline, is unhealthy: the kubelet must not count it.
+// lease outside Kubernetes (gpurun, the API) holds, that is claimed offline,
+// or that a workflow reservation sets aside, is unhealthy: the kubelet must
+// not count it.
 func (d *devices) health(v *lease.View, c *lease.Conditions) []bool {
 	out := make([]bool, len(d.ids))
 	nodeOK := v.Unrecorded == "" && (c == nil || !c.Draining)

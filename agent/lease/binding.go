@@ -13,9 +13,10 @@ import (
 // Binding), so that a restart binds it the same way again.
 type Kind string
 
-// The binding kinds. Leases of pods and reservation draws will be further
-// kinds: each is one binding type below, and nothing else in the engine needs
-// to know it.
+// The binding kinds. Leases of pods will be a further kind: each is one
+// binding type below, and nothing else in the engine needs to know it. (A
+// lease drawn on or borrowed from a reservation is bound like any other;
+// where its units come from is reservation.go's.)
 const (
 	// KindPID: the lease ends when its process exits.
 	KindPID Kind = "pid"

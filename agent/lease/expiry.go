@@ -117,7 +117,7 @@ func (m *Manager) dropLocked(l *lease) {
 	delete(m.leases, l.ID)
 	for _, u := range l.Units {
 		if s := &m.gpus[l.GPU.Index].slots[u]; s.lease == l {
-			*s = slot{own: s.own}
+			s.vacate()
 		}
 	}
 	m.touchLocked(l.GPU.Index)

@@ -48,6 +48,10 @@ type lease struct {
 	// holder is the process whose units (Manager.held) the lease counts
 	// toward; nil for a lease bound to no process.
 	holder *procKey
+	// share is the share member a borrowed lease counts toward;
+	// reclaiming says its holder was told to end (reservation.go).
+	share      string
+	reclaiming bool
 }
 
 // encode makes pub and json from Lease; call it after every change of Lease.
@@ -191,9 +195,6 @@ func unbuilt(req Request) error {
 	if req.Pool != "" {
 		return api.Errorf(api.ErrNotFound, "pool: no pool named %q (no pools are configured)", req.Pool)
 	}
-	if req.Reservation != "" {
-		return api.Errorf(api.ErrNotFound, "reservation: no reservation named %q", req.Reservation)
-	}
 	return nil
 }
 
@@ -212,7 +213,8 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		}
 	}
 	for {
-		d, err := m.engine.Load().Place(m.nodeLocked(), m.placementRequest(peer, req))
+		// Reservations: a draw, or a borrow where ordinary units are short.
+		d, dr, err := m.placeLocked(peer, req)
 		if err != nil {
 			return nil, err
 		}
@@ -222,7 +224,7 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		} else if retry {
 			continue
 		}
-		l := m.newLease(peer, req, bind, c)
+		l := m.newLease(peer, req, bind, c, dr)
 		m.addLocked(l)
 		if err := m.recordLocked(record{Op: opLease, Entry: l.entry()}); err != nil {
 			// The binding stays its caller's (Acquire, or a waiter that may be
@@ -286,7 +288,7 @@ func (m *Manager) addLocked(l *lease) {
 	}
 }
 
-func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Choice) *lease {
+func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Choice, dr *draw) *lease {
 	dev := m.gpus[c.GPU].dev
 	now := m.clock.Now().UTC()
 	l := &lease{Lease: api.Lease{
@@ -297,11 +299,12 @@ func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Cho
 		Owner:       api.Owner{UID: peer.UID, GID: peer.GID},
 		Created:     now,
 		Binding:     string(bind.kind()),
-		Reservation: req.Reservation,
+		Reservation: dr.name(),
+		Preemptible: dr.borrowed(),
 		Task:        req.Task,
 		Labels:      req.Labels,
 		MemoryMiB:   req.MemoryMiB,
-	}, bind: bind}
+	}, bind: bind, share: dr.member()}
 	switch b := bind.(type) {
 	case *pidBinding:
 		l.Owner.PID = b.pid
@@ -350,7 +353,9 @@ func (m *Manager) ConditionsChanged() {
 }
 
 // serveWaitersLocked grants waiting requests, oldest first, while they fit.
+// Pending reservations go first: units freed while one waits are held for it.
 func (m *Manager) serveWaitersLocked() {
+	m.admitPendingLocked()
 	for i := 0; i < len(m.waiters); {
 		w := m.waiters[i]
 		l, err := m.tryGrantLocked(w.peer, w.req, w.bind)

@@ -58,6 +58,9 @@ type journalEntry struct {
 	Deadline *time.Time `json:"deadline,omitempty"`
 	// TTLNanos is the renewal period of a time-bound lease.
 	TTLNanos int64 `json:"ttl_ns,omitempty"`
+	// Share is the share member a borrowed lease counts toward (its
+	// reservation's share group, as given), for reclaiming by weight.
+	Share string `json:"share,omitempty"`
 
 	// leaseJSON, when set, is Lease already encoded: the record is then
 	// assembled around it instead of encoding the lease again.
@@ -112,6 +115,12 @@ func appendLeaseRecord(b []byte, e *journalEntry) []byte {
 	if e.TTLNanos != 0 {
 		b = append(b, `,"ttl_ns":`...)
 		b = strconv.AppendInt(b, e.TTLNanos, 10)
+	}
+	if e.Share != "" {
+		// Only borrowed leases have one: the rare path may encode it.
+		s, _ := json.Marshal(e.Share)
+		b = append(b, `,"share":`...)
+		b = append(b, s...)
 	}
 	return append(b, "}}"...)
 }

@@ -31,6 +31,8 @@ func TestLeaseRecordIsWhatJSONMakes(t *testing.T) {
 	labelled := base
 	labelled.Labels = map[string]string{"job": `a "quoted" <tag> & \ back`, "ünï": "ç\u2028"}
 	labelled.Task, labelled.Reservation, labelled.MemoryMiB = "train\tlong", "r1", 4096
+	borrowed := base
+	borrowed.Preemptible, borrowed.Reservation = true, "wf1"
 	roundSecond := timed
 	d2 := deadline.Truncate(time.Second)
 	for name, e := range map[string]journalEntry{
@@ -38,6 +40,8 @@ func TestLeaseRecordIsWhatJSONMakes(t *testing.T) {
 		"time-bound":    {Lease: timed, Deadline: &deadline, TTLNanos: int64(90 * time.Second)},
 		"whole seconds": {Lease: roundSecond, Deadline: &d2, TTLNanos: int64(time.Minute)},
 		"labels":        {Lease: labelled, StartTime: 1},
+		"borrowed":      {Lease: borrowed, StartTime: 2, Share: "group:ml"},
+		"odd share":     {Lease: borrowed, StartTime: 2, Share: "a\"b<c>\u00e9"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			want, err := encodeRecord(record{Op: opLease, Entry: &e})

@@ -12,8 +12,11 @@
 // offline probe), records.go (journal glue), recovery.go (a journal that
 // cannot be written or was damaged), view.go (the published view and the
 // reads), loglines.go (the per-lease line budget), journal.go (the journal's
-// format), request.go (request decoding), pod.go (leases the kubelet plugin
-// makes for Kubernetes containers).
+// format), request.go (request decoding), reservation.go (workflow
+// reservations: units set aside, admission, advance and reclaim),
+// reservation_place.go (drawing and borrowing), reservation_store.go (their
+// file and restart), pod.go (leases the kubelet plugin makes for Kubernetes
+// containers).
 package lease
 
 import (
@@ -27,6 +30,7 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/ratelog"
@@ -99,6 +103,14 @@ type Config struct {
 	// MaxWaitersPerUID caps the requests one uid (root aside) may have
 	// waiting for units at once; 0: no cap.
 	MaxWaitersPerUID int
+	// ReservationsPath is the file that keeps workflow reservations
+	// (<state-dir>/reservations.json); empty: they live in memory only.
+	ReservationsPath string
+	// ReclaimGrace is how long a reclaimed borrower has between SIGTERM and
+	// SIGKILL.
+	ReclaimGrace time.Duration
+	// Accounts resolves the names of share members; the system's when nil.
+	Accounts reserve.Accounts
 }
 
 // Manager owns the unit table.
@@ -116,8 +128,9 @@ type Manager struct {
 	// mu guards every field below: the unit table (gpus, with its slots and
 	// dirty marks), the live leases (leases, with their bindings' timers and
 	// processes) and the units each process holds (held), the waiters, the
-	// journal and every write to it, the log lines queued under it and the
-	// line budget, the counters, the version of the view, and closed.
+	// journal and every write to it, the reservations and every write of
+	// their file, the log lines queued under it and the line budget, the
+	// counters, the version of the view, and closed.
 	// Helpers that need it held end in Locked.
 	mu sync.Mutex
 	// gpus is the unit table, by GPU index.
@@ -153,6 +166,21 @@ type Manager struct {
 	nodeBuilt []uint64
 	nodeCond  *Conditions
 	closed    bool
+
+	// reservations are the workflow reservations by name; pending counts
+	// those waiting for units, and resSeq numbers them in the order they
+	// were made (reservation.go).
+	reservations map[string]*reservation
+	pending      int
+	resSeq       uint64
+	// resFailed says why the reservations file cannot be written now; nil
+	// when it can. resUnread says why the file found at start could be
+	// neither read nor set aside: then it is never written over.
+	resFailed, resUnread error
+	// scratch is the placement view of a reservation's units, and
+	// scratchFree the free-unit lists it is made of, per GPU and instance.
+	scratch     placement.Node
+	scratchFree [][]int
 }
 
 // New builds the Manager, takes back what the journal and the ledger hold, and
@@ -175,6 +203,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.Conditions == nil {
 		cfg.Conditions = func() *Conditions { return nil }
+	}
+	if cfg.Accounts == nil {
+		cfg.Accounts = reserve.SystemAccounts{}
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, held: map[procKey]int{}, journal: journal{path: cfg.JournalPath}}
 	m.engine.Store(placement.New(cfg.Policy))
@@ -255,6 +286,7 @@ func (m *Manager) Tick() {
 	}
 	m.rollLinesLocked()
 	m.repairJournalLocked()
+	m.repairReservationsLocked()
 	m.unlock()
 	m.probeOffline()
 	m.claimLines.Flush()

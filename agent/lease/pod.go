@@ -276,6 +276,8 @@ func (m *Manager) podHoldersLocked(g int, idx []int) ([]*lease, error) {
 			}
 		case slotOffline:
 			return nil, api.Errorf(api.ErrInsufficientUnits, "unit %d of GPU %d is claimed offline by uid %d, outside Kubernetes", i, g, s.uid)
+		case slotReserved:
+			return nil, api.Errorf(api.ErrInsufficientUnits, "unit %d of GPU %d is set aside for workflow reservation %s", i, g, s.res.Name)
 		default:
 			return nil, api.Errorf(api.ErrInsufficientUnits, "unit %d of GPU %d is blocked by a file that is no claim, until the ledger's sweep removes it", i, g)
 		}
@@ -313,7 +315,7 @@ func (m *Manager) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bo
 	if retry {
 		return nil, api.Errorf(api.ErrInsufficientUnits, "a unit of GPU %d among %v was claimed outside Kubernetes just now", g, idx)
 	}
-	l := m.newLease(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: len(idx)}}, podBinding{}, c)
+	l := m.newLease(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: len(idx)}}, podBinding{}, c, nil)
 	pod.Devices = slices.Clone(pod.Devices)
 	l.Pod = &pod
 	l.encode()

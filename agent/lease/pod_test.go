@@ -244,3 +244,21 @@ func TestPodLeaseSurvivesARestartAndEndsByEndPod(t *testing.T) {
 		t.Fatalf("after the second restart %v; the ended pod lease must stay ended", ls)
 	}
 }
+
+// Units set aside for a workflow reservation are not the kubelet's to give.
+func TestPodsNeverTakeReservedUnits(t *testing.T) {
+	h := newResHarness(t, 2, 4, 1) // 8 units per GPU
+	h.reserve(alice, spec("wf", []int{16}))
+	if _, _, err := h.m.GrantPod(unitsOf(1, 3), podOf()); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "reservation wf") {
+		t.Fatalf("GrantPod of a reserved unit: %v", err)
+	}
+	if _, err := h.m.AdoptPod(unitsOf(0, 0), podOf()); !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("AdoptPod of a reserved unit: %v", err)
+	}
+	if got, err := h.m.PreferPod(unitsOf(0, 0, 1, 2), nil, 1); !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("PreferPod among reserved units: %v, %v", got, err)
+	}
+	if ls := h.m.View().Leases(); len(ls) != 0 {
+		t.Fatalf("leases %v", ls)
+	}
+}

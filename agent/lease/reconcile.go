@@ -35,7 +35,7 @@ func (e *ledgerEvents) Units(events []ledger.UnitEvent) bool {
 		// A leased unit's FIFO appearing, and a free unit's going, change
 		// nothing either: skip the look at the file.
 		switch {
-		case s.state == slotLeased && !ev.Gone, s.state == slotFree && ev.Gone:
+		case s.state == slotLeased && !ev.Gone, (s.state == slotFree || s.state == slotReserved) && ev.Gone:
 			continue
 		}
 		m.applyLocked(ev.GPU, ev.Unit, m.cfg.Ledger.Present(ev.GPU, ev.Unit))
@@ -82,7 +82,10 @@ func (m *Manager) rescanLocked() {
 func (m *Manager) applyLocked(g, i int, present bool) {
 	s := &m.gpus[g].slots[i]
 	switch {
-	case s.state == slotFree && present:
+	case (s.state == slotFree || s.state == slotReserved) && present:
+		// A claimer may take a reserved unit too: the ledger cannot tell
+		// claimers which units are set aside. It is the reservation's again
+		// once the claim ends.
 		s.state = slotOffline
 		s.uid, s.fifo, _ = m.cfg.Ledger.Stat(g, i)
 		m.touchLocked(g)
@@ -94,7 +97,7 @@ func (m *Manager) applyLocked(g, i int, present bool) {
 			m.touchLocked(g)
 		}
 	case (s.state == slotOffline || s.state == slotBlocked) && !present:
-		*s = slot{own: s.own}
+		s.vacate()
 		m.touchLocked(g)
 	case s.state == slotBlocked && present:
 		// The junk gave way to a claimer's FIFO.

@@ -25,7 +25,7 @@ func (m *Manager) recordLocked(r record) error {
 
 // entry is what the journal keeps of a lease.
 func (l *lease) entry() *journalEntry {
-	e := &journalEntry{Lease: *l.pub, leaseJSON: l.json}
+	e := &journalEntry{Lease: *l.pub, leaseJSON: l.json, Share: l.share}
 	switch b := l.bind.(type) {
 	case *pidBinding:
 		e.StartTime = b.startTime

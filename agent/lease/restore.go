@@ -24,7 +24,7 @@ func (m *Manager) restore() {
 		entries = m.replayLocked(b)
 	}
 	for _, e := range entries {
-		l := &lease{Lease: e.Lease}
+		l := &lease{Lease: e.Lease, share: e.Share}
 		bind, why := m.rebind(e)
 		if bind == nil {
 			m.log.Info(why, "lease", l.ID, "pid", l.Owner.PID)
@@ -43,6 +43,7 @@ func (m *Manager) restore() {
 		bind.armLocked(m, l)
 		m.log.Info("lease kept across daemon restart", "lease", l.ID, "gpu", l.GPU.Index, "units", l.Units)
 	}
+	m.restoreReservationsLocked()
 	m.rescanLocked()
 	if err := m.journal.rewrite(m.entriesLocked()); err != nil {
 		m.journal.failed = err

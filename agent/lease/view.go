@@ -19,6 +19,9 @@ const (
 	// FIFO cannot be made; the ledger's sweep removes it, and its watch event
 	// frees the slot. Counted as used meanwhile: the unit cannot be leased.
 	slotBlocked
+	// slotReserved: set aside for a workflow reservation (res), or held for
+	// a pending one, and not in use. Neither free nor used.
+	slotReserved
 )
 
 type slot struct {
@@ -34,6 +37,9 @@ type slot struct {
 	// uid and fifo are the owner and identity of an offline claim's FIFO.
 	uid  uint32
 	fifo ledger.FileID
+	// res is the reservation the unit belongs to, whatever its state: a
+	// lease or a claim on it ends and the unit is the reservation's again.
+	res *reservation
 }
 
 type gpuTable struct {
@@ -59,11 +65,16 @@ type View struct {
 	// Unrecorded says why leases cannot be recorded now (the run dir is
 	// full); empty when they can.
 	Unrecorded string
+	// Reservations are the workflow reservations, by name.
+	Reservations []api.Reservation
 }
 
 // GPUView is one GPU's units.
 type GPUView struct {
 	Used, Offline int
+	// Reserved counts the units set aside (or held) for reservations and
+	// not in use.
+	Reserved int
 	// OfflineByUID counts offline units per owner of their FIFO.
 	OfflineByUID map[uint32]int
 	Instances    []InstanceView
@@ -84,6 +95,9 @@ type InstanceView struct {
 	// Users are the uids it serves through leases and offline claims, each
 	// once.
 	Users []uint32
+	// Reservers are the owners of the reservations that hold units of it,
+	// each once.
+	Reservers []uint32
 }
 
 // Leases lists every live lease of the view, by id.
@@ -120,7 +134,8 @@ func (m *Manager) publishLocked() bool {
 	}
 	m.dirty = false
 	m.version++
-	v := &View{Version: m.version, GPUs: make([]GPUView, len(m.gpus)), Granted: m.granted, Ended: m.ended, Unrecorded: m.unrecordedLocked()}
+	v := &View{Version: m.version, GPUs: make([]GPUView, len(m.gpus)), Granted: m.granted, Ended: m.ended, Unrecorded: m.unrecordedLocked(),
+		Reservations: m.reservationViewsLocked()}
 	for gi, g := range m.gpus {
 		if g.dirty {
 			g.view = m.buildGPUViewLocked(g)
@@ -143,9 +158,14 @@ func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
 		iv := InstanceView{Size: n, FreeUnits: make([]int, 0, n)}
 		for u := start; u < start+n; u++ {
 			s := &g.slots[u]
+			if s.res != nil {
+				iv.Reservers = addUser(iv.Reservers, s.res.owner.UID)
+			}
 			switch s.state {
 			case slotFree:
 				iv.FreeUnits = append(iv.FreeUnits, u)
+			case slotReserved:
+				gv.Reserved++
 			case slotOffline:
 				gv.Used++
 				gv.Offline++
@@ -209,18 +229,22 @@ func (m *Manager) nodeLocked() *placement.Node {
 		if cond != nil && gi < len(cond.GPUs) {
 			gc = &cond.GPUs[gi]
 		}
-		m.placementGPU(&n.GPUs[gi], g, gc)
+		m.placementGPU(&n.GPUs[gi], g, gc, nil)
 	}
 	return n
 }
 
 // placementGPU brings pg, GPU g's part of the placement view, up to date.
-func (m *Manager) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUCondition) {
+// With MPS, an instance holding units of a reservation counts the
+// reservation's owner among its users (but not the uid except, when set):
+// other users' leases keep out of it, so that the owner's draws find it
+// theirs.
+func (m *Manager) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUCondition, except *uint32) {
 	gv := &g.view
 	*pg = placement.GPU{
 		Index: g.dev.Index, UUID: g.dev.UUID, Name: g.dev.Name,
 		MemoryTotalMiB: g.dev.MemoryTotalMiB, MemoryFreeMiB: g.dev.MemoryTotalMiB,
-		Free: m.cfg.Model.UnitsPerGPU - gv.Used, Units: m.cfg.Model.UnitsPerGPU, Instances: pg.Instances[:0],
+		Free: m.cfg.Model.UnitsPerGPU - gv.Used - gv.Reserved, Units: m.cfg.Model.UnitsPerGPU, Instances: pg.Instances[:0],
 		Card: placement.Card{CC: g.dev.CC(), MemoryBandwidthGBps: g.dev.MemoryBandwidthGBps(), SMClockMHz: g.dev.MaxSMClockMHz},
 	}
 	if gc != nil {
@@ -233,6 +257,9 @@ func (m *Manager) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUCondition)
 		}
 		if gc != nil && k < len(gc.ServerUID) && gc.ServerUID[k] != nil {
 			in.Users = addUser(append([]uint32(nil), iv.Users...), *gc.ServerUID[k])
+		}
+		if m.cfg.MPS {
+			in.Users = withReservers(in.Users, iv.Reservers, except)
 		}
 		pg.Instances = append(pg.Instances, in)
 	}

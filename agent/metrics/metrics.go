@@ -37,6 +37,17 @@ var (
 	descGPUState   = prometheus.NewDesc("gpulet_gpu_state", "1 for the GPU's current state.", append(gpuLabels[:3:3], "state"), nil)
 	descInstUp     = prometheus.NewDesc("gpulet_mps_instance_up", "1 when the MPS instance is running (or MPS is off).", []string{"gpu", "uuid", "instance", "state"}, nil)
 	descInstClient = prometheus.NewDesc("gpulet_mps_instance_clients", "Clients of the MPS instance.", []string{"gpu", "uuid", "instance"}, nil)
+
+	descNodeReserved = prometheus.NewDesc("gpulet_node_units_reserved", "Units of the node set aside by reservations and not in use.", nil, nil)
+	resLabels        = []string{"reservation"}
+	descResPending   = prometheus.NewDesc("gpulet_reservation_pending", "1 while the reservation waits for its units.", resLabels, nil)
+	descResStage     = prometheus.NewDesc("gpulet_reservation_stage", "The reservation's current stage, from 0.", resLabels, nil)
+	descResReserved  = prometheus.NewDesc("gpulet_reservation_units_reserved", "Units the reservation has set aside.", resLabels, nil)
+	descResNeed      = prometheus.NewDesc("gpulet_reservation_units_need", "Units the current stage needs.", resLabels, nil)
+	descResInUse     = prometheus.NewDesc("gpulet_reservation_units_in_use", "Units of the reservation its owner holds.", resLabels, nil)
+	descResLendable  = prometheus.NewDesc("gpulet_reservation_units_lendable", "Units the current stage may lend (reserved minus need).", resLabels, nil)
+	descResLent      = prometheus.NewDesc("gpulet_reservation_units_lent", "Units of the reservation borrowers hold.", resLabels, nil)
+	descResReclaimed = prometheus.NewDesc("gpulet_reservation_units_reclaimed", "Units taken back from borrowers when the current stage started.", resLabels, nil)
 )
 
 // Leases counts leases for the exposition.
@@ -62,6 +73,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descNodeState, b2f(s.State == st), st)
 	}
 	gauge(descSeq, float64(s.Seq))
+	gauge(descNodeReserved, float64(s.UnitsReserved))
+	for _, r := range s.Reservations {
+		gauge(descResPending, b2f(r.State == api.ReservationPending), r.Name)
+		gauge(descResStage, float64(r.Stage), r.Name)
+		gauge(descResReserved, float64(r.Reserved), r.Name)
+		gauge(descResNeed, float64(r.Need), r.Name)
+		gauge(descResInUse, float64(r.InUse), r.Name)
+		gauge(descResLendable, float64(r.Lendable), r.Name)
+		gauge(descResLent, float64(r.Lent), r.Name)
+		gauge(descResReclaimed, float64(r.Reclaimed), r.Name)
+	}
 	gauge(descLeases, float64(c.leases.Live))
 	ch <- prometheus.MustNewConstMetric(descGranted, prometheus.CounterValue, float64(c.leases.Granted))
 	ch <- prometheus.MustNewConstMetric(descEnded, prometheus.CounterValue, float64(c.leases.Ended))

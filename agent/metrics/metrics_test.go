@@ -15,9 +15,12 @@ import (
 func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
 	s := &api.Snapshot{Node: "n", Backend: "simulated", MPS: "on", State: api.NodeDraining, Seq: 7, GPUs: []api.GPU{{
 		Index: 0, UUID: "GPU-a", Name: "Tesla T4", State: api.GPUDegraded, UnitsTotal: 16, UnitsUsed: 5, UnitsFree: 11,
-		UnitsOffline: 2, UtilizationPct: 40, MemoryTotalMiB: 15360, MemoryUsedMiB: 1024,
+		UnitsOffline: 2, UnitsReserved: 4, UtilizationPct: 40, MemoryTotalMiB: 15360, MemoryUsedMiB: 1024,
 		Instances: []api.Instance{{Instance: 0, State: api.InstanceDown, Clients: 3}},
-	}}}
+	}}, UnitsReserved: 4, Reservations: []api.ReservationStatus{
+		{Name: "wf1", State: api.ReservationActive, Reserved: 8, Stage: 1, Need: 6, InUse: 3, Lendable: 2, Lent: 2, Reclaimed: 4},
+		{Name: "wf2", State: api.ReservationPending, Held: 2, Need: 4},
+	}}
 	b := Render(s, Leases{Live: 3, Granted: 40, Ended: 37})
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
@@ -67,6 +70,18 @@ func TestRenderIsValidExpositionOfTheSnapshot(t *testing.T) {
 		{"gpulet_leases_granted_total", nil, 40},
 		{"gpulet_leases_ended_total", nil, 37},
 		{"gpulet_snapshot_seq", nil, 7},
+		{"gpulet_units_reserved", gpu, 4},
+		{"gpulet_node_units_reserved", nil, 4},
+		{"gpulet_reservation_pending", map[string]string{"reservation": "wf1"}, 0},
+		{"gpulet_reservation_pending", map[string]string{"reservation": "wf2"}, 1},
+		{"gpulet_reservation_stage", map[string]string{"reservation": "wf1"}, 1},
+		{"gpulet_reservation_units_reserved", map[string]string{"reservation": "wf1"}, 8},
+		{"gpulet_reservation_units_need", map[string]string{"reservation": "wf1"}, 6},
+		{"gpulet_reservation_units_in_use", map[string]string{"reservation": "wf1"}, 3},
+		{"gpulet_reservation_units_lendable", map[string]string{"reservation": "wf1"}, 2},
+		{"gpulet_reservation_units_lent", map[string]string{"reservation": "wf1"}, 2},
+		{"gpulet_reservation_units_reclaimed", map[string]string{"reservation": "wf1"}, 4},
+		{"gpulet_reservation_units_need", map[string]string{"reservation": "wf2"}, 4},
 	}
 	for _, c := range checks {
 		if got := value(c.name, c.labels); got != c.want {

@@ -27,6 +27,7 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/metrics"
+	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/snapshot"
@@ -42,6 +43,13 @@ type Core interface {
 	Get(peer lease.Peer, id string) (api.Lease, error)
 	Renew(peer lease.Peer, id string) (api.Lease, error)
 	Release(peer lease.Peer, id string) error
+	// Reserve, Reservations, Reservation, Advance and Unreserve are the
+	// workflow reservations (DESIGN section 12).
+	Reserve(peer lease.Peer, spec reserve.Spec) (api.Reservation, error)
+	Reservations() []api.Reservation
+	Reservation(name string) (api.Reservation, error)
+	Advance(peer lease.Peer, name string) (api.Reservation, error)
+	Unreserve(peer lease.Peer, name string) error
 	SetDraining(draining bool)
 	// ClearXid clears the critical Xid that failed a GPU (index or UUID) and
 	// returns the GPU's index and the Xid cleared (0: it had none).
@@ -93,6 +101,11 @@ func New(core Core, adminGID int, log *slog.Logger) *Server {
 	add("GET", "/v1/leases/*", s.getLease)
 	add("DELETE", "/v1/leases/*", s.releaseLease)
 	add("POST", "/v1/leases/*/renew", s.renewLease)
+	add("GET", "/v1/reservations", s.listReservations)
+	add("POST", "/v1/reservations", s.createReservation)
+	add("GET", "/v1/reservations/*", s.getReservation)
+	add("DELETE", "/v1/reservations/*", s.deleteReservation)
+	add("POST", "/v1/reservations/*/advance", s.advanceReservation)
 	add("POST", "/v1/node/drain", s.drain)
 	add("POST", "/v1/node/undrain", s.undrain)
 	if core.SimGPU() != nil {
@@ -397,6 +410,51 @@ func (s *Server) renewLease(w http.ResponseWriter, _ *http.Request, peer lease.P
 
 func (s *Server) releaseLease(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
 	if err := s.core.Release(peer, p[0]); err != nil {
+		return err
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+func (s *Server) listReservations(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
+	rs := s.core.Reservations()
+	if rs == nil {
+		rs = []api.Reservation{}
+	}
+	return writeJSON(w, http.StatusOK, api.ReservationList{Reservations: rs})
+}
+
+func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
+	spec, err := reserve.Decode(r.Body)
+	if err != nil {
+		return err
+	}
+	res, err := s.core.Reserve(peer, spec)
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Location", "/v1/reservations/"+res.Name)
+	return writeJSON(w, http.StatusCreated, res)
+}
+
+func (s *Server) getReservation(w http.ResponseWriter, _ *http.Request, _ lease.Peer, p []string) error {
+	res, err := s.core.Reservation(p[0])
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) advanceReservation(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+	res, err := s.core.Advance(peer, p[0])
+	if err != nil {
+		return err
+	}
+	return writeJSON(w, http.StatusOK, res)
+}
+
+func (s *Server) deleteReservation(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+	if err := s.core.Unreserve(peer, p[0]); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/procwatch"
+	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -39,12 +40,14 @@ type fakeCore struct {
 	pub     *snapshot.Published
 	// store publishes pub and what publish changes it to.
 	store snapshot.Store
+	// reservations are by name; their owner may advance and end them.
+	reservations map[string]api.Reservation
 }
 
 func newFakeCore(t *testing.T) *fakeCore {
 	s := &api.Snapshot{Schema: api.SnapshotSchema, Node: "n", Seq: 1, GPUs: []api.GPU{{Index: 0, UUID: "GPU-x"}}}
 	p := snapshot.New(s, nil, func(*api.Snapshot) []byte { return []byte("gpulet_x 1\n") })
-	f := &fakeCore{leases: map[string]api.Lease{}, pub: p}
+	f := &fakeCore{leases: map[string]api.Lease{}, pub: p, reservations: map[string]api.Reservation{}}
 	f.store.Store(p)
 	return f
 }
@@ -95,6 +98,62 @@ func (f *fakeCore) Renew(p lease.Peer, id string) (api.Lease, error) { return f.
 func (f *fakeCore) Release(p lease.Peer, id string) error {
 	_, err := f.Get(p, id)
 	return err
+}
+func (f *fakeCore) Reserve(p lease.Peer, s reserve.Spec) (api.Reservation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, dup := f.reservations[s.Name]; dup {
+		return api.Reservation{}, api.Errorf(api.ErrConflict, "name: a reservation named %q exists already", s.Name)
+	}
+	r := api.Reservation{ReservationStatus: api.ReservationStatus{Name: s.Name, State: api.ReservationActive, Reserved: s.Size(), Need: s.Needs[0], Stages: len(s.Needs)},
+		Owner: api.ReservationOwner{UID: p.UID, GID: p.GID}, Needs: s.Needs}
+	f.reservations[s.Name] = r
+	return r, nil
+}
+func (f *fakeCore) Reservations() []api.Reservation {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Reservation
+	for _, r := range f.reservations {
+		out = append(out, r)
+	}
+	return out
+}
+func (f *fakeCore) Reservation(name string) (api.Reservation, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.reservations[name]
+	if !ok {
+		return r, api.Errorf(api.ErrNotFound, "no reservation named %q", name)
+	}
+	return r, nil
+}
+func (f *fakeCore) managed(p lease.Peer, name string) (api.Reservation, error) {
+	r, err := f.Reservation(name)
+	if err == nil && p.UID != r.Owner.UID && !p.Admin {
+		err = api.Errorf(api.ErrForbidden, "reservation %q is not yours", name)
+	}
+	return r, err
+}
+func (f *fakeCore) Advance(p lease.Peer, name string) (api.Reservation, error) {
+	r, err := f.managed(p, name)
+	if err != nil {
+		return r, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r.Stage++
+	f.reservations[name] = r
+	return r, nil
+}
+func (f *fakeCore) Unreserve(p lease.Peer, name string) error {
+	if _, err := f.managed(p, name); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.reservations, name)
+	return nil
 }
 func (f *fakeCore) SetDraining(on bool) { f.draining = on }
 func (f *fakeCore) ClearXid(gpu string) (int, uint64, error) {
@@ -167,6 +226,18 @@ func TestRoutes(t *testing.T) {
 		{"wrong method", "PUT", "/v1/snapshot", "", 405, api.CodeMethodNotAllowed, "GET"},
 		{"sim absent on real backend", "POST", "/v1/sim/gpus/0", `{"utilization_pct":5}`, 404, api.CodeNotFound, ""},
 		{"drain", "POST", "/v1/node/drain", "", 200, "", "schema"},
+		{"no reservations", "GET", "/v1/reservations", "", 200, "", `{"reservations":[]}`},
+		{"reserve", "POST", "/v1/reservations", `{"name":"wf1","stages":[2,[3,3],6,8]}`, 201, "", `"reserved":8`},
+		{"reserve again", "POST", "/v1/reservations", `{"name":"wf1","stages":[1]}`, 409, api.CodeConflict, "exists already"},
+		{"reserve bad stage", "POST", "/v1/reservations", `{"name":"wf2","stages":[2,0]}`, 400, api.CodeBadRequest, "stages[1]"},
+		{"reserve no stages", "POST", "/v1/reservations", `{"name":"wf2"}`, 400, api.CodeBadRequest, "stages: empty"},
+		{"reservations", "GET", "/v1/reservations", "", 200, "", `"name":"wf1"`},
+		{"reservation", "GET", "/v1/reservations/wf1", "", 200, "", `"needs":[2,6,6,8]`},
+		{"reservation missing", "GET", "/v1/reservations/nope", "", 404, api.CodeNotFound, "nope"},
+		{"advance", "POST", "/v1/reservations/wf1/advance", "", 200, "", `"stage":1`},
+		{"advance missing", "POST", "/v1/reservations/nope/advance", "", 404, api.CodeNotFound, ""},
+		{"unreserve", "DELETE", "/v1/reservations/wf1", "", 204, "", ""},
+		{"unreserve again", "DELETE", "/v1/reservations/wf1", "", 404, api.CodeNotFound, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

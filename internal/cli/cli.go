@@ -42,12 +42,17 @@ Commands:
   release ID...              end leases
   drain                      stop new leases on this node (root and gpuletd's --admin-group)
   undrain [--gpu N]          resume new leases; with --gpu, clear that GPU's Xid fault
+  reserve NAME --stages N,.. set aside units for a workflow [--share U:W,group:G:W] [--priority N] [--wait]
+  reservations [--json]      the workflow reservations: stage, need, lent, reclaimed
+  advance NAME               start a reservation's next stage (takes lent units back if needed)
+  unreserve NAME             end a reservation; its units go back to the node
   help [COMMAND]             this text, or a command's
 
 Examples:
   gpulet status
   gpulet leases --all
   gpulet release l-3f2a9c0d1e2b4a5c
+  gpulet reserve wf1 --stages 2,6,6,8 --share bob:1,group:ml:2
   gpulet status --json | jq '.gpus[] | {index, units_free}'
 
 The socket is --socket, else $GPULET_SOCKET, else ` + client.DefaultSocket + `.
@@ -457,6 +462,14 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 		fmt.Fprintln(w, n)
 	}
 	fmt.Fprintf(w, "total: %d units, %d free, %d reserved   (# leased  o offline  r reserved  . free)\n", s.UnitsTotal, s.UnitsFree, s.UnitsReserved)
+	for _, r := range s.Reservations {
+		if r.State == api.ReservationPending {
+			fmt.Fprintf(w, "reservation %s: pending, priority %d, %d unit(s) held for it\n", r.Name, r.Priority, r.Held)
+			continue
+		}
+		fmt.Fprintf(w, "reservation %s: stage %d/%d needs %d of %d reserved; in use %d, lent %d of %d lendable, reclaimed %d\n",
+			r.Name, r.Stage+1, r.Stages, r.Need, r.Reserved, r.InUse, r.Lent, r.Lendable, r.Reclaimed)
+	}
 	if s.View != nil {
 		if s.View.Mounted {
 			fmt.Fprintf(w, "view: %s\n", s.View.Mount)

@@ -390,6 +390,9 @@ func waitMessage(ctx context.Context, c *client.Client, o Options) string {
 		return msg
 	}
 	msg += fmt.Sprintf("; %d of %d units free on the node now", s.UnitsFree, s.UnitsTotal)
+	if s.UnitsReserved > 0 {
+		msg += fmt.Sprintf(", %d set aside for reservations", s.UnitsReserved)
+	}
 	// Parse checked it; a GPU whose capability does not read is below it,
 	// as gpuletd counts it.
 	minCC, _ := api.ParseComputeCapability(o.MinCC)

@@ -1,0 +1,623 @@
+package lease
+
+// This file is the lease engine's side of workflow reservations (DESIGN 1.6
+// and 12): which units a reservation holds, admitting pending reservations in
+// priority order, advancing stages and taking lent units back. What a
+// reservation is (its checks, the stage arithmetic, shares by weight, its
+// file) is package reserve's.
+//
+// A reservation's units are slots of the unit table marked with it
+// (slot.res). An idle one is slotReserved: neither free nor used. A lease on
+// one (its owner's draw, or a share member's borrow) or an offline claim makes
+// it used; when that ends, the unit is the reservation's again (slot.vacate).
+// A reservation may span instances and GPUs; each lease still fits one GPU
+// and one instance. A pending reservation first in line holds, the same way,
+// the units it could use as they free, so that a stream of small leases
+// cannot starve it; it is admitted once it can have all it needs.
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/reserve"
+	"github.com/gpulet/gpulet/api"
+)
+
+// Bounds on reservations, so that no user can make the daemon keep much.
+const (
+	maxReservations       = 1024
+	maxReservationsPerUID = 16
+)
+
+type reservation struct {
+	reserve.Spec
+	owner   api.ReservationOwner
+	created time.Time
+	// seq orders reservations made in the same instant.
+	seq uint64
+	// active is false while the reservation is pending.
+	active bool
+	// stage is the current stage; reclaimed what its start took back.
+	stage     int
+	reclaimed int
+	// slots are its units (set aside, or held while pending), by GPU, then
+	// unit.
+	slots []slotRef
+	// reclaiming are the borrowed leases being taken back, and when their
+	// holders get SIGKILL.
+	reclaiming map[string]time.Time
+}
+
+// slotRef names unit u of GPU g.
+type slotRef struct{ g, u int }
+
+func (a slotRef) compare(b slotRef) int {
+	if c := cmp.Compare(a.g, b.g); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.u, b.u)
+}
+
+// vacate empties a slot whose lease or claim ended: free, or its
+// reservation's again.
+func (s *slot) vacate() {
+	*s = slot{own: s.own, res: s.res}
+	if s.res != nil {
+		s.state = slotReserved
+	}
+}
+
+// first reports whether a is served before b: higher priority, then older.
+func (a *reservation) first(b *reservation) bool {
+	if a.Priority != b.Priority {
+		return a.Priority > b.Priority
+	}
+	return a.seq < b.seq
+}
+
+// need is the current stage's units.
+func (r *reservation) need() int { return r.Needs[r.stage] }
+
+// memberIndex is the share member a borrowed lease counts toward: the one of
+// that name, else the first listed (a lease whose member is unknown is still
+// taken back); -1 when the group is empty.
+func (r *reservation) memberIndex(name string) int {
+	for i, m := range r.Share {
+		if m.Name == name {
+			return i
+		}
+	}
+	if len(r.Share) == 0 {
+		return -1
+	}
+	return 0
+}
+
+// usage is how a reservation's units are used now.
+type usage struct {
+	idle, inUse, lent, reclaiming int
+	// lentTo counts, per share member, the units lent to it; keep the part
+	// of them not being taken back.
+	lentTo, keep []int
+}
+
+func (m *Manager) usageLocked(r *reservation) usage {
+	u := usage{lentTo: make([]int, len(r.Share)), keep: make([]int, len(r.Share))}
+	for _, ref := range r.slots {
+		s := &m.gpus[ref.g].slots[ref.u]
+		switch {
+		case s.state == slotReserved:
+			u.idle++
+		case s.state != slotLeased:
+		case !s.lease.Preemptible || s.lease.Reservation != r.Name:
+			u.inUse++
+		default:
+			u.lent++
+			if s.lease.reclaiming {
+				u.reclaiming++
+			}
+			if i := r.memberIndex(s.lease.share); i >= 0 {
+				u.lentTo[i]++
+				if !s.lease.reclaiming {
+					u.keep[i]++
+				}
+			}
+		}
+	}
+	return u
+}
+
+// mayManage reports whether peer may advance or end r: its owner and admins.
+func mayManage(peer Peer, r *reservation) bool {
+	return peer.Admin || peer.UID == 0 || peer.UID == r.owner.UID
+}
+
+// Reserve makes a reservation for peer: it sets aside the units of its
+// largest stage at once, or fails with insufficient_units; with Wait it
+// stays pending until they can be had. Pending reservations go before it
+// when their priority is higher or equal.
+func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error) {
+	if err := spec.Resolve(m.cfg.Accounts); err != nil {
+		return api.Reservation{}, err
+	}
+	total := m.cfg.Model.UnitsPerGPU * len(m.gpus)
+	for i, n := range spec.Needs {
+		if n > total {
+			return api.Reservation{}, api.Errorf(api.ErrBadRequest, "stages[%d]: %d units, more than this node has (%d)", i, n, total)
+		}
+	}
+	if !m.lockOpen() {
+		return api.Reservation{}, errStopping
+	}
+	defer m.unlock()
+	if m.resUnread != nil {
+		return api.Reservation{}, unsaved("nothing is reserved", m.resUnread)
+	}
+	if _, dup := m.reservations[spec.Name]; dup {
+		return api.Reservation{}, api.Errorf(api.ErrConflict, "name: a reservation named %q exists already", spec.Name)
+	}
+	if len(m.reservations) >= maxReservations {
+		return api.Reservation{}, api.Errorf(api.ErrTooManyRequests, "this node holds %d reservations, the most it keeps", maxReservations)
+	}
+	if !peer.Admin && peer.UID != 0 {
+		mine := 0
+		for _, r := range m.reservations {
+			if r.owner.UID == peer.UID {
+				mine++
+			}
+		}
+		if mine >= maxReservationsPerUID {
+			return api.Reservation{}, api.Errorf(api.ErrTooManyRequests, "you hold %d reservations, the most one user may", mine)
+		}
+	}
+	m.resSeq++
+	r := &reservation{Spec: spec, owner: api.ReservationOwner{UID: peer.UID, GID: peer.GID},
+		created: m.clock.Now().UTC(), seq: m.resSeq, reclaiming: map[string]time.Time{}}
+	ahead := 0
+	for _, p := range m.reservations {
+		if !p.active && p.first(r) {
+			ahead++
+		}
+	}
+	if ahead > 0 && !spec.Wait {
+		return api.Reservation{}, api.Errorf(api.ErrInsufficientUnits, "%d reservation(s) of higher or equal priority wait for units before this one; with \"wait\": true it waits too", ahead)
+	}
+	m.reservations[r.Name] = r
+	m.pending++
+	if ahead == 0 {
+		choices, err := m.placeReservationLocked(r)
+		switch {
+		case err == nil:
+			m.holdLocked(r, choices)
+			if err := m.activateLocked(r); err != nil {
+				m.dropReservationLocked(r)
+				// Units this one took from a pending reservation's hold go
+				// back to it.
+				m.admitPendingLocked()
+				return api.Reservation{}, err
+			}
+			m.infoLocked("reservation made", slog.String("reservation", r.Name), slog.Uint64("uid", uint64(r.owner.UID)),
+				slog.Int("units", len(r.slots)), slog.Any("needs", r.Needs), slog.Int("priority", r.Priority))
+			return m.reservationViewLocked(r), nil
+		case !spec.Wait || !isInsufficient(err):
+			m.dropReservationLocked(r)
+			if isInsufficient(err) {
+				err = fmt.Errorf("reserving %d unit(s): %w; with \"wait\": true it waits for them, holding units as they free", r.Size(), err)
+			}
+			return api.Reservation{}, err
+		}
+	}
+	if err := m.saveReservationsLocked(); err != nil {
+		m.dropReservationLocked(r)
+		return api.Reservation{}, unsaved("nothing is reserved", err)
+	}
+	m.dirty = true
+	m.infoLocked("reservation pending", slog.String("reservation", r.Name), slog.Uint64("uid", uint64(r.owner.UID)),
+		slog.Int("units", r.Size()), slog.Int("priority", r.Priority), slog.Int("ahead", ahead))
+	// First in line, it holds what frees from now on.
+	m.serveWaitersLocked()
+	return m.reservationViewLocked(r), nil
+}
+
+// placeReservationLocked picks units for r from the free ones and those held
+// for pending reservations; on insufficient_units, the choices are what it
+// could have.
+func (m *Manager) placeReservationLocked(r *reservation) ([]placement.Choice, error) {
+	uid := r.owner.UID
+	n := m.restrictedNodeLocked(func(add func(g, u int)) {
+		for gi, g := range m.gpus {
+			for u := range g.slots {
+				if s := &g.slots[u]; s.state == slotFree || s.state == slotReserved && !s.res.active {
+					add(gi, u)
+				}
+			}
+		}
+	}, &uid)
+	return m.engine.Load().Reserve(n, placement.Request{Units: r.Size(), UID: uid})
+}
+
+// holdLocked makes the units of choices r's, and gives back to the node the
+// units held for pending reservations that choices leaves out. Only the
+// slots that change are touched.
+func (m *Manager) holdLocked(r *reservation, choices []placement.Choice) {
+	var want []slotRef
+	for _, c := range choices {
+		for _, u := range c.Units {
+			want = append(want, slotRef{c.GPU, u})
+		}
+	}
+	slices.SortFunc(want, slotRef.compare)
+	for _, p := range m.reservations {
+		if p.active {
+			continue
+		}
+		for _, ref := range p.slots {
+			if _, keep := slices.BinarySearchFunc(want, ref, slotRef.compare); keep && p == r {
+				continue
+			}
+			m.releaseSlotLocked(ref)
+		}
+		p.slots = nil
+	}
+	for _, ref := range want {
+		s := &m.gpus[ref.g].slots[ref.u]
+		if s.res == r {
+			continue
+		}
+		s.res = r
+		if s.state == slotFree {
+			s.state = slotReserved
+		}
+		m.touchLocked(ref.g)
+	}
+	r.slots = want
+}
+
+// releaseSlotLocked gives a reservation's unit back to the node: free when
+// idle; what uses it keeps it.
+func (m *Manager) releaseSlotLocked(ref slotRef) {
+	s := &m.gpus[ref.g].slots[ref.u]
+	s.res = nil
+	if s.state == slotReserved {
+		s.state = slotFree
+	}
+	m.touchLocked(ref.g)
+}
+
+// activateLocked makes pending r active and records it; when the record
+// cannot be written, r stays pending (holding its units) and the error says
+// why.
+func (m *Manager) activateLocked(r *reservation) error {
+	if m.resFailed != nil {
+		return unsaved("the reservation stays pending", m.resFailed)
+	}
+	r.active = true
+	m.pending--
+	if err := m.saveReservationsLocked(); err != nil {
+		r.active = false
+		m.pending++
+		return unsaved("the reservation stays pending", err)
+	}
+	m.dirty = true
+	return nil
+}
+
+// dropReservationLocked takes r out of the table and gives its units back;
+// what its leases hold stays theirs. Its file record is the caller's.
+func (m *Manager) dropReservationLocked(r *reservation) {
+	for _, ref := range r.slots {
+		m.releaseSlotLocked(ref)
+	}
+	r.slots = nil
+	delete(m.reservations, r.Name)
+	if !r.active {
+		m.pending--
+	}
+}
+
+// queueLocked lists the pending reservations in the order they are served.
+func (m *Manager) queueLocked() []*reservation {
+	var q []*reservation
+	for _, r := range m.reservations {
+		if !r.active {
+			q = append(q, r)
+		}
+	}
+	slices.SortFunc(q, func(a, b *reservation) int {
+		if a.first(b) {
+			return -1
+		}
+		return 1
+	})
+	return q
+}
+
+// admitPendingLocked admits pending reservations, first in line first, while
+// their units can be had, and holds for the first that cannot be admitted
+// the units it could use.
+func (m *Manager) admitPendingLocked() {
+	if m.pending == 0 {
+		return
+	}
+	for _, r := range m.queueLocked() {
+		choices, err := m.placeReservationLocked(r)
+		m.holdLocked(r, choices)
+		if err != nil {
+			return
+		}
+		if err := m.activateLocked(r); err != nil {
+			return
+		}
+		m.infoLocked("reservation admitted: its units are set aside", slog.String("reservation", r.Name),
+			slog.Uint64("uid", uint64(r.owner.UID)), slog.Int("units", len(r.slots)))
+	}
+}
+
+// Unreserve ends reservation name for peer (its owner or an admin): its
+// units go back to the node. Leases drawn on it or borrowed from it go on as
+// plain leases.
+func (m *Manager) Unreserve(peer Peer, name string) error {
+	if !m.lockOpen() {
+		return errStopping
+	}
+	defer m.unlock()
+	r, err := m.managedLocked(peer, name, "end")
+	if err != nil {
+		return err
+	}
+	return m.endReservationLocked(r, "ended")
+}
+
+// managedLocked finds reservation name for peer to change.
+func (m *Manager) managedLocked(peer Peer, name, what string) (*reservation, error) {
+	r, ok := m.reservations[name]
+	if !ok {
+		return nil, api.Errorf(api.ErrNotFound, "no reservation named %q", name)
+	}
+	if !mayManage(peer, r) {
+		return nil, api.Errorf(api.ErrForbidden, "reservation %q is uid %d's: only its owner and admins may %s it", name, r.owner.UID, what)
+	}
+	if m.resUnread != nil {
+		return nil, unsaved("the reservation is left as it is", m.resUnread)
+	}
+	return r, nil
+}
+
+// endReservationLocked records that r ends, then gives its units back.
+func (m *Manager) endReservationLocked(r *reservation, why string) error {
+	delete(m.reservations, r.Name)
+	if err := m.saveReservationsLocked(); err != nil {
+		m.reservations[r.Name] = r
+		return unsaved("the reservation stays", err)
+	}
+	m.reservations[r.Name] = r
+	m.dropReservationLocked(r)
+	m.dirty = true
+	m.infoLocked("reservation "+why, slog.String("reservation", r.Name))
+	m.serveWaitersLocked()
+	return nil
+}
+
+// Advance starts the next stage of reservation name for peer (its owner or
+// an admin). When the stage needs more than the reservation has unlent, lent
+// units are taken back, split between share members by weight (the first
+// listed first without weights): a borrower bound to a process gets SIGTERM
+// and, after the reclaim grace, SIGKILL, and its units come back when it
+// exits; any other borrower's lease ends at once. Advancing past the last
+// stage ends the reservation.
+func (m *Manager) Advance(peer Peer, name string) (api.Reservation, error) {
+	if !m.lockOpen() {
+		return api.Reservation{}, errStopping
+	}
+	defer m.unlock()
+	r, err := m.managedLocked(peer, name, "advance")
+	if err != nil {
+		return api.Reservation{}, err
+	}
+	if !r.active {
+		return api.Reservation{}, api.Errorf(api.ErrInsufficientUnits, "reservation %q is pending: its units are not set aside yet, so no stage runs", name)
+	}
+	if r.stage+1 == len(r.Needs) {
+		v := m.reservationViewLocked(r)
+		if err := m.endReservationLocked(r, "ended after its last stage"); err != nil {
+			return api.Reservation{}, err
+		}
+		v.State, v.Stage, v.Need, v.InUse, v.Lendable, v.Reserved, v.Units = api.ReservationEnded, len(r.Needs), 0, 0, 0, 0, nil
+		return v, nil
+	}
+	u := m.usageLocked(r)
+	k := reserve.ToReclaim(len(r.slots), r.Needs[r.stage+1], u.lent-u.reclaiming)
+	victims := m.victimsLocked(r, reserve.Reclaim(k, u.keep, r.Share))
+	taken := 0
+	for _, l := range victims {
+		taken += len(l.Units)
+	}
+	wasStage, wasReclaimed, wasReclaiming := r.stage, r.reclaimed, r.reclaiming
+	killAt := m.clock.Now().UTC().Add(m.cfg.ReclaimGrace)
+	r.stage++
+	r.reclaimed = taken
+	r.reclaiming = map[string]time.Time{}
+	for id, at := range wasReclaiming {
+		if _, live := m.leases[id]; live {
+			r.reclaiming[id] = at
+		}
+	}
+	for _, l := range victims {
+		if _, ok := l.bind.(*pidBinding); ok {
+			r.reclaiming[l.ID] = killAt
+		}
+	}
+	if err := m.saveReservationsLocked(); err != nil {
+		r.stage, r.reclaimed, r.reclaiming = wasStage, wasReclaimed, wasReclaiming
+		return api.Reservation{}, unsaved("the stage is not advanced", err)
+	}
+	m.dirty = true
+	m.infoLocked("reservation advanced", slog.String("reservation", r.Name), slog.Int("stage", r.stage),
+		slog.Int("need", r.need()), slog.Int("reclaimed", taken))
+	for _, l := range victims {
+		m.reclaimLocked(r, l, killAt)
+	}
+	m.serveWaitersLocked()
+	return m.reservationViewLocked(r), nil
+}
+
+// victimsLocked picks the borrowed leases to take back: per share member,
+// its newest first, until plan[i] units.
+func (m *Manager) victimsLocked(r *reservation, plan []int) []*lease {
+	byMember := make([][]*lease, len(r.Share))
+	seen := map[*lease]bool{}
+	for _, ref := range r.slots {
+		s := &m.gpus[ref.g].slots[ref.u]
+		if s.state != slotLeased {
+			continue
+		}
+		l := s.lease
+		if !l.Preemptible || l.Reservation != r.Name || l.reclaiming || seen[l] {
+			continue
+		}
+		seen[l] = true
+		if i := r.memberIndex(l.share); i >= 0 {
+			byMember[i] = append(byMember[i], l)
+		}
+	}
+	var out []*lease
+	for i, ls := range byMember {
+		slices.SortFunc(ls, func(a, b *lease) int {
+			if c := b.Created.Compare(a.Created); c != 0 {
+				return c
+			}
+			return cmp.Compare(b.ID, a.ID)
+		})
+		taken := 0
+		for _, l := range ls {
+			if taken >= plan[i] {
+				break
+			}
+			out = append(out, l)
+			taken += len(l.Units)
+		}
+	}
+	return out
+}
+
+// reclaimLocked takes borrowed lease l back for r: a process-bound lease's
+// holder gets SIGTERM now (SIGKILL when killAt has passed) and SIGKILL at
+// killAt, through its pidfd, and the lease ends when it exits; any other
+// lease ends now.
+func (m *Manager) reclaimLocked(r *reservation, l *lease, killAt time.Time) {
+	pb, ok := l.bind.(*pidBinding)
+	if !ok {
+		m.dropAndRecordLocked(l, "reclaimed for reservation "+r.Name, true)
+		return
+	}
+	if !l.reclaiming {
+		l.reclaiming = true
+		m.touchLocked(l.GPU.Index)
+	}
+	sig := syscall.SIGTERM
+	if !m.clock.Now().Before(killAt) {
+		sig = syscall.SIGKILL
+	}
+	if err := pb.proc.Signal(sig); err != nil {
+		m.log.Warn("cannot signal a reclaimed borrower", "lease", l.ID, "pid", pb.pid, "signal", sig, "err", err)
+	}
+	m.leaseLineLocked("borrowed lease reclaimed", slog.String("lease", l.ID), slog.String("reservation", r.Name),
+		slog.Int("pid", pb.pid), slog.String("signal", sig.String()), slog.Time("kill_at", killAt))
+	if sig == syscall.SIGTERM {
+		id := l.ID
+		m.clock.AfterFunc(killAt.Sub(m.clock.Now()), func() { m.killReclaimed(id) })
+	}
+}
+
+// killReclaimed sends SIGKILL to the holder of reclaimed lease id if it still
+// runs after its grace.
+func (m *Manager) killReclaimed(id string) {
+	if !m.lockOpen() {
+		return
+	}
+	defer m.unlock()
+	l, ok := m.leases[id]
+	if !ok || !l.reclaiming {
+		return
+	}
+	if pb, ok := l.bind.(*pidBinding); ok {
+		if err := pb.proc.Signal(syscall.SIGKILL); err != nil {
+			m.log.Warn("cannot kill a reclaimed borrower", "lease", id, "pid", pb.pid, "err", err)
+		}
+		m.leaseLineLocked("reclaimed borrower killed after its grace", slog.String("lease", id), slog.Int("pid", pb.pid))
+	}
+}
+
+// Reservations lists the reservations as last published, by name.
+func (m *Manager) Reservations() []api.Reservation {
+	return m.View().Reservations
+}
+
+// Reservation returns reservation name as last published.
+func (m *Manager) Reservation(name string) (api.Reservation, error) {
+	for _, r := range m.View().Reservations {
+		if r.Name == name {
+			return r, nil
+		}
+	}
+	return api.Reservation{}, api.Errorf(api.ErrNotFound, "no reservation named %q", name)
+}
+
+// reservationViewsLocked is what the View shows of the reservations.
+func (m *Manager) reservationViewsLocked() []api.Reservation {
+	if len(m.reservations) == 0 {
+		return nil
+	}
+	out := make([]api.Reservation, 0, len(m.reservations))
+	for _, r := range m.reservations {
+		out = append(out, m.reservationViewLocked(r))
+	}
+	slices.SortFunc(out, func(a, b api.Reservation) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+func (m *Manager) reservationViewLocked(r *reservation) api.Reservation {
+	u := m.usageLocked(r)
+	v := api.Reservation{
+		ReservationStatus: api.ReservationStatus{
+			Name: r.Name, State: api.ReservationPending, Priority: r.Priority,
+			Stage: r.stage, Stages: len(r.Needs), Need: r.need(), InUse: u.inUse,
+			Lent: u.lent, Reclaiming: u.reclaiming, Reclaimed: r.reclaimed,
+		},
+		Owner: r.owner, Needs: r.Needs, Created: r.created,
+	}
+	if r.active {
+		v.State, v.Reserved = api.ReservationActive, len(r.slots)
+		v.Lendable = reserve.Lendable(v.Reserved, r.need())
+	} else {
+		v.Held = len(r.slots)
+	}
+	for i, mb := range r.Share {
+		v.Share = append(v.Share, api.ShareMember{User: mb.Name, Weight: mb.Weight})
+		if u.lentTo[i] > 0 {
+			if v.LentTo == nil {
+				v.LentTo = map[string]int{}
+			}
+			v.LentTo[mb.Name] = u.lentTo[i]
+		}
+	}
+	for _, ref := range r.slots {
+		if n := len(v.Units); n == 0 || v.Units[n-1].GPU != m.gpus[ref.g].dev.Index {
+			v.Units = append(v.Units, api.ReservationUnits{GPU: m.gpus[ref.g].dev.Index, UUID: m.gpus[ref.g].dev.UUID})
+		}
+		last := &v.Units[len(v.Units)-1]
+		last.Units = append(last.Units, ref.u)
+	}
+	return v
+}
+
+// unsaved is the error of a change refused because the reservations file
+// cannot be written: nothing is promised that a restart could forget.
+func unsaved(what string, err error) error {
+	return api.Errorf(api.ErrUnavailable, "%s: the reservations file cannot be written: %v", what, err)
+}

@@ -1,0 +1,211 @@
+package lease
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/agent/reserve"
+	"github.com/gpulet/gpulet/api"
+)
+
+// draw says where a lease's units come from when a reservation is involved:
+// its owner drawing on it, or a share member borrowing from it (a
+// preemptible lease). A nil draw is an ordinary lease.
+type draw struct {
+	res    *reservation
+	borrow bool
+	// share is the member a borrow counts toward.
+	share string
+}
+
+func (d *draw) name() string {
+	if d == nil {
+		return ""
+	}
+	return d.res.Name
+}
+
+func (d *draw) borrowed() bool { return d != nil && d.borrow }
+
+func (d *draw) member() string {
+	if d == nil {
+		return ""
+	}
+	return d.share
+}
+
+func isInsufficient(err error) bool { return errors.Is(err, api.ErrInsufficientUnits) }
+
+// placeLocked decides where req goes. A request naming a reservation draws
+// on it (its owner, or an admin) or borrows from it (a share member); any
+// other request goes to ordinary free units, and, when those are short, a
+// share member borrows from a reservation that lends it enough.
+func (m *Manager) placeLocked(peer Peer, req Request) (placement.Decision, *draw, error) {
+	eng := m.engine.Load()
+	pr := m.placementRequest(peer, req)
+	if req.Reservation != "" {
+		return m.placeOnReservationLocked(eng, peer, req.Reservation, pr)
+	}
+	d, err := eng.Place(m.nodeLocked(), pr)
+	if err == nil || len(m.reservations) == m.pending || !isInsufficient(err) || errors.Is(err, placement.ErrNeverFits) {
+		return d, nil, err
+	}
+	if bd, dr := m.borrowLocked(eng, peer, pr); dr != nil {
+		return bd, dr, nil
+	}
+	return d, nil, err
+}
+
+// placeOnReservationLocked places a request that names reservation name.
+func (m *Manager) placeOnReservationLocked(eng *placement.Engine, peer Peer, name string, pr placement.Request) (placement.Decision, *draw, error) {
+	r, ok := m.reservations[name]
+	if !ok {
+		return placement.Decision{}, nil, api.Errorf(api.ErrNotFound, "reservation: no reservation named %q", name)
+	}
+	if peer.UID != r.owner.UID && !peer.Admin && peer.UID != 0 {
+		i := reserve.MemberOf(r.Share, peer.UID, peer.GID, peer.Groups)
+		if i < 0 {
+			return placement.Decision{}, nil, api.Errorf(api.ErrForbidden, "reservation %q: only its owner (uid %d), admins and its share group may lease on it", name, r.owner.UID)
+		}
+		d, err := m.borrowFromLocked(eng, r, i, pr)
+		if err != nil {
+			return d, nil, err
+		}
+		return d, &draw{res: r, borrow: true, share: r.Share[i].Name}, nil
+	}
+	if !r.active {
+		return placement.Decision{}, nil, api.Errorf(api.ErrInsufficientUnits, "reservation %q is pending: its units are not set aside yet", name)
+	}
+	d, err := eng.Place(m.reservationNodeLocked(r), pr)
+	if err != nil {
+		u := m.usageLocked(r)
+		return d, nil, fmt.Errorf("reservation %q has %d idle unit(s) of %d (in use %d, lent %d): %w", name, u.idle, len(r.slots), u.inUse, u.lent, err)
+	}
+	return d, &draw{res: r}, nil
+}
+
+// borrowLocked looks for a reservation that lends peer enough: those that
+// list peer in their share group, the lowest priority first (it matters
+// least), then by name.
+func (m *Manager) borrowLocked(eng *placement.Engine, peer Peer, pr placement.Request) (placement.Decision, *draw) {
+	type lender struct {
+		r *reservation
+		i int
+	}
+	var lenders []lender
+	for _, r := range m.reservations {
+		if !r.active {
+			continue
+		}
+		if i := reserve.MemberOf(r.Share, peer.UID, peer.GID, peer.Groups); i >= 0 {
+			lenders = append(lenders, lender{r, i})
+		}
+	}
+	slices.SortFunc(lenders, func(a, b lender) int {
+		if c := cmp.Compare(a.r.Priority, b.r.Priority); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.r.Name, b.r.Name)
+	})
+	for _, l := range lenders {
+		if d, err := m.borrowFromLocked(eng, l.r, l.i, pr); err == nil {
+			return d, &draw{res: l.r, borrow: true, share: l.r.Share[l.i].Name}
+		}
+	}
+	return placement.Decision{}, nil
+}
+
+// borrowFromLocked places a borrow of share member i on r's idle units,
+// within what r lends this stage and the member's share of it.
+func (m *Manager) borrowFromLocked(eng *placement.Engine, r *reservation, i int, pr placement.Request) (placement.Decision, error) {
+	if !r.active {
+		return placement.Decision{}, api.Errorf(api.ErrInsufficientUnits, "reservation %q is pending: it has nothing to lend yet", r.Name)
+	}
+	u := m.usageLocked(r)
+	lendable := reserve.Lendable(len(r.slots), r.need())
+	room := min(reserve.Caps(lendable, r.Share)[i]-u.lentTo[i], lendable-u.lent)
+	if room < pr.Units {
+		return placement.Decision{}, api.Errorf(api.ErrInsufficientUnits, "reservation %q lends %s %d more unit(s) this stage (lendable %d, lent %d, %d of them to %s)",
+			r.Name, r.Share[i].Name, max(room, 0), lendable, u.lent, u.lentTo[i], r.Share[i].Name)
+	}
+	d, err := eng.Place(m.reservationNodeLocked(r), pr)
+	if err != nil {
+		return d, fmt.Errorf("borrowing from reservation %q: %w", r.Name, err)
+	}
+	return d, nil
+}
+
+// reservationNodeLocked is the placement view of r's idle units: the node as
+// it is, each instance's free units replaced by r's idle ones there. Its
+// units are for its owner's draws and its borrowers alike, so its owner
+// does not count as its instances' user for holding them.
+func (m *Manager) reservationNodeLocked(r *reservation) *placement.Node {
+	owner := r.owner.UID
+	return m.restrictedNodeLocked(func(add func(g, u int)) {
+		for _, ref := range r.slots {
+			if m.gpus[ref.g].slots[ref.u].state == slotReserved {
+				add(ref.g, ref.u)
+			}
+		}
+	}, &owner)
+}
+
+// restrictedNodeLocked is the node's placement view with the free units of
+// every instance replaced by those each adds, in ascending order per
+// instance; instances' users leave out the uid except (see placementGPU).
+// It reuses one scratch view: a decision must be done with it before the
+// next call.
+func (m *Manager) restrictedNodeLocked(each func(add func(g, u int)), except *uint32) *placement.Node {
+	base := m.nodeLocked()
+	sc := &m.scratch
+	sc.Draining, sc.OneUserPerInstance, sc.ClientsPerInstance = base.Draining, base.OneUserPerInstance, base.ClientsPerInstance
+	if len(sc.GPUs) != len(m.gpus) {
+		sc.GPUs = make([]placement.GPU, len(m.gpus))
+	}
+	k := m.cfg.Model.InstancesPerGPU
+	if len(m.scratchFree) != len(m.gpus)*k {
+		m.scratchFree = make([][]int, len(m.gpus)*k)
+	}
+	for gi, g := range m.gpus {
+		var gc *GPUCondition
+		if m.nodeCond != nil && gi < len(m.nodeCond.GPUs) {
+			gc = &m.nodeCond.GPUs[gi]
+		}
+		m.placementGPU(&sc.GPUs[gi], g, gc, except)
+	}
+	for i := range m.scratchFree {
+		m.scratchFree[i] = m.scratchFree[i][:0]
+	}
+	each(func(g, u int) {
+		i := g*k + m.cfg.Model.InstanceOf(u)
+		m.scratchFree[i] = append(m.scratchFree[i], u)
+	})
+	for gi := range sc.GPUs {
+		pg := &sc.GPUs[gi]
+		pg.Free = 0
+		for ki := range pg.Instances {
+			pg.Instances[ki].FreeUnits = m.scratchFree[gi*k+ki]
+			pg.Free += len(pg.Instances[ki].FreeUnits)
+		}
+	}
+	return sc
+}
+
+// withReservers adds to users (never modifying it) the reservers other than
+// except.
+func withReservers(users, reservers []uint32, except *uint32) []uint32 {
+	copied := false
+	for _, uid := range reservers {
+		if except != nil && uid == *except || slices.Contains(users, uid) {
+			continue
+		}
+		if !copied {
+			users, copied = slices.Clone(users), true
+		}
+		users = append(users, uid)
+	}
+	return users
+}

@@ -1,0 +1,222 @@
+package lease
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/reserve"
+	"github.com/gpulet/gpulet/api"
+)
+
+// Reservations live in the state dir, in one file written whole (temp file,
+// fsync, rename, fsync of the folder) before a change is answered: they
+// survive a reboot, unlike leases. The leases that draw on a reservation or
+// borrow from it are in the lease journal, with their reservation's name and
+// share member, so a daemon restart finds which units each borrower holds;
+// the file names the borrowers being taken back, so that a restart finishes
+// their reclaim. A change whose record cannot be written is not made.
+
+// recordsLocked is what the file keeps of the reservations, by name.
+func (m *Manager) recordsLocked() []reserve.Record {
+	out := make([]reserve.Record, 0, len(m.reservations))
+	for _, r := range m.reservations {
+		rec := reserve.Record{
+			Name: r.Name, UID: r.owner.UID, GID: r.owner.GID, Created: r.created, Needs: r.Needs,
+			Priority: r.Priority, Share: r.Share, Active: r.active, Stage: r.stage, Reclaimed: r.reclaimed,
+		}
+		if r.active {
+			for _, ref := range r.slots {
+				uuid := m.gpus[ref.g].dev.UUID
+				if n := len(rec.Units); n == 0 || rec.Units[n-1].UUID != uuid {
+					rec.Units = append(rec.Units, reserve.GPUUnits{UUID: uuid})
+				}
+				last := &rec.Units[len(rec.Units)-1]
+				last.Units = append(last.Units, ref.u)
+			}
+			// Only the borrowers still there: the others have exited.
+			for id, at := range r.reclaiming {
+				if _, live := m.leases[id]; live {
+					rec.Reclaiming = append(rec.Reclaiming, reserve.Reclaiming{Lease: id, KillAt: at})
+				}
+			}
+			slices.SortFunc(rec.Reclaiming, func(a, b reserve.Reclaiming) int { return cmp.Compare(a.Lease, b.Lease) })
+		}
+		out = append(out, rec)
+	}
+	slices.SortFunc(out, func(a, b reserve.Record) int { return cmp.Compare(a.Name, b.Name) })
+	return out
+}
+
+// saveReservationsLocked writes the reservations file from the table.
+func (m *Manager) saveReservationsLocked() error {
+	if m.resUnread != nil {
+		return m.resUnread
+	}
+	if m.cfg.ReservationsPath == "" {
+		return nil
+	}
+	if err := reserve.Save(m.cfg.ReservationsPath, m.recordsLocked()); err != nil {
+		if m.resFailed == nil {
+			m.log.Error("cannot write the reservations file: no reservation is made, advanced or ended, and none pending is admitted, until it can be written", "path", m.cfg.ReservationsPath, "err", err)
+		}
+		m.resFailed = err
+		return err
+	}
+	if m.resFailed != nil {
+		m.log.Info("reservations file written again", "path", m.cfg.ReservationsPath)
+		m.resFailed = nil
+	}
+	return nil
+}
+
+// repairReservationsLocked writes the reservations file again when it could
+// not be written (Tick, every sample interval); then the pending
+// reservations get their turn.
+func (m *Manager) repairReservationsLocked() {
+	if m.resFailed == nil || m.saveReservationsLocked() != nil {
+		return
+	}
+	m.serveWaitersLocked()
+}
+
+// restoreReservationsLocked takes back the reservations of the file: their
+// units, where their workflows stand, and the reclaims under way. It runs at
+// start, after the journal's leases are back and before the ledger is
+// scanned. A damaged file is set aside, not written over; a record that
+// cannot be used is named and its units go back to the node.
+func (m *Manager) restoreReservationsLocked() {
+	m.reservations = map[string]*reservation{}
+	path := m.cfg.ReservationsPath
+	if path == "" {
+		return
+	}
+	loaded, err := reserve.Load(path)
+	switch {
+	case errors.Is(err, reserve.ErrDamaged):
+		m.setAsideLocked(path, err, "gpuletd starts without reservations")
+		return
+	case err != nil:
+		m.resUnread = fmt.Errorf("the reservations file %s could not be read at start (%v); it is kept as it is until gpuletd starts again", path, err)
+		m.log.Error("cannot read the reservations file: no reservation is made, advanced or ended until gpuletd starts again and can read it", "path", path, "err", err)
+		return
+	}
+	if len(loaded.Skipped) > 0 {
+		for _, why := range loaded.Skipped {
+			m.log.Error("reservation record skipped", "path", path, "why", why)
+		}
+		// The next write would lose the skipped records: keep the file.
+		m.setAsideLocked(path, nil, "the reservations it could read are kept")
+		if m.resUnread != nil {
+			return
+		}
+	}
+	byUUID := map[string]int{}
+	for gi, g := range m.gpus {
+		byUUID[g.dev.UUID] = gi
+	}
+	for _, rec := range loaded.Records {
+		m.restoreReservationLocked(rec, byUUID)
+	}
+	// Reclaims go on once every reservation has its units back.
+	for _, r := range m.reservations {
+		for id, at := range r.reclaiming {
+			m.resumeReclaimLocked(r, id, at)
+		}
+	}
+	if len(loaded.Skipped) > 0 {
+		m.saveReservationsLocked()
+	}
+}
+
+// resumeReclaimLocked goes on taking back borrowed lease id for r after a
+// restart. Its holder, if the journal's lease was taken back, is the very
+// process that borrowed (its pidfd was opened against the recorded start
+// time), so the signal cannot reach a process that reused its pid; one that
+// exited meanwhile is not signalled at all.
+func (m *Manager) resumeReclaimLocked(r *reservation, id string, killAt time.Time) {
+	l, ok := m.leases[id]
+	if !ok || l.Reservation != r.Name || !l.Preemptible {
+		delete(r.reclaiming, id)
+		return
+	}
+	if _, ok := l.bind.(*pidBinding); !ok {
+		// The journal is written anew from the table after restore.
+		m.dropLocked(l)
+		m.ended++
+		delete(r.reclaiming, id)
+		m.log.Info("borrowed lease reclaimed: it ends now", "lease", id, "reservation", r.Name)
+		return
+	}
+	m.reclaimLocked(r, l, killAt)
+}
+
+// setAsideLocked moves the reservations file aside so that nothing writes
+// over it. damage is why it cannot be used whole (nil: some records could
+// not be used).
+func (m *Manager) setAsideLocked(path string, damage error, then string) {
+	aside, err := reserve.SetAside(path)
+	if err != nil {
+		m.resUnread = fmt.Errorf("the reservations file %s could not be used nor set aside (%v); it is kept as it is until gpuletd starts again", path, err)
+		m.log.Error("cannot set the reservations file aside: no reservation is made, advanced or ended until gpuletd starts again", "path", path, "err", err)
+		return
+	}
+	if damage != nil {
+		m.log.Error("reservations file damaged: set aside for a look; "+then, "path", path, "set_aside", aside, "err", damage)
+		return
+	}
+	m.log.Error("reservations file set aside for a look at the records skipped; "+then, "path", path, "set_aside", aside)
+}
+
+// restoreReservationLocked takes back one reservation of the file.
+func (m *Manager) restoreReservationLocked(rec reserve.Record, byUUID map[string]int) {
+	m.resSeq++
+	r := &reservation{
+		Spec:  reserve.Spec{Name: rec.Name, Needs: rec.Needs, Priority: rec.Priority, Share: rec.Share},
+		owner: api.ReservationOwner{UID: rec.UID, GID: rec.GID}, created: rec.Created, seq: m.resSeq,
+		active: rec.Active, stage: rec.Stage, reclaimed: rec.Reclaimed, reclaiming: map[string]time.Time{},
+	}
+	m.reservations[r.Name] = r
+	if !r.active {
+		m.pending++
+		m.log.Info("reservation kept across daemon restart, pending", "reservation", r.Name)
+		return
+	}
+	lost := 0
+	for _, gu := range rec.Units {
+		gi, ok := byUUID[gu.UUID]
+		if !ok {
+			lost += len(gu.Units)
+			continue
+		}
+		for _, u := range gu.Units {
+			if u >= m.cfg.Model.UnitsPerGPU {
+				lost++
+				continue
+			}
+			s := &m.gpus[gi].slots[u]
+			if s.res != nil {
+				lost++
+				continue
+			}
+			s.res = r
+			if s.state == slotFree {
+				s.state = slotReserved
+			}
+			r.slots = append(r.slots, slotRef{gi, u})
+			m.touchLocked(gi)
+		}
+	}
+	slices.SortFunc(r.slots, slotRef.compare)
+	if lost > 0 {
+		m.log.Warn("reservation kept across daemon restart with fewer units: some of its units are not on this node any more (a GPU gone, fewer units per GPU)",
+			"reservation", r.Name, "units", len(r.slots), "lost", lost)
+	} else {
+		m.log.Info("reservation kept across daemon restart", "reservation", r.Name, "stage", r.stage, "units", len(r.slots))
+	}
+	for _, rc := range rec.Reclaiming {
+		r.reclaiming[rc.Lease] = rc.KillAt
+	}
+}

@@ -1,0 +1,60 @@
+package placement
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// Reserve picks r.Units units for a workflow reservation (DESIGN 1.6), which,
+// unlike a lease, may span instances and GPUs: the units go to the instances
+// where a one-unit lease of r's caller could go now (the GPU filters, the
+// instance filters, one user per MPS server), fullest of free units first,
+// so that the reservation sits in as few instances as it can and its
+// owner's leases, each on one instance, find their units together. Ties go
+// by GPU, then instance.
+//
+// When fewer units than r.Units can be had, it returns every unit it could
+// have taken with an api.ErrInsufficientUnits error: a pending reservation
+// holds those until there are enough.
+func (e *Engine) Reserve(n *Node, r Request) ([]Choice, error) {
+	if n.Draining {
+		return nil, api.Errorf(api.ErrUnavailable, "the node is draining: nothing new is set aside")
+	}
+	one := r
+	one.Units = 1
+	type candidate struct {
+		gpu, instance int
+		free          []int
+	}
+	var cands []candidate
+	for gi := range n.GPUs {
+		g := &n.GPUs[gi]
+		if never(g, one).kind != fits || gpuNow(g, one).kind != fits {
+			continue
+		}
+		for ki := range g.Instances {
+			in := &g.Instances[ki]
+			if instanceNow(n, in, one).kind == fits {
+				cands = append(cands, candidate{gi, ki, in.FreeUnits})
+			}
+		}
+	}
+	slices.SortStableFunc(cands, func(a, b candidate) int { return cmp.Compare(len(b.free), len(a.free)) })
+	var out []Choice
+	left := r.Units
+	for _, c := range cands {
+		if left == 0 {
+			break
+		}
+		take := min(left, len(c.free))
+		g := &n.GPUs[c.gpu]
+		out = append(out, Choice{GPU: g.Index, Instance: g.Instances[c.instance].Index, Units: append([]int(nil), c.free[:take]...)})
+		left -= take
+	}
+	if left > 0 {
+		return out, api.Errorf(api.ErrInsufficientUnits, "only %d of the %d unit(s) can be set aside now", r.Units-left, r.Units)
+	}
+	return out, nil
+}
