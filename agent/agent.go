@@ -6,7 +6,8 @@
 // run dir's lock), listen.go (the API socket), limits.go (the open-file
 // limit), backend.go (picking the GPU backend), mps.go (MPS daemons and their
 // health checks), conditions.go (samples and the eligibility rule), build.go
-// (the snapshot), core.go (what the API calls).
+// (the snapshot), core.go (what the API calls), kube.go (the kubelet
+// plugin's flags and start).
 package agent
 
 import (
@@ -80,6 +81,8 @@ type Config struct {
 	// ConfigPath is the --config file (pools, quotas, task profiles); empty:
 	// none.
 	ConfigPath string
+	// Kube is the kubelet plugin's configuration.
+	Kube KubeConfig
 	// NVML is the library the nvml backend uses (nvml.New() in production).
 	NVML   nvml.Interface
 	Logger *slog.Logger
@@ -229,6 +232,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	a.mountView(&closers)
 	a.changed()
+	if err := a.startKubelet(&closers); err != nil {
+		return err
+	}
 
 	apiServer := server.New(a, a.adminGID(), log)
 	apiServer.Live = metrics.NewLive(a.upstreamStatus)

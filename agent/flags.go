@@ -62,6 +62,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&cfg.MPS, "mps", "auto", "MPS: on (refuse to start when MPS cannot run: no control binary, a run dir too long, no control daemon starting), off, or auto (on where MPS works, else off with the reason logged)")
 	fs.StringVar(&cfg.MPSControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary (looked up in PATH)")
 	fs.DurationVar(&cfg.ReclaimGrace, "reclaim-grace", 10*time.Second, "time between SIGTERM and SIGKILL for a borrower whose units a reservation takes back")
+	kubeFlags(fs, &cfg.Kube)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "gpuletd shares this host's NVIDIA GPUs as units leased over a Unix-socket API.\n\nUsage: gpuletd [flags]\n\nFlags:\n%s", fs.FlagUsages())
 	}
@@ -116,6 +117,9 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 		if f.v == "" {
 			return Config{}, fmt.Errorf("%s must not be empty", f.name)
 		}
+	}
+	if err := checkKubeFlags(fs, cfg.Kube); err != nil {
+		return Config{}, err
 	}
 	if !fs.Changed("mount") {
 		mount = cfg.RunDir + "/view"

@@ -49,6 +49,18 @@ func TestParseFlags(t *testing.T) {
 		{"bad interval", []string{"--sample-interval", "1ns"}, nil, "--sample-interval 1ns"},
 		{"stray argument", []string{"serve"}, nil, `unexpected argument "serve"`},
 		{"unknown flag", []string{"--gpus", "2"}, nil, "unknown flag: --gpus"},
+		{"kubelet plugin defaults", []string{"--kubelet-plugin"}, func(c Config) bool {
+			return c.Kube.Plugin && c.Kube.Dir == "/var/lib/kubelet/device-plugins" && c.Kube.PodResourcesSocket == "/var/lib/kubelet/pod-resources/kubelet.sock" &&
+				c.Kube.Interval == 5*time.Second
+		}, ""},
+		{"kubelet plugin off by default", nil, func(c Config) bool { return !c.Kube.Plugin }, ""},
+		{"kubelet flags", []string{"--kubelet-plugin", "--kubelet-dir", "/k/dp", "--pod-resources-socket", "/k/pr.sock", "--pod-resources-interval", "1s"}, func(c Config) bool {
+			return c.Kube.Dir == "/k/dp" && c.Kube.PodResourcesSocket == "/k/pr.sock" && c.Kube.Interval == time.Second
+		}, ""},
+		{"kubelet dir without the plugin", []string{"--kubelet-dir", "/k"}, nil, "--kubelet-dir is for the kubelet plugin: add --kubelet-plugin"},
+		{"relative kubelet dir", []string{"--kubelet-plugin", "--kubelet-dir", "dp"}, nil, `--kubelet-dir "dp/gpulet.sock": must be an absolute path`},
+		{"long pod-resources socket", []string{"--kubelet-plugin", "--pod-resources-socket", "/" + strings.Repeat("x", 120)}, nil, "--pod-resources-socket: the socket"},
+		{"pod-resources interval too long", []string{"--kubelet-plugin", "--pod-resources-interval", "30s"}, nil, "--pod-resources-interval 30s: must be between 100ms and 5s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -72,7 +84,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	if !errors.Is(err, ErrHelp) {
 		t.Fatalf("err = %v", err)
 	}
-	for _, f := range []string{"--socket", "--socket-group", "--run-dir", "--state-dir", "--mount", "--backend", "--sim-gpus", "--units-per-client", "--clients-per-instance", "--instances-per-gpu", "--units-per-gpu", "--max-utilization", "--policy", "--sample-interval", "--node-name", "--admin-group", "--max-conns-per-uid", "--max-waiters-per-uid", "--mps", "--mps-control", "--reclaim-grace"} {
+	for _, f := range []string{"--socket", "--socket-group", "--run-dir", "--state-dir", "--mount", "--backend", "--sim-gpus", "--units-per-client", "--clients-per-instance", "--instances-per-gpu", "--units-per-gpu", "--max-utilization", "--policy", "--sample-interval", "--node-name", "--admin-group", "--max-conns-per-uid", "--max-waiters-per-uid", "--mps", "--mps-control", "--reclaim-grace", "--kubelet-plugin", "--kubelet-dir", "--pod-resources-socket", "--pod-resources-interval"} {
 		if !strings.Contains(out.String(), f) {
 			t.Errorf("--help does not mention %s", f)
 		}

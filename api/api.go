@@ -181,8 +181,9 @@ type Lease struct {
 	Created  time.Time  `json:"created"`
 	Expires  *time.Time `json:"expires,omitempty"`
 	TTL      string     `json:"ttl,omitempty"`
-	// Binding is what ends the lease: "pid" (its process exits) or "ttl"
-	// (it is not renewed in time).
+	// Binding is what ends the lease: "pid" (its process exits), "ttl"
+	// (it is not renewed in time) or "pod" (the kubelet no longer lists its
+	// devices as held by a pod).
 	Binding     string            `json:"binding,omitempty"`
 	Preemptible bool              `json:"preemptible"`
 	Reservation string            `json:"reservation,omitempty"`
@@ -190,6 +191,21 @@ type Lease struct {
 	Labels      map[string]string `json:"labels,omitempty"`
 	MemoryMiB   uint64            `json:"memory_mib,omitempty"`
 	Env         map[string]string `json:"env"`
+	// Pod is the Kubernetes container a lease of binding "pod" serves;
+	// absent for other leases.
+	Pod *LeasePod `json:"pod,omitempty"`
+}
+
+// LeasePod is the Kubernetes side of a lease made through the kubelet's
+// device-plugin API: the devices the kubelet allocated and, once the kubelet's
+// pod-resources API has listed them, the container that holds them.
+type LeasePod struct {
+	// Devices are the kubelet's device ids of the lease's units,
+	// "<gpu-uuid>-<unit>".
+	Devices   []string `json:"devices"`
+	Namespace string   `json:"namespace,omitempty"`
+	Name      string   `json:"name,omitempty"`
+	Container string   `json:"container,omitempty"`
 }
 
 // LeaseRequest is the body of POST /v1/leases. Every field but Units is optional.

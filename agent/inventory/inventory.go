@@ -23,6 +23,9 @@ type Device struct {
 	// MemoryClockMHz is the memory's maximum clock as NVML reports it, which
 	// counts one edge of a double data rate (see MemoryBandwidthGBps).
 	MemoryClockMHz int
+	// NUMANode is the NUMA node the GPU is attached to, the topology hint the
+	// kubelet aligns CPUs with; -1 when unknown.
+	NUMANode int
 }
 
 // CC is the device's compute capability; zero when unknown.

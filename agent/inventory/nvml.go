@@ -209,7 +209,7 @@ func nvmlErr(what string, ret nvml.Return) error {
 // an error (the GPU is then failed); a missing optional figure (compute
 // capability, cores, clocks, bus width) stays zero and is named in missing.
 func readDevice(lib nvml.Interface, i int) (d Device, h nvml.Device, missing []string, err error) {
-	d = Device{Index: i, UUID: fmt.Sprintf("GPU-unknown-%d", i), Name: "unknown"}
+	d = Device{Index: i, UUID: fmt.Sprintf("GPU-unknown-%d", i), Name: "unknown", NUMANode: -1}
 	h, ret := lib.DeviceGetHandleByIndex(i)
 	if ret != nvml.SUCCESS {
 		return d, nil, nil, nvmlErr("device handle", ret)
@@ -256,6 +256,9 @@ func readDevice(lib nvml.Interface, i int) (d Device, h nvml.Device, missing []s
 		d.MemoryBusWidthBit = int(w)
 	} else {
 		lack("memory bus width", ret)
+	}
+	if pci, ret := h.GetPciInfo(); ret == nvml.SUCCESS {
+		d.NUMANode = numaNode(sysfsPCI, pci)
 	}
 	return d, h, missing, nil
 }

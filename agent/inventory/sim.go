@@ -151,6 +151,9 @@ func NewSim(node string, models []Model) *Sim {
 			Index: i, UUID: SimUUID(node, i), Name: m.Name, MemoryTotalMiB: m.MemoryTotalMiB,
 			CCMajor: m.CCMajor, CCMinor: m.CCMinor, Cores: m.Cores, MaxSMClockMHz: m.MaxSMClockMHz,
 			MemoryBusWidthBit: m.MemoryBusWidthBit, MemoryClockMHz: m.MemoryClockMHz,
+			// Node 0 is on every host: a simulated node in a Kubernetes
+			// cluster gives the kubelet a hint that can always be met.
+			NUMANode: 0,
 		})
 	}
 	return s

@@ -16,9 +16,9 @@ import (
 )
 
 // TestRandomOperationsKeepTheTableInStep drives one Manager through a long
-// random mix of what happens to a node — grants bound to time and to
-// processes, renewals, releases, offline claims coming and going, probes and
-// restarts — and after every step checks what must always hold: the
+// random mix of what happens to a node — grants bound to time, to
+// processes and to pods, renewals, releases, pods ending, offline claims
+// coming and going, probes and restarts — and after every step checks what must always hold: the
 // published view is what the table says, every leased unit has its FIFO, no
 // unit is in two leases, and each process's count of units is its leases'.
 func TestRandomOperationsKeepTheTableInStep(t *testing.T) {
@@ -47,11 +47,46 @@ func randomOperations(t *testing.T, seed uint64) {
 		}
 	})
 	rng := rand.New(rand.NewPCG(seed, 2))
-	granted, restarts := 0, 0
+	granted, podGranted, restarts := 0, 0, 0
 	ctx := context.Background()
 	for step := range 600 {
 		what := ""
-		switch op := rng.IntN(100); {
+		switch op := rng.IntN(125); {
+		case op >= 105:
+			// The kubelet allocates 1 or 2 units of one instance: mostly
+			// free ones, as it allocates healthy devices, else any (a pod
+			// lease's it gives again, or one taken meanwhile).
+			g, u := rng.IntN(2), rng.IntN(f.model.UnitsPerGPU)
+			if free := m.View().GPUs[g].Instances[rng.IntN(f.model.InstancesPerGPU)].FreeUnits; len(free) > 0 && rng.IntN(4) > 0 {
+				u = free[rng.IntN(len(free))]
+			}
+			us := []Unit{{g, u}}
+			if v := u + 1; rng.IntN(2) == 0 && v < f.model.UnitsPerGPU && f.model.InstanceOf(v) == f.model.InstanceOf(u) {
+				us = append(us, Unit{g, v})
+			}
+			what = fmt.Sprintf("pod grant %v", us)
+			_, _, err := m.GrantPod(us, api.LeasePod{Devices: []string{"d"}})
+			if err != nil && !errors.Is(err, api.ErrInsufficientUnits) {
+				t.Fatalf("step %d, %s: %v", step, what, err)
+			}
+			if err == nil {
+				podGranted++
+			}
+		case op >= 100:
+			var pods []string
+			for _, l := range m.List(root) {
+				if l.Binding == "pod" {
+					pods = append(pods, l.ID)
+				}
+			}
+			if len(pods) == 0 {
+				continue
+			}
+			id := pods[rng.IntN(len(pods))]
+			what = "pod gone " + id
+			if !m.EndPod(id, "pod gone") {
+				t.Fatalf("step %d, %s: not ended", step, what)
+			}
 		case op < 30:
 			req := ttlReq(1+rng.IntN(2), "1h")
 			if rng.IntN(3) == 0 {
@@ -115,8 +150,8 @@ func randomOperations(t *testing.T, seed uint64) {
 		}
 		checkInvariants(t, m, fmt.Sprintf("step %d (%s)", step, what))
 	}
-	if granted < 50 || restarts == 0 {
-		t.Fatalf("the mix did too little: %d ttl grants, %d restarts", granted, restarts)
+	if granted < 50 || podGranted < 5 || restarts == 0 {
+		t.Fatalf("the mix did too little: %d ttl grants, %d pod grants, %d restarts", granted, podGranted, restarts)
 	}
 	// The watch catches up: every claim still held is counted, and only those.
 	m.probeOffline()

@@ -357,7 +357,13 @@ func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string
 		return "GPU not on this node"
 	}
 	g := gpus[l.GPU.Index]
-	if len(l.Units) == 0 || len(l.Units) > g.UnitsPerMax {
+	most := g.UnitsPerMax
+	if Kind(l.Binding) == KindPod {
+		// A pod lease rebuilt from the kubelet records what a container
+		// holds, whatever --units-per-client says now.
+		most = g.UnitsTotal
+	}
+	if len(l.Units) == 0 || len(l.Units) > most {
 		return "bad unit count"
 	}
 	for _, u := range l.Units {
@@ -367,6 +373,13 @@ func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string
 		if other := taken[[2]int{l.GPU.Index, u}]; other != "" {
 			return fmt.Sprintf("unit %d is also in lease %s, created later: this one had ended", u, other)
 		}
+	}
+	if Kind(l.Binding) == KindPod {
+		// Bound to neither: the kubelet plugin ends it.
+		if e.Deadline != nil || l.Owner.PID != 0 {
+			return "pod lease with a process or a deadline"
+		}
+		return ""
 	}
 	if (e.Deadline == nil) == (l.Owner.PID == 0) {
 		return "neither or both of process and deadline"

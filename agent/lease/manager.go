@@ -15,7 +15,8 @@
 // format), request.go (request decoding), reservation.go (workflow
 // reservations: units set aside, admission, advance and reclaim),
 // reservation_place.go (drawing and borrowing), reservation_store.go (their
-// file and restart).
+// file and restart), pod.go (leases the kubelet plugin makes for Kubernetes
+// containers).
 package lease
 
 import (

@@ -618,11 +618,17 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 	})
 	tw := newTable(w, "ID", "GPU", "INSTANCE", "UNITS", "UID", "PID", "EXPIRES", "TASK")
 	for _, l := range ls {
-		exp := "when pid exits"
-		if l.Expires != nil {
+		exp, pid := "when pid exits", fmt.Sprint(l.Owner.PID)
+		switch {
+		case l.Expires != nil:
 			exp = l.Expires.Local().Format(time.DateTime)
+		case l.Binding == "pod":
+			exp, pid = "when pod ends", "-"
 		}
 		task := l.Task
+		if l.Pod != nil && l.Pod.Name != "" {
+			task = strings.TrimSpace("pod " + l.Pod.Namespace + "/" + l.Pod.Name + " " + task)
+		}
 		if task == "" {
 			task = "-"
 		}
@@ -630,7 +636,7 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 			task += " (preemptible)"
 		}
 		tw.row(l.ID, fmt.Sprint(l.GPU.Index), fmt.Sprint(l.Instance), unitList(l.Units),
-			fmt.Sprint(l.Owner.UID), fmt.Sprint(l.Owner.PID), exp, task)
+			fmt.Sprint(l.Owner.UID), pid, exp, task)
 	}
 	tw.flush()
 }

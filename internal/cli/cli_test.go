@@ -259,9 +259,11 @@ func TestWriteLeases(t *testing.T) {
 	WriteLeases(&b, []api.Lease{
 		{ID: "l-b", GPU: api.LeaseGPU{Index: 1}, Units: []int{0, 1, 2, 5}, Owner: api.Owner{UID: 7, PID: 99}, Expires: &exp},
 		{ID: "l-a", GPU: api.LeaseGPU{Index: 0}, Units: []int{3}, Owner: api.Owner{UID: 0, PID: 12}, Task: "t", Preemptible: true},
+		{ID: "l-c", GPU: api.LeaseGPU{Index: 2}, Units: []int{4}, Binding: "pod", Pod: &api.LeasePod{Namespace: "ml", Name: "train-0"}},
 	})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	if len(lines) != 3 || !strings.HasPrefix(lines[0], "ID") ||
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "ID") || !strings.Contains(lines[3], "when pod ends") ||
+		!strings.Contains(lines[3], "pod ml/train-0") || !strings.Contains(lines[3], " - ") ||
 		!strings.Contains(lines[1], "l-a") || !strings.Contains(lines[1], "when pid exits") || !strings.Contains(lines[1], "t (preemptible)") ||
 		!strings.Contains(lines[2], "0-2,5") || !strings.Contains(lines[2], "2026-11-22 17:00:00") || !strings.Contains(lines[2], " 99 ") {
 		t.Fatalf("table:\n%s", b.String())
