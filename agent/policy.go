@@ -120,7 +120,7 @@ func (a *Agent) Quotas(peer lease.Peer) api.QuotaList {
 
 // openProfiles opens the task profiles kept in the state dir.
 func (a *Agent) openProfiles() error {
-	s, err := profiles.Open(a.cfg.StateDir)
+	s, err := profiles.Open(a.cfg.StateDir, a.log)
 	if err != nil {
 		return err
 	}

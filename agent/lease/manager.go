@@ -30,8 +30,8 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/placement"
-	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/ratelog"
 )
@@ -118,7 +118,7 @@ type Config struct {
 	// SIGKILL.
 	ReclaimGrace time.Duration
 	// Accounts resolves the names of share members; the system's when nil.
-	Accounts reserve.Accounts
+	Accounts config.Directory
 }
 
 // Manager owns the unit table.
@@ -224,7 +224,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Conditions = func() *Conditions { return nil }
 	}
 	if cfg.Accounts == nil {
-		cfg.Accounts = reserve.SystemAccounts{}
+		cfg.Accounts = config.SystemDirectory{}
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal{path: cfg.JournalPath}}
 	m.engine.Store(placement.New(cfg.Policy))

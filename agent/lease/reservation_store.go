@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/agent/reserve"
+	"github.com/gpulet/gpulet/internal/statefile"
 	"github.com/gpulet/gpulet/api"
 )
 
@@ -157,7 +158,7 @@ func (m *Manager) resumeReclaimLocked(r *reservation, id string, killAt time.Tim
 // over it. damage is why it cannot be used whole (nil: some records could
 // not be used).
 func (m *Manager) setAsideLocked(path string, damage error, then string) {
-	aside, err := reserve.SetAside(path)
+	aside, err := statefile.SetAside(path)
 	if err != nil {
 		m.resUnread = fmt.Errorf("the reservations file %s could not be used nor set aside (%v); it is kept as it is until gpuletd starts again", path, err)
 		m.log.Error("cannot set the reservations file aside: no reservation is made, advanced or ended until gpuletd starts again", "path", path, "err", err)

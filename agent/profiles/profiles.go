@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,9 +74,10 @@ type Store struct {
 }
 
 // Open loads the measured runs kept in dir (none yet: an empty table). A
-// file that cannot be read or parsed is an error: the runs it holds must not
-// be lost by being written over.
-func Open(dir string) (*Store, error) {
+// file that cannot be read is an error. One that does not parse is set aside
+// (profiles.json.damaged), so that the runs it held are not written over,
+// and the table starts from the config's figures alone: log says so.
+func Open(dir string, log *slog.Logger) (*Store, error) {
 	s := &Store{path: filepath.Join(dir, fileName), measured: map[string]map[string]Entry{}}
 	b, err := readBounded(s.path)
 	switch {
@@ -83,9 +85,16 @@ func Open(dir string) (*Store, error) {
 	case err != nil:
 		return nil, fmt.Errorf("task profiles: %w", err)
 	default:
-		if s.measured, err = decode(b); err != nil {
-			return nil, fmt.Errorf("task profiles %s: %w (move it away to start over)", s.path, err)
+		m, err := decode(b)
+		if err == nil {
+			s.measured = m
+			break
 		}
+		aside, serr := statefile.SetAside(s.path)
+		if serr != nil {
+			return nil, fmt.Errorf("task profiles %s: %w; and it cannot be set aside: %v", s.path, err, serr)
+		}
+		log.Error("task profiles file is damaged: set aside, measured run times start over", "file", s.path, "set_aside_as", aside, "err", err)
 	}
 	s.publishLocked()
 	return s, nil

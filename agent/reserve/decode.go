@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"os/user"
 	"strconv"
 	"strings"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/config"
 )
 
 // Bounds on a request, so that no request can make the daemon keep much.
@@ -166,59 +166,22 @@ func checkShare(in []api.ShareMember) ([]Member, error) {
 	return out, nil
 }
 
-// Accounts resolves the names of share members.
-type Accounts interface {
-	// LookupUser returns the uid of a user name.
-	LookupUser(name string) (uint32, error)
-	// LookupGroup returns the gid of a group name.
-	LookupGroup(name string) (uint32, error)
-}
-
-// SystemAccounts resolves names through the system's user database
-// (os/user: /etc/passwd and /etc/group, or NSS where cgo is on). A number
-// that names no user or group is taken as the id itself.
-type SystemAccounts struct{}
-
-// LookupUser returns the uid of name.
-func (SystemAccounts) LookupUser(name string) (uint32, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		return numeric(name, err)
-	}
-	return numeric(u.Uid, nil)
-}
-
-// LookupGroup returns the gid of name.
-func (SystemAccounts) LookupGroup(name string) (uint32, error) {
-	g, err := user.LookupGroup(name)
-	if err != nil {
-		return numeric(name, err)
-	}
-	return numeric(g.Gid, nil)
-}
-
-// numeric reads an id; lookupErr is what to answer when s is no number.
-func numeric(s string, lookupErr error) (uint32, error) {
-	n, err := strconv.ParseUint(s, 10, 32)
-	if err != nil {
-		if lookupErr != nil {
-			return 0, lookupErr
-		}
-		return 0, err
-	}
-	return uint32(n), nil
-}
-
-// Resolve finds the id of every share member; an unknown name is a bad
-// request naming the member.
-func (s *Spec) Resolve(acc Accounts) error {
+// Resolve finds the id of every share member in acc (config.SystemDirectory
+// in gpuletd); an unknown name is a bad request naming the member.
+func (s *Spec) Resolve(acc config.Directory) error {
 	for i := range s.Share {
 		m := &s.Share[i]
+		name := strings.TrimPrefix(m.Name, GroupPrefix)
+		// A number is the id itself, as in the config file and chown.
+		if id, err := strconv.ParseUint(name, 10, 32); err == nil {
+			m.ID = uint32(id)
+			continue
+		}
 		var err error
 		if m.Group {
-			m.ID, err = acc.LookupGroup(strings.TrimPrefix(m.Name, GroupPrefix))
+			m.ID, err = acc.LookupGroup(name)
 		} else {
-			m.ID, err = acc.LookupUser(m.Name)
+			m.ID, err = acc.LookupUser(name)
 		}
 		if err != nil {
 			kind := "user"

@@ -259,22 +259,6 @@ func TestResolve(t *testing.T) {
 	}
 }
 
-func TestSystemAccounts(t *testing.T) {
-	var acc SystemAccounts
-	if uid, err := acc.LookupUser("root"); err != nil || uid != 0 {
-		t.Fatalf("root: %d, %v", uid, err)
-	}
-	if gid, err := acc.LookupGroup("root"); err != nil || gid != 0 {
-		t.Fatalf("group root: %d, %v", gid, err)
-	}
-	if uid, err := acc.LookupUser("4000000"); err != nil || uid != 4000000 {
-		t.Fatalf("a number: %d, %v", uid, err)
-	}
-	if _, err := acc.LookupUser("no-such-user-gpulet"); err == nil {
-		t.Fatal("an unknown user resolved")
-	}
-}
-
 func FuzzDecode(f *testing.F) {
 	for _, seed := range []string{
 		`{"name":"wf1","stages":[2,6,6,8]}`,

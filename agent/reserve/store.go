@@ -7,12 +7,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpulet/gpulet/internal/statefile"
 )
 
 // FileSchema names the format of the reservations file.
@@ -200,9 +201,8 @@ func (r *Record) check() error {
 	return nil
 }
 
-// Save writes recs to path so that they survive a crash and a power loss: a
-// new file beside it, written and fsynced, renamed over the old one, and the
-// folder fsynced. When any step fails the old file stays as it was.
+// Save writes recs to path so that they survive a crash and a power loss
+// (statefile.Write); when it fails the old file stays as it was.
 func Save(path string, recs []Record) error {
 	f := struct {
 		Schema       string   `json:"schema"`
@@ -215,49 +215,5 @@ func Save(path string, recs []Record) error {
 	if err != nil {
 		return err
 	}
-	return writeDurable(path, append(b, '\n'))
-}
-
-func writeDurable(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp := filepath.Join(dir, "."+filepath.Base(path)+".tmp-"+strconv.FormatInt(time.Now().UnixNano(), 36))
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return err
-	}
-	_, werr := f.Write(data)
-	serr := f.Sync()
-	cerr := f.Close()
-	if err := errors.Join(werr, serr, cerr); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
-// SetAside renames a file that cannot be used whole to a name beside it, so
-// that the next Save does not overwrite what it held: an operator can look at
-// it. It returns the new name.
-func SetAside(path string) (string, error) {
-	aside := path + ".damaged"
-	if _, err := os.Lstat(aside); err == nil {
-		aside += "-" + time.Now().UTC().Format("20060102T150405.000000000")
-	}
-	if err := os.Rename(path, aside); err != nil {
-		return "", err
-	}
-	return aside, syncDir(filepath.Dir(path))
+	return statefile.Write(path, append(b, '\n'), 0o600)
 }

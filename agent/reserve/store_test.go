@@ -156,30 +156,6 @@ func TestLoadDoesNotFollowSymlinks(t *testing.T) {
 	}
 }
 
-func TestSetAside(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, FileName)
-	for i := range 2 {
-		if err := os.WriteFile(path, []byte("damaged"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		aside, err := SetAside(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !strings.HasPrefix(filepath.Base(aside), FileName+".damaged") {
-			t.Fatalf("set aside as %s", aside)
-		}
-		if b, err := os.ReadFile(aside); err != nil || string(b) != "damaged" {
-			t.Fatalf("round %d: set-aside file %q, %v", i, b, err)
-		}
-	}
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 2 {
-		t.Fatalf("two damaged files must both be kept: %v", ents)
-	}
-}
-
 func FuzzParse(f *testing.F) {
 	dir := f.TempDir()
 	path := filepath.Join(dir, FileName)

@@ -1,14 +1,18 @@
 // Package statefile writes the files of gpuletd's state dir, which must
-// survive a crash or a reboot whole.
+// survive a crash or a reboot whole, and sets aside one that cannot be read.
 package statefile
 
 import (
 	"os"
 	"path/filepath"
+	"time"
 )
 
-// Write replaces path with data durably: a reader, a crash or a full
-// disk finds the old file or the new one, never a part of either.
+// Write replaces path with data durably: a new file beside it (never
+// following a link: it is made afresh), written and fsynced, renamed over
+// path, and the folder fsynced. A reader, a crash or a full disk finds the old
+// file or the new one, never a part of either; when a step fails the old file
+// stays as it was.
 func Write(path string, data []byte, mode os.FileMode) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
@@ -38,6 +42,25 @@ func Write(path string, data []byte, mode os.FileMode) error {
 		os.Remove(name)
 		return err
 	}
+	return syncDir(dir)
+}
+
+// SetAside renames a file that cannot be used whole to a name beside it
+// (path.damaged, with a time when that is taken), so that the next Write does
+// not overwrite what it held: an operator can look at it. It returns the new
+// name.
+func SetAside(path string) (string, error) {
+	aside := path + ".damaged"
+	if _, err := os.Lstat(aside); err == nil {
+		aside += "-" + time.Now().UTC().Format("20060102T150405.000000000")
+	}
+	if err := os.Rename(path, aside); err != nil {
+		return "", err
+	}
+	return aside, syncDir(filepath.Dir(path))
+}
+
+func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err
