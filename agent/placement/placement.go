@@ -201,6 +201,8 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 		if scoring {
 			score = sc.score(g, r)
 		}
+		// The GPU's best instance, then the GPU against the best so far.
+		bestK, bestFree := -1, 0
 		for ki := range g.Instances {
 			in := &g.Instances[ki]
 			if why := instanceNow(n, in, r); why.kind != fits {
@@ -209,8 +211,13 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 				}
 				continue
 			}
+			if f := len(in.FreeUnits); bestK < 0 || e.policy.instanceBefore(f, bestFree) {
+				bestK, bestFree = ki, f
+			}
+		}
+		if bestK >= 0 {
 			v.kept = true
-			c := Candidate{GPU: gi, Instance: ki, Free: len(in.FreeUnits), GPUFree: g.Free, Score: score.rank(), PoolFree: poolFree, Rank: modelRank(r.Prefer, g.Name)}
+			c := Candidate{GPU: gi, Instance: bestK, Free: bestFree, GPUFree: g.Free, Score: score.rank(), PoolFree: poolFree, Rank: modelRank(r.Prefer, g.Name)}
 			if !found || less(c, best) {
 				best, found = c, true
 			}

@@ -72,6 +72,21 @@ func byIndex(a, b Candidate) bool {
 	return a.Instance < b.Instance
 }
 
+// instanceBefore says whether, on one GPU, an instance with free units
+// a comes before the earlier one with free units b under p: what less says of
+// two candidates of one GPU, all else about them being equal. A decision
+// takes each GPU's best instance this way, then orders the GPUs' best with
+// less: one comparison per instance is a pair of ints.
+func (p Policy) instanceBefore(a, b int) bool {
+	switch p {
+	case FirstFit:
+		return false
+	case Spread:
+		return a > b
+	}
+	return a < b
+}
+
 // less orders candidates, best first, under p. A decision keeps the best
 // candidate as it goes, in one pass: it must not cost more with more leases
 // held, and candidates are at most GPUs × instances.
