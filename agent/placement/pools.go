@@ -16,6 +16,11 @@ type pools struct {
 	// no words.
 	of    [][]int
 	names []string
+	// everyone lists the pools open to all; byUID and byGID the pools each
+	// uid and gid is named in: who may use what is a few lookups per
+	// request, not a search of every pool's members.
+	everyone     []int
+	byUID, byGID map[uint32][]int
 }
 
 // WithPools returns a copy of e that places by the pools ps (DESIGN section 1
@@ -29,6 +34,18 @@ func (e *Engine) WithPools(ps []config.Pool) *Engine {
 				c.pools.of = append(c.pools.of, nil)
 			}
 			c.pools.of[g] = append(c.pools.of[g], pi)
+		}
+	}
+	c.pools.byUID, c.pools.byGID = map[uint32][]int{}, map[uint32][]int{}
+	for pi, p := range ps {
+		if p.Everyone {
+			c.pools.everyone = append(c.pools.everyone, pi)
+		}
+		for _, u := range p.UIDs {
+			c.pools.byUID[u] = append(c.pools.byUID[u], pi)
+		}
+		for _, g := range p.GIDs {
+			c.pools.byGID[g] = append(c.pools.byGID[g], pi)
 		}
 	}
 	c.pools.names = make([]string, len(c.pools.of))
@@ -79,9 +96,7 @@ func (e *Engine) accessFor(n *Node, r Request) (*access, error) {
 		}
 		a.named, a.allowed[i] = i, true
 	} else {
-		for i := range e.pools.list {
-			a.allowed[i] = r.Admin || e.pools.list[i].Allows(r.UID, r.GIDs)
-		}
+		e.pools.markAllowed(a.allowed, r)
 	}
 	for gi := range n.GPUs {
 		g := &n.GPUs[gi]
@@ -94,6 +109,28 @@ func (e *Engine) accessFor(n *Node, r Request) (*access, error) {
 		}
 	}
 	return a, nil
+}
+
+// markAllowed marks in allowed the pools r's caller may use: all for an
+// admin, else those open to all and those naming its uid or one of its groups.
+func (ps *pools) markAllowed(allowed []bool, r Request) {
+	if r.Admin {
+		for i := range allowed {
+			allowed[i] = true
+		}
+		return
+	}
+	for _, pi := range ps.everyone {
+		allowed[pi] = true
+	}
+	for _, pi := range ps.byUID[r.UID] {
+		allowed[pi] = true
+	}
+	for _, g := range r.GIDs {
+		for _, pi := range ps.byGID[g] {
+			allowed[pi] = true
+		}
+	}
 }
 
 func (e *Engine) poolsOf(gpu int) []int {
