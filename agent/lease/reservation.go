@@ -36,7 +36,13 @@ const (
 
 type reservation struct {
 	reserve.Spec
-	owner   api.ReservationOwner
+	owner api.ReservationOwner
+	// groups and admin are what its owner had when it reserved: its units
+	// go only where its owner's leases may (pools). Not kept in the file: a
+	// reservation taken back at start has its owner's primary group only,
+	// and is an admin's only when its owner is root.
+	groups  []uint32
+	admin   bool
 	created time.Time
 	// seq orders reservations made in the same instant.
 	seq uint64
@@ -177,6 +183,7 @@ func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error)
 	}
 	m.resSeq++
 	r := &reservation{Spec: spec, owner: api.ReservationOwner{UID: peer.UID, GID: peer.GID},
+		groups: leaseGroups(peer.GID, peer.Groups), admin: peer.Admin || peer.UID == 0,
 		created: m.clock.Now().UTC(), seq: m.resSeq, reclaiming: map[string]time.Time{}}
 	ahead := 0
 	for _, p := range m.reservations {
@@ -238,7 +245,7 @@ func (m *Manager) placeReservationLocked(r *reservation) ([]placement.Choice, er
 			}
 		}
 	}, &uid)
-	return m.engine.Load().Reserve(n, placement.Request{Units: r.Size(), UID: uid})
+	return m.engine.Load().Reserve(n, placement.Request{Units: r.Size(), UID: uid, GIDs: r.groups, Admin: r.admin})
 }
 
 // holdLocked makes the units of choices r's, and gives back to the node the

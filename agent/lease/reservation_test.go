@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/e2e"
 )
@@ -909,5 +911,35 @@ func TestTimeBoundBorrowersJustEnd(t *testing.T) {
 	h.restart()
 	if r := h.get("wf"); r.Lent != 0 || r.Reserved != 8 {
 		t.Fatalf("after a restart: %+v", r.ReservationStatus)
+	}
+}
+
+// TestReservationKeepsToItsOwnersPools: a reservation sets aside units only
+// on GPUs its owner may lease from: its owner's draws are placed through
+// the pools, so units set aside on a pool the owner may not use could
+// never be drawn on, and would be kept from the pool's own users.
+func TestReservationKeepsToItsOwnersPools(t *testing.T) {
+	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
+	h.m.SetEngine(placement.New(placement.BestFit).WithPools([]config.Pool{
+		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
+	}))
+	r := h.reserve(bob, spec("wf1", []int{2}))
+	for _, u := range r.Units {
+		if u.GPU == 0 {
+			t.Fatalf("bob's reservation set aside units %v of GPU 0, in pool training, which bob may not use", u.Units)
+		}
+	}
+	if _, _, err := h.lease(bob, "wf1", false); err != nil {
+		t.Fatalf("bob cannot draw on his own reservation: %v", err)
+	}
+	// More than the GPUs bob may use have: it cannot be set aside.
+	if _, err := h.m.Reserve(bob, spec("wf2", []int{4})); !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("reserving beyond bob's pools: %v", err)
+	}
+	// alice, in the pool, still has GPU 0 whole.
+	for range 4 {
+		if _, _, err := h.lease(alice, "", false); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
