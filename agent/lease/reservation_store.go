@@ -143,7 +143,7 @@ func (m *Manager) resumeReclaimLocked(r *reservation, id string, killAt time.Tim
 		delete(r.reclaiming, id)
 		return
 	}
-	if _, ok := l.bind.(*pidBinding); !ok {
+	if _, ok := m.signalledLocked(l); !ok {
 		// The journal is written anew from the table after restore.
 		m.dropLocked(l)
 		m.ended++
