@@ -1013,3 +1013,36 @@ func TestReclaimNeverSignalsAnotherUsersProcess(t *testing.T) {
 		t.Fatalf("after the reclaim: %+v", r.ReservationStatus)
 	}
 }
+
+// TestPendingReservationAdmittedAtStartKeepsToPools: a pending reservation
+// taken back at start may be admitted then (units freed while gpuletd was
+// down), before anything else runs: the engine it is placed with must be
+// the configured one, pools included, not a bare one.
+func TestPendingReservationAdmittedAtStartKeepsToPools(t *testing.T) {
+	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
+	pools := placement.New(placement.BestFit).WithPools([]config.Pool{
+		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
+	})
+	h.m.SetEngine(pools)
+	h.fill()
+	if r, err := h.m.Reserve(bob, reserve.Spec{Name: "wf1", Needs: []int{2}, Wait: true}); err != nil || r.State != api.ReservationPending {
+		t.Fatalf("reserve: %+v, %v", r, err)
+	}
+	// dave's leases run out while gpuletd is down.
+	h.m.Close()
+	h.clock.Advance(2 * time.Hour)
+	h.m = h.f.manager(t, func(c *Config) {
+		c.Clock, c.Processes, c.Accounts = h.clock, h.procs, accts
+		c.ReservationsPath, c.ReclaimGrace = h.path, 10*time.Second
+		c.Engine = pools
+	})
+	r := h.get("wf1")
+	if r.State != api.ReservationActive {
+		t.Fatalf("not admitted at start: %+v", r.ReservationStatus)
+	}
+	for _, u := range r.Units {
+		if u.GPU == 0 {
+			t.Fatalf("admitted at start on units %v of GPU 0, in pool training, which bob may not use", u.Units)
+		}
+	}
+}
