@@ -195,6 +195,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Model: cfg.Model, Devices: a.devs, Ledger: a.ledger, MaxWaitersPerUID: cfg.MaxWaitersPerUID,
 		JournalPath: filepath.Join(cfg.RunDir, "leases.journal"),
 		Policy:      cfg.Policy,
+		// What the lease engine takes back at start (pending reservations
+		// it admits) is placed by the config's pools already.
+		Engine:      a.engineFor(rules),
 		Conditions:  a.conditions.Load,
 		OnChange:    a.changed,
 		MPS:         a.mpsOn,

@@ -33,15 +33,24 @@ func (a *Agent) loadConfig() (*config.Rules, error) {
 	return r, nil
 }
 
+// engineFor is the placement engine of r: --policy with r's pools and
+// score weights.
+func (a *Agent) engineFor(r *config.Rules) *placement.Engine {
+	e := placement.New(a.cfg.Policy)
+	if r != nil {
+		e = e.WithPools(r.Pools).WithWeights(r.ScoreWeights())
+	}
+	return e
+}
+
 // applyRules puts r in force: a new placement engine (pools, score
 // weights), the quotas and the profiles' starting figures. Decisions under
 // way finish with the old engine.
 func (a *Agent) applyRules(r *config.Rules) {
-	e := placement.New(a.cfg.Policy)
+	e := a.engineFor(r)
 	var quotas *lease.Quotas
 	var seeds map[string]map[string]time.Duration
 	if r != nil {
-		e = e.WithPools(r.Pools).WithWeights(r.ScoreWeights())
 		quotas = lease.NewQuotas(r.Quotas)
 		seeds = r.Profiles
 	}

@@ -66,3 +66,44 @@ func TestTaskRunIsMeasuredWhenItsProcessExits(t *testing.T) {
 		t.Fatalf("runs = %+v", runs)
 	}
 }
+
+// TestReclaimedBorrowerReportsNoRun: a borrower taken back by a reservation
+// ends because its process is told to, not because its task finished: its
+// run time says nothing of the task, so TaskRan must not hear of it.
+func TestReclaimedBorrowerReportsNoRun(t *testing.T) {
+	h := newResHarness(t, 1, 4, 1)
+	var mu sync.Mutex
+	var runs []string
+	h.m.Close()
+	h.m = h.f.manager(t, func(c *Config) {
+		c.Clock, c.Processes, c.Accounts = h.clock, h.procs, accts
+		c.ReservationsPath, c.ReclaimGrace = h.path, 10*time.Second
+		c.TaskRan = func(task, model string, d time.Duration) {
+			mu.Lock()
+			runs = append(runs, task)
+			mu.Unlock()
+		}
+	})
+	h.reserve(alice, spec("wf1", []int{1, 4}, member("bob", 0)))
+	h.fill()
+	h.clock.Advance(time.Millisecond)
+	p := h.procs.spawn(false)
+	g, err := h.m.Acquire(context.Background(), bob, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: p.pid, Task: "bert"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Preemptible {
+		t.Fatalf("not a borrow: %+v", g.Lease)
+	}
+	h.clock.Advance(time.Minute)
+	if _, err := h.m.Advance(alice, "wf1"); err != nil {
+		t.Fatal(err)
+	}
+	e2e.Eventually(t, "borrower gone", func() bool { _, err := h.m.Get(root, g.ID); return err != nil })
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 0 {
+		t.Fatalf("a reclaimed borrower's run was reported as a measured run: %v", runs)
+	}
+}

@@ -42,6 +42,8 @@ type Process interface {
 	Wait() error
 	Signal(sig syscall.Signal) error
 	Terminate(grace time.Duration) error
+	// Owner is the process's real uid now.
+	Owner() (uint32, error)
 	Close() error
 }
 

@@ -81,6 +81,10 @@ type Config struct {
 	// Policy is the placement engine's policy; SetEngine swaps the engine
 	// (a config reload).
 	Policy placement.Policy
+	// Engine, when set, is the placement engine from the start (pools and
+	// weights of the config in force), Policy left aside: what New restores
+	// (pending reservations admitted at start) is placed with it.
+	Engine *placement.Engine
 	// Conditions returns the current conditions; it must not call the Manager.
 	Conditions func() *Conditions
 	// InstanceEnv returns the MPS variables of instance k of GPU g (pipe and log
@@ -227,7 +231,10 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Accounts = config.SystemDirectory{}
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal{path: cfg.JournalPath}}
-	m.engine.Store(placement.New(cfg.Policy))
+	if cfg.Engine == nil {
+		cfg.Engine = placement.New(cfg.Policy)
+	}
+	m.engine.Store(cfg.Engine)
 	m.claimLines = ratelog.New(cfg.Logger, "offline claims", claimLinesPerSecond, cfg.Clock.Now)
 	for _, d := range cfg.Devices {
 		m.gpus = append(m.gpus, &gpuTable{dev: d, slots: make([]slot, cfg.Model.UnitsPerGPU), dirty: true})

@@ -148,8 +148,12 @@ func (m *Manager) SetQuotas(q *Quotas) {
 	m.mu.Unlock()
 }
 
-// QuotaUse lists the quotas that apply to peer and what is held against each.
+// QuotaUse lists the quotas that bind peer and what is held against each;
+// none for admins, whom no quota binds.
 func (m *Manager) QuotaUse(peer Peer) []QuotaUse {
+	if peer.Admin {
+		return nil
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.quotas.applying(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse)

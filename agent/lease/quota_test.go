@@ -62,6 +62,10 @@ func TestQuotas(t *testing.T) {
 	if len(use) != 3 || use[0].Held != 2 || use[1].Held != 4 || use[2].Held != 7 {
 		t.Fatalf("QuotaUse = %+v", use)
 	}
+	// No quota binds an admin: none is listed for it.
+	if use := m.QuotaUse(root); len(use) != 0 {
+		t.Fatalf("QuotaUse(root) = %+v, want none", use)
+	}
 	// A dry run gets the refusal the lease would get.
 	if _, err := m.Explain(carol, ttlReq(1, "1m")); !errors.Is(err, api.ErrQuotaExceeded) {
 		t.Fatalf("dry run: %v", err)

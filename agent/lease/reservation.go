@@ -36,7 +36,13 @@ const (
 
 type reservation struct {
 	reserve.Spec
-	owner   api.ReservationOwner
+	owner api.ReservationOwner
+	// groups and admin are what its owner had when it reserved: its units
+	// go only where its owner's leases may (pools). Not kept in the file: a
+	// reservation taken back at start has its owner's primary group only,
+	// and is an admin's only when its owner is root.
+	groups  []uint32
+	admin   bool
 	created time.Time
 	// seq orders reservations made in the same instant.
 	seq uint64
@@ -177,6 +183,7 @@ func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error)
 	}
 	m.resSeq++
 	r := &reservation{Spec: spec, owner: api.ReservationOwner{UID: peer.UID, GID: peer.GID},
+		groups: leaseGroups(peer.GID, peer.Groups), admin: peer.Admin || peer.UID == 0,
 		created: m.clock.Now().UTC(), seq: m.resSeq, reclaiming: map[string]time.Time{}}
 	ahead := 0
 	for _, p := range m.reservations {
@@ -238,7 +245,7 @@ func (m *Manager) placeReservationLocked(r *reservation) ([]placement.Choice, er
 			}
 		}
 	}, &uid)
-	return m.engine.Load().Reserve(n, placement.Request{Units: r.Size(), UID: uid})
+	return m.engine.Load().Reserve(n, placement.Request{Units: r.Size(), UID: uid, GIDs: r.groups, Admin: r.admin})
 }
 
 // holdLocked makes the units of choices r's, and gives back to the node the
@@ -508,9 +515,9 @@ func (m *Manager) victimsLocked(r *reservation, plan []int) []*lease {
 // reclaimLocked takes borrowed lease l back for r: a process-bound lease's
 // holder gets SIGTERM now (SIGKILL when killAt has passed) and SIGKILL at
 // killAt, through its pidfd, and the lease ends when it exits; any other
-// lease ends now.
+// lease ends now, and so does one whose holder its owner may not signal.
 func (m *Manager) reclaimLocked(r *reservation, l *lease, killAt time.Time) {
-	pb, ok := l.bind.(*pidBinding)
+	pb, ok := m.signalledLocked(l)
 	if !ok {
 		m.dropAndRecordLocked(l, "reclaimed for reservation "+r.Name, true)
 		return
@@ -534,6 +541,28 @@ func (m *Manager) reclaimLocked(r *reservation, l *lease, killAt time.Time) {
 	}
 }
 
+// signalledLocked returns the binding of a borrowed lease whose holder a
+// reclaim ends by signals: a process of the lease's owner's (its real uid),
+// or any for a lease of root's. An admin who is not root may bind a lease to
+// anyone's process; gpuletd runs as root and must not signal, on the
+// owner's behalf, a process the owner could not signal itself: such a lease
+// just ends, as a time-bound one does.
+func (m *Manager) signalledLocked(l *lease) (*pidBinding, bool) {
+	pb, ok := l.bind.(*pidBinding)
+	if !ok || l.Owner.UID == 0 {
+		return pb, ok
+	}
+	uid, err := pb.proc.Owner()
+	if err != nil || uid != l.Owner.UID {
+		if err == nil {
+			m.leaseLineLocked("borrowed lease reclaimed without a signal: its process is not its owner's", slog.String("lease", l.ID),
+				slog.Int("pid", pb.pid), slog.Uint64("owner", uint64(l.Owner.UID)), slog.Uint64("process_uid", uint64(uid)))
+		}
+		return nil, false
+	}
+	return pb, true
+}
+
 // killReclaimed sends SIGKILL to the holder of reclaimed lease id if it still
 // runs after its grace.
 func (m *Manager) killReclaimed(id string) {
@@ -545,12 +574,17 @@ func (m *Manager) killReclaimed(id string) {
 	if !ok || !l.reclaiming {
 		return
 	}
-	if pb, ok := l.bind.(*pidBinding); ok {
-		if err := pb.proc.Signal(syscall.SIGKILL); err != nil {
-			m.log.Warn("cannot kill a reclaimed borrower", "lease", id, "pid", pb.pid, "err", err)
-		}
-		m.leaseLineLocked("reclaimed borrower killed after its grace", slog.String("lease", id), slog.Int("pid", pb.pid))
+	pb, ok := m.signalledLocked(l)
+	if !ok {
+		// Its holder is another's by now (it took another uid): it ends
+		// without the signal.
+		m.dropAndRecordLocked(l, "reclaimed", true)
+		return
 	}
+	if err := pb.proc.Signal(syscall.SIGKILL); err != nil {
+		m.log.Warn("cannot kill a reclaimed borrower", "lease", id, "pid", pb.pid, "err", err)
+	}
+	m.leaseLineLocked("reclaimed borrower killed after its grace", slog.String("lease", id), slog.Int("pid", pb.pid))
 }
 
 // Reservations lists the reservations as last published, by name.

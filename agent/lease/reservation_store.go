@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/agent/reserve"
-	"github.com/gpulet/gpulet/internal/statefile"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/statefile"
 )
 
 // Reservations live in the state dir, in one file written whole (temp file,
@@ -143,7 +143,7 @@ func (m *Manager) resumeReclaimLocked(r *reservation, id string, killAt time.Tim
 		delete(r.reclaiming, id)
 		return
 	}
-	if _, ok := l.bind.(*pidBinding); !ok {
+	if _, ok := m.signalledLocked(l); !ok {
 		// The journal is written anew from the table after restore.
 		m.dropLocked(l)
 		m.ended++
@@ -177,6 +177,7 @@ func (m *Manager) restoreReservationLocked(rec reserve.Record, byUUID map[string
 	r := &reservation{
 		Spec:  reserve.Spec{Name: rec.Name, Needs: rec.Needs, Priority: rec.Priority, Share: rec.Share},
 		owner: api.ReservationOwner{UID: rec.UID, GID: rec.GID}, created: rec.Created, seq: m.resSeq,
+		groups: []uint32{rec.GID}, admin: rec.UID == 0,
 		active: rec.Active, stage: rec.Stage, reclaimed: rec.Reclaimed, reclaiming: map[string]time.Time{},
 	}
 	m.reservations[r.Name] = r

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -12,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/e2e"
 )
@@ -30,8 +33,10 @@ type fakeProcs struct {
 }
 
 type fakeProc struct {
-	pid        int
-	start      uint64
+	pid   int
+	start uint64
+	// uid is its owner: root, or the last uid it was opened as owned by.
+	uid        uint32
 	ignoreTERM bool
 	mu         sync.Mutex
 	signals    []syscall.Signal
@@ -88,7 +93,15 @@ func (f *fakeProcs) open(pid int, start uint64) (Process, uint64, error) {
 }
 
 func (f *fakeProcs) Open(pid int, start uint64) (Process, uint64, error) { return f.open(pid, start) }
-func (f *fakeProcs) OpenOwned(pid int, _ uint32) (Process, uint64, error) {
+func (f *fakeProcs) OpenOwned(pid int, uid uint32) (Process, uint64, error) {
+	f.mu.Lock()
+	p := f.procs[pid]
+	f.mu.Unlock()
+	if p != nil {
+		p.mu.Lock()
+		p.uid = uid
+		p.mu.Unlock()
+	}
 	return f.open(pid, 0)
 }
 func (f *fakeProcs) Adopt(_ *os.File, pid int) (Process, uint64, error) { return f.open(pid, 0) }
@@ -123,7 +136,15 @@ func (h *fakeHandle) Signal(sig syscall.Signal) error {
 }
 
 func (h *fakeHandle) Terminate(time.Duration) error { return h.Signal(syscall.SIGKILL) }
-func (h *fakeHandle) Close() error                  { h.once.Do(func() { close(h.closed) }); return nil }
+func (h *fakeHandle) Owner() (uint32, error) {
+	if !h.p.running() {
+		return 0, procwatch.ErrGone
+	}
+	h.p.mu.Lock()
+	defer h.p.mu.Unlock()
+	return h.p.uid, nil
+}
+func (h *fakeHandle) Close() error { h.once.Do(func() { close(h.closed) }); return nil }
 
 type testAccounts map[string]uint32
 
@@ -909,5 +930,119 @@ func TestTimeBoundBorrowersJustEnd(t *testing.T) {
 	h.restart()
 	if r := h.get("wf"); r.Lent != 0 || r.Reserved != 8 {
 		t.Fatalf("after a restart: %+v", r.ReservationStatus)
+	}
+}
+
+// TestReservationKeepsToItsOwnersPools: a reservation sets aside units only
+// on GPUs its owner may lease from: its owner's draws are placed through
+// the pools, so units set aside on a pool the owner may not use could
+// never be drawn on, and would be kept from the pool's own users.
+func TestReservationKeepsToItsOwnersPools(t *testing.T) {
+	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
+	h.m.SetEngine(placement.New(placement.BestFit).WithPools([]config.Pool{
+		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
+	}))
+	r := h.reserve(bob, spec("wf1", []int{2}))
+	for _, u := range r.Units {
+		if u.GPU == 0 {
+			t.Fatalf("bob's reservation set aside units %v of GPU 0, in pool training, which bob may not use", u.Units)
+		}
+	}
+	if _, _, err := h.lease(bob, "wf1", false); err != nil {
+		t.Fatalf("bob cannot draw on his own reservation: %v", err)
+	}
+	// More than the GPUs bob may use have: it cannot be set aside.
+	if _, err := h.m.Reserve(bob, spec("wf2", []int{4})); !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("reserving beyond bob's pools: %v", err)
+	}
+	// alice, in the pool, still has GPU 0 whole.
+	for range 4 {
+		if _, _, err := h.lease(alice, "", false); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReclaimNeverSignalsAnotherUsersProcess: an admin-group member who is
+// not root may bind a lease to anyone's process ("pid"); when that lease is
+// a borrow, a reclaim must not make gpuletd, which runs as root, signal a
+// process its lease owner could not signal itself. The lease ends instead.
+func TestReclaimNeverSignalsAnotherUsersProcess(t *testing.T) {
+	f := newFixture(t, 1, 2, 1) // 2 GPUs of 2 units
+	m := f.manager(t, func(c *Config) {
+		c.Accounts = accts
+		c.ReservationsPath = filepath.Join(t.TempDir(), reserve.FileName)
+		c.ReclaimGrace = time.Hour
+	})
+	ops := Peer{UID: 1005, GID: 1005, Admin: true}
+	if _, err := m.Reserve(ops, spec("wf1", []int{1, 2}, member("1005", 0))); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := m.Acquire(context.Background(), dave, ttlReq(1, "1h")); err != nil {
+			break
+		}
+	}
+	// A process that is not ops's: this test's user's (root).
+	victim := exec.Command("sleep", "300")
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { victim.Wait(); close(exited) }()
+	t.Cleanup(func() { victim.Process.Kill(); <-exited })
+	g, err := m.Acquire(context.Background(), ops, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: victim.Process.Pid}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Preemptible {
+		t.Fatalf("not a borrow: %+v", g.Lease)
+	}
+	if _, err := m.Advance(ops, "wf1"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+		t.Fatalf("reclaiming uid %d's borrow signalled process %d, which is not uid %d's", ops.UID, victim.Process.Pid, ops.UID)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if _, err := m.Get(root, g.ID); err == nil {
+		t.Fatalf("the borrow %s was not taken back", g.ID)
+	}
+	if r, _ := m.Reservation("wf1"); r.InUse+r.Lent != 0 || r.Reserved != 2 {
+		t.Fatalf("after the reclaim: %+v", r.ReservationStatus)
+	}
+}
+
+// TestPendingReservationAdmittedAtStartKeepsToPools: a pending reservation
+// taken back at start may be admitted then (units freed while gpuletd was
+// down), before anything else runs: the engine it is placed with must be
+// the configured one, pools included, not a bare one.
+func TestPendingReservationAdmittedAtStartKeepsToPools(t *testing.T) {
+	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
+	pools := placement.New(placement.BestFit).WithPools([]config.Pool{
+		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
+	})
+	h.m.SetEngine(pools)
+	h.fill()
+	if r, err := h.m.Reserve(bob, reserve.Spec{Name: "wf1", Needs: []int{2}, Wait: true}); err != nil || r.State != api.ReservationPending {
+		t.Fatalf("reserve: %+v, %v", r, err)
+	}
+	// dave's leases run out while gpuletd is down.
+	h.m.Close()
+	h.clock.Advance(2 * time.Hour)
+	h.m = h.f.manager(t, func(c *Config) {
+		c.Clock, c.Processes, c.Accounts = h.clock, h.procs, accts
+		c.ReservationsPath, c.ReclaimGrace = h.path, 10*time.Second
+		c.Engine = pools
+	})
+	r := h.get("wf1")
+	if r.State != api.ReservationActive {
+		t.Fatalf("not admitted at start: %+v", r.ReservationStatus)
+	}
+	for _, u := range r.Units {
+		if u.GPU == 0 {
+			t.Fatalf("admitted at start on units %v of GPU 0, in pool training, which bob may not use", u.Units)
+		}
 	}
 }

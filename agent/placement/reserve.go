@@ -10,7 +10,8 @@ import (
 // Reserve picks r.Units units for a workflow reservation (DESIGN 1.6), which,
 // unlike a lease, may span instances and GPUs: the units go to the instances
 // where a one-unit lease of r's caller could go now (the GPU filters, the
-// instance filters, one user per MPS server), fullest of free units first,
+// instance filters, one user per MPS server, and the pools r's caller may
+// use: its owner's draws are placed through them), fullest of free units first,
 // so that the reservation sits in as few instances as it can and its
 // owner's leases, each on one instance, find their units together. Ties go
 // by GPU, then instance.
@@ -22,6 +23,10 @@ func (e *Engine) Reserve(n *Node, r Request) ([]Choice, error) {
 	if n.Draining {
 		return nil, api.Errorf(api.ErrUnavailable, "the node is draining: nothing new is set aside")
 	}
+	acc, err := e.accessFor(n, r)
+	if err != nil {
+		return nil, err
+	}
 	one := r
 	one.Units = 1
 	type candidate struct {
@@ -31,7 +36,7 @@ func (e *Engine) Reserve(n *Node, r Request) ([]Choice, error) {
 	var cands []candidate
 	for gi := range n.GPUs {
 		g := &n.GPUs[gi]
-		if never(g, one).kind != fits || gpuNow(g, one).kind != fits {
+		if why, _ := e.gpuAccess(acc, g); why.kind != fits || never(g, one).kind != fits || gpuNow(g, one).kind != fits {
 			continue
 		}
 		for ki := range g.Instances {

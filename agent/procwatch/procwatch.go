@@ -62,7 +62,8 @@ func realUID(pid int) (uint32, error) {
 
 // Process is one watched process.
 type Process struct {
-	f *os.File
+	f   *os.File
+	pid int
 }
 
 // Open takes hold of process pid, checking that it is the process that started
@@ -159,7 +160,27 @@ func hold(fd, pid int, startTime uint64) (*Process, uint64, error) {
 		unix.Close(fd)
 		return nil, 0, err
 	}
-	return &Process{f: os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(pid))}, st, nil
+	return &Process{f: os.NewFile(uintptr(fd), "pidfd:"+strconv.Itoa(pid)), pid: pid}, st, nil
+}
+
+// Owner is the process's real uid now, read from /proc and then checked, as
+// OpenOwned does, against the held process being still alive: what /proc said
+// was about it, not about a process that got its pid after it died. A
+// process that has exited is ErrGone.
+func (p *Process) Owner() (uint32, error) {
+	uid, err := realUID(p.pid)
+	if err != nil {
+		return 0, err
+	}
+	rc, err := p.f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var aerr error
+	if err := rc.Control(func(fd uintptr) { aerr = alive(int(fd)) }); err != nil {
+		return 0, err
+	}
+	return uid, aerr
 }
 
 // alive reports whether the process pidfd fd holds still runs: signal 0 checks
