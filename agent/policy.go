@@ -55,8 +55,7 @@ func (a *Agent) applyRules(r *config.Rules) {
 		seeds = r.Profiles
 	}
 	a.rules.Store(r)
-	a.leases.SetEngine(e)
-	a.leases.SetQuotas(quotas)
+	a.leases.SetRules(e, quotas)
 	a.profiles.Seed(seeds)
 	a.changed()
 }

@@ -224,6 +224,11 @@ type LeaseRequest struct {
 	Wait        string            `json:"wait,omitempty"`
 	PID         int               `json:"pid,omitempty"`
 	Labels      map[string]string `json:"labels,omitempty"`
+	// Preemptible consents to borrow: when no ordinary units are free, the
+	// lease may take units a reservation lends its caller, and ends (its
+	// process told SIGTERM, then SIGKILL) when the reservation takes them
+	// back. A lease naming the reservation consents by naming it.
+	Preemptible bool `json:"preemptible,omitempty"`
 }
 
 // LeaseList is the body of GET /v1/leases.

@@ -169,7 +169,7 @@ func TestReservationReclaimSignalsBorrowers(t *testing.T) {
 		if i >= 4 {
 			script = stubbornScript
 		}
-		borrowers = append(borrowers, n.start(t, n.bob, script))
+		borrowers = append(borrowers, n.start(t, n.bob, script, "--preemptible"))
 	}
 	ls, err := n.d.Client.Leases(e2e.Ctx(t))
 	if err != nil {
@@ -181,7 +181,7 @@ func TestReservationReclaimSignalsBorrowers(t *testing.T) {
 		}
 	}
 	draw(2)
-	if out, code := e2e.Output(t, n.bob.Command(exec.Command(n.gpurun, "--socket", n.d.Socket, "--", "true"))); code != 125 || !strings.Contains(out, "insufficient_units") {
+	if out, code := e2e.Output(t, n.bob.Command(exec.Command(n.gpurun, "--socket", n.d.Socket, "--preemptible", "--", "true"))); code != 125 || !strings.Contains(out, "insufficient_units") {
 		t.Fatalf("a seventh borrower: exit %d: %s", code, out)
 	}
 	var lendable, reclaimed []int
@@ -336,7 +336,7 @@ func TestReservationSurvivesRestartMidStage(t *testing.T) {
 		if i == 5 {
 			script = stubbornScript
 		}
-		bs = append(bs, n.start(t, n.bob, script))
+		bs = append(bs, n.start(t, n.bob, script, "--preemptible"))
 	}
 	before := n.reservation(t, "wf")
 	// A plain restart: everything as it was.

@@ -88,7 +88,7 @@ func TestReclaimedBorrowerReportsNoRun(t *testing.T) {
 	h.fill()
 	h.clock.Advance(time.Millisecond)
 	p := h.procs.spawn(false)
-	g, err := h.m.Acquire(context.Background(), bob, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: p.pid, Task: "bert"}})
+	g, err := h.m.Acquire(context.Background(), bob, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: p.pid, Task: "bert", Preemptible: true}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -101,8 +101,7 @@ func BenchmarkConfiguredLease(b *testing.B) {
 	plain, ctx := benchManager(b)
 	configured, _ := benchManager(b)
 	pools, quotas := benchRules()
-	configured.SetEngine(placement.New(placement.BestFit).WithPools(pools))
-	configured.SetQuotas(NewQuotas(quotas))
+	configured.SetRules(placement.New(placement.BestFit).WithPools(pools), NewQuotas(quotas))
 	caller := Peer{UID: 1001, GID: 1001, Groups: []uint32{5017, 7, 8}}
 	req := ttlReq(1, "1m")
 	op := func(m *Manager) {

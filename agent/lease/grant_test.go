@@ -142,7 +142,7 @@ func TestCardsReachPlacement(t *testing.T) {
 		{"best-fit with min_cc 8.0", placement.BestFit, api.ComputeCapability{Major: 8}},
 		{"score", placement.Score, api.ComputeCapability{}},
 	} {
-		m.SetEngine(placement.New(tc.policy))
+		m.SetRules(placement.New(tc.policy), nil)
 		req := ttlReq(1, "1m")
 		req.MinCapability = tc.minCC
 		if l, err := m.Acquire(context.Background(), root, req); err != nil || l.GPU.Index != 0 {
@@ -460,13 +460,13 @@ func TestWaitTimeoutSaysWhy(t *testing.T) {
 }
 
 // A swapped engine (a config reload) places the next request.
-func TestSetEngineSwapsThePolicy(t *testing.T) {
+func TestSetRulesSwapsThePolicy(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t, func(c *Config) { c.Policy = placement.BestFit })
 	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); err != nil {
 		t.Fatal(err)
 	}
-	m.SetEngine(placement.New(placement.Spread))
+	m.SetRules(placement.New(placement.Spread), nil)
 	b, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
 	if err != nil {
 		t.Fatal(err)

@@ -78,7 +78,7 @@ type Config struct {
 	Ledger  *ledger.Ledger
 	// JournalPath is where live leases are recorded (<run-dir>/leases.journal).
 	JournalPath string
-	// Policy is the placement engine's policy; SetEngine swaps the engine
+	// Policy is the placement engine's policy; SetRules swaps the engine
 	// (a config reload).
 	Policy placement.Policy
 	// Engine, when set, is the placement engine from the start (pools and
@@ -248,10 +248,6 @@ func New(cfg Config) (*Manager, error) {
 
 // claimLinesPerSecond bounds the log lines about offline claims.
 const claimLinesPerSecond = 20
-
-// SetEngine swaps the placement engine (a config reload); decisions under way
-// finish with the old one.
-func (m *Manager) SetEngine(e *placement.Engine) { m.engine.Store(e) }
 
 type pendingLog struct {
 	msg   string

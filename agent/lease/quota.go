@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
 )
@@ -140,10 +141,13 @@ func exceeds(q config.Quota, held, units int) error {
 	return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), %s %d, %d more asked", q.Key, q.Limit, whose, held, units)
 }
 
-// SetQuotas puts quotas in force (nil: none); a config reload calls it.
-// Leases held beyond a lowered quota stay; new ones are refused.
-func (m *Manager) SetQuotas(q *Quotas) {
+// SetRules puts a config's placement engine (pools, score weights) and
+// quotas (nil: none) in force together, under the lock every decision holds:
+// a request sees both old or both new, never a mix. Leases held beyond a
+// lowered quota stay; new ones are refused.
+func (m *Manager) SetRules(e *placement.Engine, q *Quotas) {
 	m.mu.Lock()
+	m.engine.Store(e)
 	m.quotas = q
 	m.mu.Unlock()
 }

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/e2e"
@@ -17,7 +18,7 @@ import (
 func TestQuotas(t *testing.T) {
 	f := newFixture(t, 4, 4, 1)
 	m := f.manager(t)
-	m.SetQuotas(NewQuotas([]config.Quota{
+	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{
 		{Key: "alice", Kind: config.User, ID: 1000, Limit: 3},
 		{Key: "group:ml", Kind: config.Group, ID: 50, Limit: 4},
 		{Key: "*", Kind: config.Everyone, Limit: 6},
@@ -79,7 +80,7 @@ func TestQuotas(t *testing.T) {
 	if u := m.QuotaUse(alice); u[0].Held != 0 || u[2].Held != 0 {
 		t.Fatalf("after release %+v", u)
 	}
-	m.SetQuotas(nil)
+	m.SetRules(placement.New(placement.BestFit), nil)
 	if err := grant(alice, 4); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestOfflineClaimsCountTowardTheirOwner(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t)
 	me := uint32(os.Getuid())
-	m.SetQuotas(NewQuotas([]config.Quota{{Key: "me", Kind: config.User, ID: me, Limit: 1}}))
+	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: config.User, ID: me, Limit: 1}}))
 	fd := claimOffline(t, f, 0, 0)
 	e2e.Eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 	peer := Peer{UID: me, GID: uint32(os.Getgid())}

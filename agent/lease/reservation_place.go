@@ -42,7 +42,8 @@ func isInsufficient(err error) bool { return errors.Is(err, api.ErrInsufficientU
 // placeLocked decides where req goes. A request naming a reservation draws
 // on it (its owner, or an admin) or borrows from it (a share member); any
 // other request goes to ordinary free units, and, when those are short, a
-// share member borrows from a reservation that lends it enough.
+// share member whose request is preemptible borrows from a reservation that
+// lends it enough.
 func (m *Manager) placeLocked(peer Peer, req Request) (placement.Decision, *draw, error) {
 	eng := m.engine.Load()
 	pr := m.placementRequest(peer, req)
@@ -53,10 +54,17 @@ func (m *Manager) placeLocked(peer Peer, req Request) (placement.Decision, *draw
 	if err == nil || len(m.reservations) == m.pending || !isInsufficient(err) || errors.Is(err, placement.ErrNeverFits) {
 		return d, nil, err
 	}
-	if bd, dr := m.borrowLocked(eng, peer, pr); dr != nil {
-		return bd, dr, nil
+	bd, dr := m.borrowLocked(eng, peer, pr)
+	switch {
+	case dr == nil:
+		return d, nil, err
+	case !req.Preemptible:
+		// Borrowing is the caller's choice: a borrowed lease may be ended
+		// and its process killed by someone else's reservation, so nobody
+		// is put in a share group's line of fire without asking.
+		return d, nil, fmt.Errorf("%w; reservation %q lends you units, which a lease that may be taken back gets: ask again with \"preemptible\":true (gpurun --preemptible)", err, dr.name())
 	}
-	return d, nil, err
+	return bd, dr, nil
 }
 
 // placeOnReservationLocked places a request that names reservation name.

@@ -220,13 +220,13 @@ func (h *resHarness) reserve(peer Peer, s reserve.Spec) api.Reservation {
 }
 
 // lease leases one unit bound to a new fake process of peer's, naming
-// reservation res ("" for none). Each lease is made a millisecond after the
+// reservation res ("" for none), and consenting to borrow. Each lease is made a millisecond after the
 // last, so that "newest first" has an order.
 func (h *resHarness) lease(peer Peer, res string, ignoreTERM bool) (Grant, *fakeProc, error) {
 	h.t.Helper()
 	h.clock.Advance(time.Millisecond)
 	p := h.procs.spawn(ignoreTERM)
-	g, err := h.m.Acquire(context.Background(), peer, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: p.pid, Reservation: res}})
+	g, err := h.m.Acquire(context.Background(), peer, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: p.pid, Reservation: res, Preemptible: true}})
 	return g, p, err
 }
 
@@ -488,6 +488,12 @@ func TestBorrowingNeedsOrdinaryUnitsShort(t *testing.T) {
 	}
 	if _, _, err := h.lease(carol, "wf", false); !errors.Is(err, api.ErrForbidden) {
 		t.Fatalf("someone outside the share group leased naming the reservation: %v", err)
+	}
+	// Borrowing is asked for: a lease that does not say it may be taken
+	// back is refused, and told how to borrow.
+	req := ttlReq(1, "1h")
+	if _, err := h.m.Acquire(context.Background(), bob, req); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), `reservation "wf" lends you units`) {
+		t.Fatalf("bob's lease not asking to borrow: %v", err)
 	}
 	if g, _ := h.mustLease(bob, "", false); !g.Preemptible {
 		t.Fatalf("bob's lease with no free units: %+v", g.Lease)
@@ -911,7 +917,9 @@ func TestTimeBoundBorrowersJustEnd(t *testing.T) {
 	h.fill()
 	var ids []string
 	for range 6 {
-		g, err := h.m.Acquire(context.Background(), bob, ttlReq(1, "1h"))
+		req := ttlReq(1, "1h")
+		req.Preemptible = true
+		g, err := h.m.Acquire(context.Background(), bob, req)
 		if err != nil || !g.Preemptible {
 			t.Fatalf("bob's ttl borrow: %+v, %v", g.Lease, err)
 		}
@@ -939,9 +947,9 @@ func TestTimeBoundBorrowersJustEnd(t *testing.T) {
 // never be drawn on, and would be kept from the pool's own users.
 func TestReservationKeepsToItsOwnersPools(t *testing.T) {
 	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
-	h.m.SetEngine(placement.New(placement.BestFit).WithPools([]config.Pool{
+	h.m.SetRules(placement.New(placement.BestFit).WithPools([]config.Pool{
 		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
-	}))
+	}), nil)
 	r := h.reserve(bob, spec("wf1", []int{2}))
 	for _, u := range r.Units {
 		if u.GPU == 0 {
@@ -991,7 +999,7 @@ func TestReclaimNeverSignalsAnotherUsersProcess(t *testing.T) {
 	exited := make(chan struct{})
 	go func() { victim.Wait(); close(exited) }()
 	t.Cleanup(func() { victim.Process.Kill(); <-exited })
-	g, err := m.Acquire(context.Background(), ops, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: victim.Process.Pid}})
+	g, err := m.Acquire(context.Background(), ops, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: victim.Process.Pid, Preemptible: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1023,7 +1031,7 @@ func TestPendingReservationAdmittedAtStartKeepsToPools(t *testing.T) {
 	pools := placement.New(placement.BestFit).WithPools([]config.Pool{
 		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
 	})
-	h.m.SetEngine(pools)
+	h.m.SetRules(pools, nil)
 	h.fill()
 	if r, err := h.m.Reserve(bob, reserve.Spec{Name: "wf1", Needs: []int{2}, Wait: true}); err != nil || r.State != api.ReservationPending {
 		t.Fatalf("reserve: %+v, %v", r, err)

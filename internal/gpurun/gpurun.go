@@ -74,6 +74,8 @@ type Options struct {
 	Reservation string
 	Wait        time.Duration
 	Offline     bool
+	// Preemptible consents to borrow units a reservation lends.
+	Preemptible bool
 	// DryRun shows where a lease would go and why, leases nothing and runs
 	// nothing.
 	DryRun  bool
@@ -126,6 +128,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	fs.StringVar(&o.Task, "task", "", "task name, for gpuletd's run-time profiles")
 	fs.StringVar(&o.Reservation, "reservation", "", "workflow reservation to draw from")
 	fs.DurationVar(&o.Wait, "wait", 0, "wait up to this long for units instead of failing at once, e.g. 30s or 10m")
+	fs.BoolVar(&o.Preemptible, "preemptible", false, "when no ordinary units are free, borrow units a workflow reservation lends you: the command gets SIGTERM, then SIGKILL, when the reservation takes them back")
 	fs.BoolVar(&o.Offline, "offline", false, "claim units through the pipe-file ledger, without gpuletd")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "show where the lease would go now and why each GPU was kept or left out; lease nothing, run nothing (COMMAND may be left out)")
 	fs.StringVar(&o.Socket, "socket", "", "gpuletd's socket (default $GPULET_SOCKET, else "+client.DefaultSocket+")")
@@ -306,7 +309,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // request is the lease request the flags ask for.
 func (o Options) request() api.LeaseRequest {
-	return api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, MinCC: o.MinCC, Task: o.Task, Reservation: o.Reservation}
+	return api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, MinCC: o.MinCC, Task: o.Task, Reservation: o.Reservation, Preemptible: o.Preemptible}
 }
 
 // dryRun asks gpuletd where the lease would go and prints its answer.

@@ -56,4 +56,3 @@ func TestSetAside(t *testing.T) {
 		t.Fatalf("two damaged files must both be kept: %v", ents)
 	}
 }
-

@@ -83,7 +83,7 @@ func reclaimSetup(b *testing.B, c *http.Client, script string) []*exec.Cmd {
 		procs = append(procs, cmd)
 	}
 	for _, cmd := range procs {
-		body, err := postBody(c, "/v1/leases", fmt.Sprintf(`{"units":1,"pid":%d}`, cmd.Process.Pid), http.StatusCreated)
+		body, err := postBody(c, "/v1/leases", fmt.Sprintf(`{"units":1,"pid":%d,"preemptible":true}`, cmd.Process.Pid), http.StatusCreated)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func BenchmarkBorrowLease(b *testing.B) {
 		b.Fatalf("the reservation is not GPU 0's 16 units: %+v, %v", s, err)
 	}
 	ordinary := leaseOn(`{"units":1,"gpu":"1","ttl":"1m"}`, false)
-	borrow := leaseOn(`{"units":1,"gpu":"0","ttl":"1m"}`, true)
+	borrow := leaseOn(`{"units":1,"gpu":"0","ttl":"1m","preemptible":true}`, true)
 	for _, clients := range []int{1, 4} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
 			per := max(b.N/clients, 1)
