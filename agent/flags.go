@@ -51,7 +51,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")
 	fs.StringVar(&cfg.NodeName, "node-name", host, "the node's name in snapshots")
 	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API (they may use every pool and are bound by no quota)")
-	fs.StringVar(&cfg.ConfigPath, "config", "", "YAML file of pools, quotas and task profiles (checked at start; SIGHUP reloads it, keeping the old one if the new one is bad)")
+	fs.StringVar(&cfg.ConfigPath, "config", "", "YAML file of pools, quotas, task profiles and score weights (checked at start; SIGHUP reloads it, keeping the old one if the new one is bad)")
 	fs.StringArrayVar(&cfg.Upstreams, "upstream", nil, "URL (http or https) that receives the node's snapshots by POST; repeatable, each upstream pushed to on its own")
 	fs.DurationVar(&cfg.ReportInterval, "report-interval", 5*time.Second, "longest time between pushes to an upstream (changes go out at once, at most 10 a second)")
 	fs.StringVar(&cfg.UpstreamTokenFile, "upstream-token-file", "", "file holding a bearer token sent to upstreams (read again when it changes)")
@@ -61,7 +61,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&cfg.MaxWaitersPerUID, "max-waiters-per-uid", 16, "most lease requests one uid may have waiting for units (\"wait\"); more get too_many_requests (root is not capped)")
 	fs.StringVar(&cfg.MPS, "mps", "auto", "MPS: on (refuse to start when MPS cannot run: no control binary, a run dir too long, no control daemon starting), off, or auto (on where MPS works, else off with the reason logged)")
 	fs.StringVar(&cfg.MPSControl, "mps-control", "nvidia-cuda-mps-control", "the MPS control binary (looked up in PATH)")
-	fs.DurationVar(&cfg.ReclaimGrace, "reclaim-grace", 10*time.Second, "time between SIGTERM and SIGKILL for a borrower whose units a reservation takes back")
+	fs.DurationVar(&cfg.ReclaimGrace, "reclaim-grace", 10*time.Second, "time between SIGTERM and SIGKILL for a borrower whose units a reservation takes back (0s to 1h)")
 	kubeFlags(fs, &cfg.Kube)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "gpuletd shares this host's NVIDIA GPUs as units leased over a Unix-socket API.\n\nUsage: gpuletd [flags]\n\nFlags:\n%s", fs.FlagUsages())

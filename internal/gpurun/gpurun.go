@@ -126,7 +126,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	fs.StringVar(&memory, "memory", "", "GPU memory the command needs: 8G, 512M, or MiB as a plain number")
 	fs.StringVar(&o.MinCC, "min-cc", "", "lowest CUDA compute capability the command runs on, MAJOR.MINOR such as 8.0 (A100) or 7.5 (T4)")
 	fs.StringVar(&o.Task, "task", "", "task name, for gpuletd's run-time profiles")
-	fs.StringVar(&o.Reservation, "reservation", "", "workflow reservation to draw from")
+	fs.StringVar(&o.Reservation, "reservation", "", "workflow reservation to draw on (its owner and admins) or to borrow from (a member of its share group: the lease is preemptible)")
 	fs.DurationVar(&o.Wait, "wait", 0, "wait up to this long for units instead of failing at once, e.g. 30s or 10m")
 	fs.BoolVar(&o.Preemptible, "preemptible", false, "when no ordinary units are free, borrow units a workflow reservation lends you: the command gets SIGTERM, then SIGKILL, when the reservation takes them back")
 	fs.BoolVar(&o.Offline, "offline", false, "claim units through the pipe-file ledger, without gpuletd")
@@ -166,7 +166,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 		// waiters; an offline claim that silently ignored them would mislead.
 		// layout.json, which offline claims read, does not carry compute
 		// capabilities.
-		for _, f := range []string{"pool", "reservation", "memory", "min-cc", "task", "wait"} {
+		for _, f := range []string{"pool", "reservation", "preemptible", "memory", "min-cc", "task", "wait"} {
 			if fs.Changed(f) {
 				return o, fmt.Errorf("--%s needs gpuletd: it cannot be used with --offline", f)
 			}
@@ -326,10 +326,18 @@ func dryRun(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "a lease of %d unit(s) would go to GPU %d (%s), MPS instance %d, units %s (policy %s); nothing was leased\n",
 		o.Units, p.GPU.Index, p.GPU.UUID, p.Instance, strings.Join(units, ","), p.Policy)
+	switch {
+	case p.Preemptible:
+		fmt.Fprintf(stdout, "  borrowed from reservation %s: preemptible (ended, its command told SIGTERM then SIGKILL, when the reservation takes the units back)\n", p.Reservation)
+	case p.Reservation != "":
+		fmt.Fprintf(stdout, "  drawn on reservation %s\n", p.Reservation)
+	}
 	for _, cand := range p.Candidates {
 		switch {
 		case cand.Kept && cand.Score != nil:
-			fmt.Fprintf(stdout, "  GPU %d: kept, score %.3f (card %.3f + similarity %.3f)\n", cand.GPU, cand.Score.Total, cand.Score.Card, cand.Score.Similarity)
+			sc := cand.Score
+			fmt.Fprintf(stdout, "  GPU %d: kept, score %.3f (card %.3f from cc %.2f, bandwidth %.2f, clock %.2f; similarity %.3f)\n",
+				cand.GPU, sc.Total, sc.Card, sc.CC, sc.Bandwidth, sc.Clock, sc.Similarity)
 		case cand.Kept:
 			fmt.Fprintf(stdout, "  GPU %d: kept\n", cand.GPU)
 		default:

@@ -49,6 +49,8 @@ func TestParse(t *testing.T) {
 		{name: "offline with pool", args: []string{"--offline", "--pool", "p", "--", "x"}, wantErr: "--pool needs gpuletd"},
 		{name: "offline with memory", args: []string{"--offline", "--memory", "1G", "--", "x"}, wantErr: "--memory needs gpuletd"},
 		{name: "offline with min cc", args: []string{"--offline", "--min-cc", "8.0", "--", "x"}, wantErr: "--min-cc needs gpuletd"},
+		{name: "offline with preemptible", args: []string{"--offline", "--preemptible", "--", "x"}, wantErr: "--preemptible needs gpuletd"},
+		{name: "dry run with offline", args: []string{"--offline", "--dry-run"}, wantErr: "--dry-run asks gpuletd"},
 		{name: "min cc without minor", args: []string{"--min-cc", "8", "--", "x"}, wantErr: `--min-cc: "8" is not a compute capability MAJOR.MINOR`},
 		{name: "min cc of a name", args: []string{"--min-cc", "sm_80", "--", "x"}, wantErr: `--min-cc: "sm_80" is not`},
 		{name: "unknown flag", args: []string{"--gpus", "2", "--", "x"}, wantErr: "unknown flag: --gpus"},
