@@ -185,6 +185,9 @@ func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error)
 	r := &reservation{Spec: spec, owner: api.ReservationOwner{UID: peer.UID, GID: peer.GID},
 		groups: leaseGroups(peer.GID, peer.Groups), admin: peer.Admin || peer.UID == 0,
 		created: m.clock.Now().UTC(), seq: m.resSeq, reclaiming: map[string]time.Time{}}
+	if err := m.reservableLocked(r); err != nil {
+		return api.Reservation{}, err
+	}
 	ahead := 0
 	for _, p := range m.reservations {
 		if !p.active && p.first(r) {
@@ -230,6 +233,38 @@ func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error)
 	m.serveWaitersLocked()
 	return m.reservationViewLocked(r), nil
 }
+
+// reservableLocked refuses, wait or not, a reservation that could never be
+// admitted or never be used whole: larger than what its owner's pools (and
+// the node's GPUs) hold, or than a quota that binds its owner, whose units
+// could never all be leased. Waiting for it would hold units from everyone
+// for nothing.
+func (m *Manager) reservableLocked(r *reservation) error {
+	size := r.Size()
+	reach, err := m.engine.Load().Reachable(m.nodeLocked(), placement.Request{Units: size, UID: r.owner.UID, GIDs: r.groups, Admin: r.admin})
+	if err != nil {
+		return err
+	}
+	if size > reach {
+		return &neverReservable{api.Errorf(api.ErrInsufficientUnits, "%s: reserving %d unit(s): the GPUs you may use hold %d", placement.ErrNeverFits, size, reach)}
+	}
+	if r.admin {
+		return nil
+	}
+	for _, q := range m.quotas.applying(r.owner.UID, r.groups, &m.quotaUse) {
+		if size > q.Limit {
+			return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), less than the %d this reservation sets aside, which could never all be leased", q.Key, q.Limit, size)
+		}
+	}
+	return nil
+}
+
+// neverReservable is an insufficient_units error that also matches
+// placement.ErrNeverFits.
+type neverReservable struct{ error }
+
+func (e *neverReservable) Is(target error) bool { return target == placement.ErrNeverFits }
+func (e *neverReservable) Unwrap() error        { return e.error }
 
 // placeReservationLocked picks units for r from the free ones and those held
 // for pending reservations; on insufficient_units, the choices are what it

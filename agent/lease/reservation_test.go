@@ -1054,3 +1054,29 @@ func TestPendingReservationAdmittedAtStartKeepsToPools(t *testing.T) {
 		}
 	}
 }
+
+// TestReservationThatCouldNeverBeUsedIsRefused: a reservation larger than the
+// GPUs its owner's pools hold, or than a quota that binds its owner, is
+// refused at once even with wait: it would otherwise hold units from
+// everyone for nothing.
+func TestReservationThatCouldNeverBeUsedIsRefused(t *testing.T) {
+	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
+	h.m.SetRules(placement.New(placement.BestFit).WithPools([]config.Pool{
+		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
+	}), NewQuotas([]config.Quota{{Key: "alice", Kind: config.User, ID: alice.UID, Limit: 3}}))
+	wait := spec("big", []int{5})
+	wait.Wait = true
+	_, err := h.m.Reserve(bob, wait)
+	if !errors.Is(err, api.ErrInsufficientUnits) || !errors.Is(err, placement.ErrNeverFits) || !strings.Contains(err.Error(), "the GPUs you may use hold 4") {
+		t.Fatalf("bob's 5 units where he may use 4: %v", err)
+	}
+	_, err = h.m.Reserve(alice, spec("q", []int{4}))
+	if !errors.Is(err, api.ErrQuotaExceeded) || !strings.Contains(err.Error(), "quota alice: limit 3 unit(s), less than the 4") {
+		t.Fatalf("alice's 4 units over her quota of 3: %v", err)
+	}
+	if rs := h.m.Reservations(); len(rs) != 0 || h.reserved() != 0 {
+		t.Fatalf("something was set aside: %+v", rs)
+	}
+	// Within both, it is made.
+	h.reserve(alice, spec("ok", []int{3}))
+}

@@ -7,6 +7,30 @@ import (
 	"github.com/gpulet/gpulet/api"
 )
 
+// Reachable is how many units r's caller could ever have set aside on n: the
+// units of the instances of every GPU it may use that could take a one-unit
+// lease of its, whatever their load. A reservation larger than that can never
+// be admitted, so it must not wait.
+func (e *Engine) Reachable(n *Node, r Request) (int, error) {
+	acc, err := e.accessFor(n, r)
+	if err != nil {
+		return 0, err
+	}
+	one := r
+	one.Units = 1
+	total := 0
+	for gi := range n.GPUs {
+		g := &n.GPUs[gi]
+		if why, _ := e.gpuAccess(acc, g); why.kind != fits || never(g, one).kind != fits {
+			continue
+		}
+		for _, in := range g.Instances {
+			total += in.Size
+		}
+	}
+	return total, nil
+}
+
 // Reserve picks r.Units units for a workflow reservation (DESIGN 1.6), which,
 // unlike a lease, may span instances and GPUs: the units go to the instances
 // where a one-unit lease of r's caller could go now (the GPU filters, the
