@@ -81,3 +81,21 @@ func (r *Rules) ScoreWeights() Weights {
 	}
 	return r.Weights
 }
+
+// ModelsNotIn lists, sorted and each once, the GPU models the file's task
+// profiles name that are not among models (a node's GPU names): a typo in a
+// model name would otherwise match no GPU, silently. A config shared by
+// nodes of different GPUs names models some nodes lack, so this is a warning,
+// never an error.
+func (f *File) ModelsNotIn(models []string) []string {
+	var out []string
+	for _, byModel := range f.Profiles {
+		for m := range byModel {
+			if !slices.Contains(models, m) && !slices.Contains(out, m) {
+				out = append(out, m)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
+}

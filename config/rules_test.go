@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"testing"
 	"time"
 )
@@ -77,5 +78,16 @@ func TestRulesProfileAndWeights(t *testing.T) {
 	}
 	if w := r.ScoreWeights(); w != (Weights{CC: 2}) {
 		t.Fatalf("weights %+v", w)
+	}
+}
+
+func TestModelsNotIn(t *testing.T) {
+	f, err := Parse([]byte("profiles:\n  a: {Tesla T4: 1s, Tesla-T4: 2s}\n  b: {Tesla-T4: 3s, NVIDIA H100 80GB HBM3: 4s}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := f.ModelsNotIn([]string{"Tesla T4", "NVIDIA A100-SXM4-80GB"})
+	if want := []string{"NVIDIA H100 80GB HBM3", "Tesla-T4"}; !slices.Equal(got, want) {
+		t.Fatalf("got %q, want %q", got, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -342,6 +343,28 @@ var commands = map[string]command{
 		}},
 }
 
+// warnModels says which GPU models the file's task profiles name that the
+// node has none of: likely a typo, since profiles match NVML's names exactly.
+func warnModels(e *env, path string, f *config.File, gpus []api.GPU) {
+	var names []string
+	for _, g := range gpus {
+		names = append(names, g.Name)
+	}
+	if missing := f.ModelsNotIn(names); len(missing) > 0 {
+		slices.Sort(names)
+		fmt.Fprintf(e.errOut, "gpulet: %s: warning: task profiles name GPU models this node has none of: %s (its GPUs are named %s, as NVML names them)\n",
+			path, quoteAll(missing), quoteAll(slices.Compact(names)))
+	}
+}
+
+func quoteAll(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = strconv.Quote(s)
+	}
+	return strings.Join(q, ", ")
+}
+
 // gpusTimeout bounds the wait for gpuletd's GPUs in config check: a daemon
 // that hangs should not hang a check that can do without it.
 const gpusTimeout = 5 * time.Second
@@ -364,6 +387,7 @@ func checkConfig(ctx context.Context, e *env, path string) error {
 			gpus[i] = config.GPURef{Index: g.Index, UUID: g.UUID}
 		}
 		_, err = f.Resolve(gpus, config.SystemDirectory{})
+		warnModels(e, path, f, list.GPUs)
 	case ctx.Err() != nil:
 		return ctx.Err()
 	default:

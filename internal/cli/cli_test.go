@@ -306,6 +306,7 @@ func TestConfigCheck(t *testing.T) {
 	gpu5 := write("gpu5.yaml", "pools:\n  p:\n    gpus: [5]\n")
 	syntax := write("syntax.yaml", "quotas:\n  root: 4\n  x: -1\n")
 	nobody := write("nobody.yaml", "quotas:\n  gpulet-no-such-user: 1\n")
+	typo := write("typo.yaml", "profiles: {t: {Tesla-T4: 1s}}\n")
 	const noDaemon = "/nonexistent/gpulet.sock"
 	for _, tc := range []struct {
 		name   string
@@ -319,6 +320,8 @@ func TestConfigCheck(t *testing.T) {
 		{"a GPU the daemon lacks", sock, gpu5, ExitFailure, "", "gpulet: " + gpu5 + ": line 3: pools.p.gpus[0]: no GPU with index 5 (this node has 2)\n"},
 		{"a GPU checked only for its form", noDaemon, gpu5, ExitOK, gpu5 + ": ok (1 pool, 0 quotas, 0 task profiles)\n",
 			"gpulet: " + gpu5 + ": GPUs not checked against a node, only their form: cannot reach gpuletd at " + noDaemon + ": is it running?"},
+		{"a profile model the node lacks", sock, typo, ExitOK, typo + ": ok (0 pools, 0 quotas, 1 task profile)\n",
+			"gpulet: " + typo + `: warning: task profiles name GPU models this node has none of: "Tesla-T4" (its GPUs are named "NVIDIA A100-SXM4-80GB", "Tesla T4", as NVML names them)`},
 		{"a bad quota", sock, syntax, ExitFailure, "", "gpulet: " + syntax + ": line 3: quotas.x: -1 is negative: a quota is 0 or more units\n"},
 		{"bad file, no daemon needed", noDaemon, syntax, ExitFailure, "", "quotas.x: -1 is negative"},
 		{"an unknown user without a daemon", noDaemon, nobody, ExitFailure, "", "gpulet: " + nobody + `: line 2: quotas.gpulet-no-such-user: no user "gpulet-no-such-user" on this machine` + "\n"},
