@@ -195,7 +195,7 @@ func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error)
 		}
 	}
 	if ahead > 0 && !spec.Wait {
-		return api.Reservation{}, api.Errorf(api.ErrInsufficientUnits, "%d reservation(s) of higher or equal priority wait for units before this one; with \"wait\": true it waits too", ahead)
+		return api.Reservation{}, api.Errorf(api.ErrInsufficientUnits, "%d reservation(s) of higher or equal priority wait for units before this one; with \"wait\": true (gpulet reserve --wait) it waits too", ahead)
 	}
 	m.reservations[r.Name] = r
 	m.pending++
@@ -217,7 +217,7 @@ func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error)
 		case !spec.Wait || !isInsufficient(err):
 			m.dropReservationLocked(r)
 			if isInsufficient(err) {
-				err = fmt.Errorf("reserving %d unit(s): %w; with \"wait\": true it waits for them, holding units as they free", r.Size(), err)
+				err = fmt.Errorf("reserving %d unit(s): %w; with \"wait\": true (gpulet reserve --wait) it waits for them, holding units as they free", r.Size(), err)
 			}
 			return api.Reservation{}, err
 		}

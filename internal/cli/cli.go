@@ -49,7 +49,7 @@ Commands:
   undrain [--gpu N]          resume new leases; with --gpu, clear that GPU's Xid fault
   reserve NAME --stages N,.. set aside units for a workflow [--share U:W,group:G:W] [--priority N] [--wait]
   reservations [--json]      the workflow reservations: stage, need, lent, reclaimed
-  advance NAME               start a reservation's next stage (takes lent units back if needed)
+  advance NAME [--json]      start a reservation's next stage (takes lent units back if needed)
   unreserve NAME             end a reservation; its units go back to the node
   config check FILE          check a gpuletd config file (pools, quotas, task profiles)
   help [COMMAND]             this text, or a command's

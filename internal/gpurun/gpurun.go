@@ -371,7 +371,9 @@ func lease(ctx context.Context, o Options, stderr io.Writer) (map[string]string,
 	// connected (SO_PEERPIDFD), which is gpurun and, after exec, the command.
 	req := o.request()
 	l, err := c.Lease(ctx, req)
-	if o.Wait > 0 && errors.Is(err, client.ErrInsufficientUnits) {
+	// A request nothing here can ever fit fails at once, wait or not:
+	// saying it waits would mislead.
+	if o.Wait > 0 && errors.Is(err, client.ErrInsufficientUnits) && !strings.Contains(err.Error(), api.NeverFits) {
 		// Asking without waiting first means the message below is printed
 		// only when gpurun really waits.
 		fmt.Fprintln(stderr, "gpurun:", waitMessage(ctx, c, o))
