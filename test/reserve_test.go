@@ -426,7 +426,7 @@ func TestReservationBadInput(t *testing.T) {
 			}
 		})
 	}
-	if out, code := n.gpulet(t, n.alice, "reserve", "x", "--stages", ""); code != 1 || !strings.Contains(out, "--stages is empty") {
+	if out, code := n.gpulet(t, n.alice, "reserve", "x", "--stages", ""); code != 2 || !strings.Contains(out, "--stages is empty") {
 		t.Fatalf("gpulet reserve --stages '': exit %d: %s", code, out)
 	}
 	if out, code := n.gpurunAs(t, n.alice, "--reservation", "nope"); code != 125 || !strings.Contains(out, `no reservation named "nope"`) {

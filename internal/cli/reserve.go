@@ -34,15 +34,17 @@ those of lower priority; units that free meanwhile are held for it.`, 1, 1,
 			asJSON := fs.Bool("json", false, "print the reservation as the API answers it")
 			return func(ctx context.Context, e *env) error {
 				if !fs.Changed("stages") {
-					return fmt.Errorf("--stages is required, e.g. --stages 2,6,6,8")
+					return usageErr("--stages is required, e.g. --stages 2,6,6,8")
 				}
 				req := api.ReservationRequest{Name: e.args[0], Priority: *priority, Wait: *wait}
 				var err error
+				// A bad --stages or --share is a usage error (exit 2), as a
+				// bad value of any other flag is.
 				if req.Stages, err = ParseStages(*stages); err != nil {
-					return err
+					return usageErr(err.Error())
 				}
 				if req.Share, err = ParseShare(*share); err != nil {
-					return err
+					return usageErr(err.Error())
 				}
 				r, err := e.c.Reserve(ctx, req)
 				if err != nil {
