@@ -13,15 +13,16 @@ func (m *Manager) exited(id string) {
 		return
 	}
 	var task, model string
+	var uid uint32
 	var ran time.Duration
 	if l, ok := m.leases[id]; ok {
 		if l.Task != "" && !l.reclaiming {
-			task, model, ran = l.Task, m.gpus[l.GPU.Index].dev.Name, m.clock.Now().Sub(l.Created)
+			task, model, uid, ran = l.Task, m.gpus[l.GPU.Index].dev.Name, l.Owner.UID, m.clock.Now().Sub(l.Created)
 		}
 		m.dropAndRecordLocked(l, "process exited", true)
 	}
 	m.unlock()
 	if task != "" && ran > 0 {
-		m.cfg.TaskRan(task, model, ran)
+		m.cfg.TaskRan(task, model, uid, ran)
 	}
 }

@@ -30,7 +30,7 @@ func TestTaskRunIsMeasuredWhenItsProcessExits(t *testing.T) {
 			}
 			return nil
 		}
-		c.TaskRan = func(task, model string, d time.Duration) {
+		c.TaskRan = func(task, model string, _ uint32, d time.Duration) {
 			mu.Lock()
 			runs = append(runs, run{task, model, d})
 			mu.Unlock()
@@ -78,7 +78,7 @@ func TestReclaimedBorrowerReportsNoRun(t *testing.T) {
 	h.m = h.f.manager(t, func(c *Config) {
 		c.Clock, c.Processes, c.Accounts = h.clock, h.procs, accts
 		c.ReservationsPath, c.ReclaimGrace = h.path, 10*time.Second
-		c.TaskRan = func(task, model string, d time.Duration) {
+		c.TaskRan = func(task, model string, _ uint32, d time.Duration) {
 			mu.Lock()
 			runs = append(runs, task)
 			mu.Unlock()

@@ -111,10 +111,10 @@ type Config struct {
 	// (task–engine affinity); it must not call the Manager. Nil: no
 	// preference.
 	Prefer func(task string) []string
-	// TaskRan is told, without the Manager's lock, how long a lease with a
-	// task ran on a GPU model, when the lease ended because its process
+	// TaskRan is told, without the Manager's lock, how long a lease of uid
+	// with a task ran on a GPU model, when the lease ended because its process
 	// exited. Nil: nobody listens.
-	TaskRan func(task, model string, d time.Duration)
+	TaskRan func(task, model string, uid uint32, d time.Duration)
 	// ReservationsPath is the file that keeps workflow reservations
 	// (<state-dir>/reservations.json); empty: they live in memory only.
 	ReservationsPath string
@@ -222,7 +222,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Prefer = func(string) []string { return nil }
 	}
 	if cfg.TaskRan == nil {
-		cfg.TaskRan = func(string, string, time.Duration) {}
+		cfg.TaskRan = func(string, string, uint32, time.Duration) {}
 	}
 	if cfg.Conditions == nil {
 		cfg.Conditions = func() *Conditions { return nil }

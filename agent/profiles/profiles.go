@@ -35,7 +35,10 @@ const Weight = 0.3
 // Limits on what measured runs can make the store keep: a task name comes
 // from any caller, so a flood of names must not grow the file without end.
 const (
-	MaxTasks         = 4096
+	MaxTasks = 4096
+	// MaxTasksPerUID bounds the tasks one uid (root aside) brings into the
+	// table, so that no user can fill it for the others.
+	MaxTasksPerUID   = 256
 	MaxModelsPerTask = 64
 	maxFileBytes     = 16 << 20
 	fileSchema       = "gpulet.profiles/v1"
@@ -70,7 +73,11 @@ type Store struct {
 	mu       sync.Mutex
 	seeds    map[string]map[string]time.Duration
 	measured map[string]map[string]Entry
-	table    atomic.Pointer[Table]
+	// owner is, per measured task, the uid whose run brought it in; started
+	// counts those per uid (MaxTasksPerUID).
+	owner   map[string]uint32
+	started map[uint32]int
+	table   atomic.Pointer[Table]
 }
 
 // Open loads the measured runs kept in dir (none yet: an empty table). A
@@ -78,16 +85,20 @@ type Store struct {
 // (profiles.json.damaged), so that the runs it held are not written over,
 // and the table starts from the config's figures alone: log says so.
 func Open(dir string, log *slog.Logger) (*Store, error) {
-	s := &Store{path: filepath.Join(dir, fileName), measured: map[string]map[string]Entry{}}
+	s := &Store{path: filepath.Join(dir, fileName), measured: map[string]map[string]Entry{}, owner: map[string]uint32{}, started: map[uint32]int{}}
 	b, err := readBounded(s.path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
 		return nil, fmt.Errorf("task profiles: %w", err)
 	default:
-		m, err := decode(b)
+		m, owners, err := decode(b)
 		if err == nil {
 			s.measured = m
+			for task, uid := range owners {
+				s.owner[task] = uid
+				s.started[uid]++
+			}
 			break
 		}
 		aside, serr := statefile.SetAside(s.path)
@@ -121,6 +132,8 @@ func readBounded(path string) ([]byte, error) {
 type fileFormat struct {
 	Schema string                          `json:"schema"`
 	Tasks  map[string]map[string]fileEntry `json:"tasks"`
+	// Owners names, per task, the uid whose run brought it into the table.
+	Owners map[string]uint32 `json:"owners,omitempty"`
 }
 
 type fileEntry struct {
@@ -128,32 +141,37 @@ type fileEntry struct {
 	Runs    int     `json:"runs"`
 }
 
-func decode(b []byte) (map[string]map[string]Entry, error) {
+func decode(b []byte) (map[string]map[string]Entry, map[string]uint32, error) {
 	var f fileFormat
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if f.Schema != fileSchema {
-		return nil, fmt.Errorf("schema %q, want %q", f.Schema, fileSchema)
+		return nil, nil, fmt.Errorf("schema %q, want %q", f.Schema, fileSchema)
 	}
 	if len(f.Tasks) > MaxTasks {
-		return nil, fmt.Errorf("%d tasks, more than %d", len(f.Tasks), MaxTasks)
+		return nil, nil, fmt.Errorf("%d tasks, more than %d", len(f.Tasks), MaxTasks)
 	}
 	out := make(map[string]map[string]Entry, len(f.Tasks))
 	for task, models := range f.Tasks {
 		if task == "" || len(models) > MaxModelsPerTask {
-			return nil, fmt.Errorf("task %q: empty name or more than %d models", task, MaxModelsPerTask)
+			return nil, nil, fmt.Errorf("task %q: empty name or more than %d models", task, MaxModelsPerTask)
 		}
 		out[task] = make(map[string]Entry, len(models))
 		for model, e := range models {
 			mean := time.Duration(e.Seconds * float64(time.Second))
 			if model == "" || !(e.Seconds > 0) || e.Seconds > maxSeconds || mean <= 0 || e.Runs < 1 {
-				return nil, fmt.Errorf("task %q model %q: run time %gs over %d runs is not a measured run", task, model, e.Seconds, e.Runs)
+				return nil, nil, fmt.Errorf("task %q model %q: run time %gs over %d runs is not a measured run", task, model, e.Seconds, e.Runs)
 			}
 			out[task][model] = Entry{Mean: mean, Runs: e.Runs}
 		}
 	}
-	return out, nil
+	for task := range f.Owners {
+		if _, ok := out[task]; !ok {
+			return nil, nil, fmt.Errorf("owners: task %q has no measured runs", task)
+		}
+	}
+	return out, f.Owners, nil
 }
 
 // maxSeconds keeps a run time within time.Duration.
@@ -169,10 +187,10 @@ func (s *Store) Seed(seeds map[string]map[string]time.Duration) {
 	s.publishLocked()
 }
 
-// Record adds one measured run of task on model and writes the file. A task
-// or model past the limits is left out (and said so); a write that fails
-// keeps the run in memory and returns the error.
-func (s *Store) Record(task, model string, ran time.Duration) error {
+// Record adds one measured run of task on model, by a lease of uid, and
+// writes the file. A task or model past the limits is left out (and said
+// so); a write that fails keeps the run in memory and returns the error.
+func (s *Store) Record(task, model string, uid uint32, ran time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	models, ok := s.measured[task]
@@ -180,8 +198,13 @@ func (s *Store) Record(task, model string, ran time.Duration) error {
 		if len(s.measured) >= MaxTasks {
 			return fmt.Errorf("task profiles: %d tasks kept already; run of %q left out", MaxTasks, task)
 		}
+		if uid != 0 && s.started[uid] >= MaxTasksPerUID {
+			return fmt.Errorf("task profiles: uid %d brought %d tasks in already, the most one user may; run of %q left out", uid, MaxTasksPerUID, task)
+		}
 		models = map[string]Entry{}
 		s.measured[task] = models
+		s.owner[task] = uid
+		s.started[uid]++
 	}
 	e, ok := models[model]
 	if !ok {
@@ -252,7 +275,7 @@ func (s *Store) publishLocked() {
 // writeLocked writes the measured runs: a temporary file, fsync, rename over
 // the old one, fsync of the folder. A failure leaves the old file whole.
 func (s *Store) writeLocked() error {
-	f := fileFormat{Schema: fileSchema, Tasks: map[string]map[string]fileEntry{}}
+	f := fileFormat{Schema: fileSchema, Tasks: map[string]map[string]fileEntry{}, Owners: s.owner}
 	for task, models := range s.measured {
 		f.Tasks[task] = map[string]fileEntry{}
 		for model, e := range models {

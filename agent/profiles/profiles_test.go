@@ -1,11 +1,13 @@
 package profiles
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -40,7 +42,7 @@ func TestRecordMovesTheMean(t *testing.T) {
 	// 100s → 0.7·100 + 0.3·200 = 130s, then 0.7·130 + 0.3·200 = 151s: the
 	// A100 falls behind the T4.
 	for _, want := range []time.Duration{130 * time.Second, 151 * time.Second} {
-		if err := s.Record("bert", a100, 200*time.Second); err != nil {
+		if err := s.Record("bert", a100, 1000, 200*time.Second); err != nil {
 			t.Fatal(err)
 		}
 		if e := s.Table().Tasks["bert"][a100]; e.Mean != want {
@@ -51,7 +53,7 @@ func TestRecordMovesTheMean(t *testing.T) {
 		t.Fatalf("Prefer = %v", got)
 	}
 	// A task the config does not know starts at its first run.
-	if err := s.Record("new", t4, 10*time.Second); err != nil {
+	if err := s.Record("new", t4, 1000, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if e := s.Table().Tasks["new"][t4]; e.Mean != 10*time.Second || e.Runs != 1 {
@@ -99,12 +101,37 @@ func TestLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < MaxModelsPerTask; i++ {
-		if err := s.Record("t", string(rune('A'+i)), time.Second); err != nil {
+		if err := s.Record("t", string(rune('A'+i)), 1000, time.Second); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Record("t", "one too many", time.Second); err == nil {
+	if err := s.Record("t", "one too many", 1000, time.Second); err == nil {
 		t.Fatal("a model past the limit was kept")
+	}
+	// One uid brings in at most MaxTasksPerUID tasks, across restarts;
+	// another uid and root are not held back by it.
+	for i := 1; i < MaxTasksPerUID; i++ {
+		if err := s.Record(fmt.Sprint("task", i), t4, 1000, time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.Record("one task too many", t4, 1000, time.Second); err == nil || !strings.Contains(err.Error(), "uid 1000 brought 256 tasks in already") {
+		t.Fatalf("uid 1000's task past its cap: %v", err)
+	}
+	if err := s.Record("task1", t4, 1000, time.Second); err != nil {
+		t.Fatalf("a run of a task it has: %v", err)
+	}
+	s2, err := Open(s.path[:len(s.path)-len(fileName)-1], quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s2.Record("one task too many", t4, 1000, time.Second); err == nil {
+		t.Fatal("the cap was forgotten across a restart")
+	}
+	for _, uid := range []uint32{1001, 0} {
+		if err := s2.Record(fmt.Sprint("other", uid), t4, uid, time.Second); err != nil {
+			t.Fatalf("uid %d: %v", uid, err)
+		}
 	}
 }
 
@@ -116,12 +143,12 @@ func TestWriteFailureKeepsTheOldFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Record("t", t4, time.Second); err != nil {
+	if err := s.Record("t", t4, 1000, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := os.ReadFile(filepath.Join(dir, fileName))
 	s.path = filepath.Join(dir, "missing", fileName)
-	if err := s.Record("t", t4, time.Second); err == nil {
+	if err := s.Record("t", t4, 1000, time.Second); err == nil {
 		t.Fatal("write into a missing folder succeeded")
 	}
 	after, _ := os.ReadFile(filepath.Join(dir, fileName))
@@ -135,7 +162,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"schema":"gpulet.profiles/v1","tasks":{"":{}}}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := decode(b)
+		m, _, err := decode(b)
 		if err != nil {
 			return
 		}
