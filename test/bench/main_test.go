@@ -261,39 +261,49 @@ func (t *team) report(b *testing.B, prefix string, elapsed time.Duration) result
 // server takes its turn: about 10 to 50 ms at 8 clients on a small machine.
 const pairedTurn = 40
 
-// paired measures gpuletd against floor-proc in alternating turns of
-// pairedTurn ops per client, the first server alternating too, so that both
-// see the same moments of a shared machine whose speed drifts from second to
-// second. It reports each side's figures (floor-* and the plain names for
-// gpuletd) and gpuletd's ratios to floor-proc; b.N ops go to each side.
+// paired measures gpuletd against floor-proc in alternating turns (see
+// alternate): floor-* and the plain names for gpuletd, and gpuletd's ratios to
+// floor-proc (x-floor-*).
 func paired(b *testing.B, floorSock, sock string, clients int, op func(c *http.Client) error) {
 	b.Helper()
+	alternate(b, clients, side{floorSock, op}, side{sock, op}, "floor")
+}
+
+// side is one half of an alternating benchmark: a server's socket and the op
+// made on it.
+type side struct {
+	sock string
+	op   func(c *http.Client) error
+}
+
+// alternate runs base and measured in alternating turns of pairedTurn ops per
+// client, the first side alternating too, so that both see the same moments
+// of a shared machine whose speed drifts from second to second; b.N ops go to
+// each side. It reports base's figures as name-*, measured's under the plain
+// names, and measured's ratios to base as x-name-*.
+func alternate(b *testing.B, clients int, base, measured side, name string) {
+	b.Helper()
 	per := max(b.N/clients, 1)
-	floor, daemon := newTeam(floorSock, clients, per), newTeam(sock, clients, per)
-	defer floor.close()
-	defer daemon.close()
-	var floorTime, daemonTime time.Duration
+	teams := [2]*team{newTeam(base.sock, clients, per), newTeam(measured.sock, clients, per)}
+	defer teams[0].close()
+	defer teams[1].close()
+	ops := [2]func(*http.Client) error{base.op, measured.op}
+	var elapsed [2]time.Duration
 	b.ResetTimer()
 	for done, round := 0, 0; done < per; done, round = done+pairedTurn, round+1 {
 		n := min(pairedTurn, per-done)
-		sides := []struct {
-			t       *team
-			elapsed *time.Duration
-		}{{floor, &floorTime}, {daemon, &daemonTime}}
-		if round%2 == 1 {
-			sides[0], sides[1] = sides[1], sides[0]
-		}
-		for _, side := range sides {
-			elapsed, err := side.t.turn(n, op)
+		for k := range 2 {
+			i := (k + round) % 2
+			d, err := teams[i].turn(n, ops[i])
 			if err != nil {
 				b.Fatal(err)
 			}
-			*side.elapsed += elapsed
+			elapsed[i] += d
 		}
 	}
 	b.StopTimer()
-	f := floor.report(b, "floor-", floorTime)
-	reportRatio(b, daemon.report(b, "", daemonTime), f, "floor")
+	r := teams[0].report(b, name+"-", elapsed[0])
+	reportRatio(b, teams[1].report(b, "", elapsed[1]), r, name)
 }
 
 // reportLatencies reports the p50 and p99 of d (sorting it) under names that

@@ -118,33 +118,7 @@ func BenchmarkBorrowLease(b *testing.B) {
 	borrow := leaseOn(`{"units":1,"gpu":"0","ttl":"1m","preemptible":true}`, true)
 	for _, clients := range []int{1, 4} {
 		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
-			per := max(b.N/clients, 1)
-			ord, bor := newTeam(d.Socket, clients, per), newTeam(d.Socket, clients, per)
-			defer ord.close()
-			defer bor.close()
-			var ordTime, borTime time.Duration
-			b.ResetTimer()
-			for done, round := 0, 0; done < per; done, round = done+pairedTurn, round+1 {
-				n := min(pairedTurn, per-done)
-				sides := []struct {
-					t       *team
-					op      func(*http.Client) error
-					elapsed *time.Duration
-				}{{ord, ordinary, &ordTime}, {bor, borrow, &borTime}}
-				if round%2 == 1 {
-					sides[0], sides[1] = sides[1], sides[0]
-				}
-				for _, side := range sides {
-					elapsed, err := side.t.turn(n, side.op)
-					if err != nil {
-						b.Fatal(err)
-					}
-					*side.elapsed += elapsed
-				}
-			}
-			b.StopTimer()
-			o := ord.report(b, "ordinary-", ordTime)
-			reportRatio(b, bor.report(b, "", borTime), o, "ordinary")
+			alternate(b, clients, side{d.Socket, ordinary}, side{d.Socket, borrow}, "ordinary")
 		})
 	}
 	if s, err := snapshot(c); err != nil || s.UnitsFree != 16 || s.Reservations[0].Lent != 0 {
