@@ -23,16 +23,14 @@ func (a *Agent) loadConfig() (*config.Rules, error) {
 		return nil, err
 	}
 	gpus := make([]config.GPURef, len(a.devs))
+	names := make([]string, len(a.devs))
 	for i, d := range a.devs {
 		gpus[i] = config.GPURef{Index: d.Index, UUID: d.UUID}
+		names[i] = d.Name
 	}
 	r, err := f.Resolve(gpus, config.SystemDirectory{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", a.cfg.ConfigPath, err)
-	}
-	names := make([]string, len(a.devs))
-	for i, d := range a.devs {
-		names[i] = d.Name
 	}
 	if missing := f.ModelsNotIn(names); len(missing) > 0 {
 		a.log.Warn("task profiles name GPU models this node has none of (a typo matches no GPU)", "config", a.cfg.ConfigPath, "models", missing, "node_models", names)

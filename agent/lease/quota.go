@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"fmt"
 	"slices"
 
 	"github.com/gpulet/gpulet/agent/placement"
@@ -82,23 +81,36 @@ type QuotaUse struct {
 	Held int
 }
 
-// applying lists the quotas that apply to a caller of uid in groups gids.
-func (q *Quotas) applying(uid uint32, gids []uint32, u *quotaUse) []QuotaUse {
+// each calls fn with every quota that applies to a caller of uid in groups
+// gids (its own, its groups', everyone's) and what is held against it, until
+// fn returns an error, which it returns. It makes nothing: a lease's check
+// goes through it on every request.
+func (q *Quotas) each(uid uint32, gids []uint32, u *quotaUse, fn func(QuotaUse) error) error {
 	if q == nil {
 		return nil
 	}
-	var out []QuotaUse
 	if qu, ok := q.byUID[uid]; ok {
-		out = append(out, QuotaUse{qu, u.byUID[uid]})
+		if err := fn(QuotaUse{qu, u.byUID[uid]}); err != nil {
+			return err
+		}
 	}
 	for _, g := range gids {
 		if qg, ok := q.byGID[g]; ok {
-			out = append(out, QuotaUse{qg, u.byGID[g]})
+			if err := fn(QuotaUse{qg, u.byGID[g]}); err != nil {
+				return err
+			}
 		}
 	}
 	if q.everyone != nil {
-		out = append(out, QuotaUse{*q.everyone, u.total})
+		return fn(QuotaUse{*q.everyone, u.total})
 	}
+	return nil
+}
+
+// applying lists the quotas that apply to a caller of uid in groups gids.
+func (q *Quotas) applying(uid uint32, gids []uint32, u *quotaUse) []QuotaUse {
+	var out []QuotaUse
+	q.each(uid, gids, u, func(qu QuotaUse) error { out = append(out, qu); return nil })
 	return out
 }
 
@@ -108,23 +120,9 @@ func (m *Manager) checkQuotaLocked(peer Peer, units int) error {
 	if peer.Admin || m.quotas == nil {
 		return nil
 	}
-	gids := leaseGroups(peer.GID, peer.Groups)
-	if qu, ok := m.quotas.byUID[peer.UID]; ok {
-		if err := exceeds(qu, m.quotaUse.byUID[peer.UID], units); err != nil {
-			return err
-		}
-	}
-	for _, g := range gids {
-		if qg, ok := m.quotas.byGID[g]; ok {
-			if err := exceeds(qg, m.quotaUse.byGID[g], units); err != nil {
-				return err
-			}
-		}
-	}
-	if q := m.quotas.everyone; q != nil {
-		return exceeds(*q, m.quotaUse.total, units)
-	}
-	return nil
+	return m.quotas.each(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse, func(q QuotaUse) error {
+		return exceeds(q.Quota, q.Held, units)
+	})
 }
 
 func exceeds(q config.Quota, held, units int) error {
@@ -161,9 +159,4 @@ func (m *Manager) QuotaUse(peer Peer) []QuotaUse {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.quotas.applying(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse)
-}
-
-// String names the quota for a message.
-func (q QuotaUse) String() string {
-	return fmt.Sprintf("%s: %d of %d", q.Key, q.Held, q.Limit)
 }

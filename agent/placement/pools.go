@@ -62,9 +62,6 @@ func (e *Engine) WithPools(ps []config.Pool) *Engine {
 // Open reports whether the engine has no pools: every GPU open to everyone.
 func (e *Engine) Open() bool { return len(e.pools.list) == 0 }
 
-// Pools lists the engine's pools.
-func (e *Engine) Pools() []config.Pool { return e.pools.list }
-
 // access is what one decision may use: which pools, and how full each is.
 type access struct {
 	// named is the pool the request names (-1: none).

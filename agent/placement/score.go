@@ -40,9 +40,6 @@ func (e *Engine) WithWeights(w Weights) *Engine {
 	return &c
 }
 
-// Weights are the engine's score weights.
-func (e *Engine) Weights() Weights { return e.weights }
-
 // GPUScore is one GPU's score for one request, with its parts for a dry run.
 type GPUScore struct {
 	// CC, Bandwidth and Clock are the card's facts min–max normalized over

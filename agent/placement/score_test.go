@@ -86,12 +86,12 @@ func TestVectorsAndCosine(t *testing.T) {
 
 func TestWithWeightsCopies(t *testing.T) {
 	e := New(Score)
-	if e.Weights() != DefaultWeights {
-		t.Fatalf("New's weights %+v", e.Weights())
+	if e.weights != DefaultWeights {
+		t.Fatalf("New's weights %+v", e.weights)
 	}
 	w := Weights{CC: 1}
 	e2 := e.WithWeights(w)
-	if e2 == e || e2.Weights() != w || e2.Policy() != Score || e.Weights() != DefaultWeights {
+	if e2 == e || e2.weights != w || e2.Policy() != Score || e.weights != DefaultWeights {
 		t.Fatalf("WithWeights: %+v %+v", e, e2)
 	}
 }
