@@ -106,7 +106,9 @@ func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error
 	}
 	m.dropLocked(l)
 	m.ended++
-	m.leaseLineLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
+	if m.leaseLineDueLocked() {
+		m.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
+	}
 	m.serveWaitersLocked()
 	return nil
 }

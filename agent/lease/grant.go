@@ -57,10 +57,13 @@ type lease struct {
 // encode makes pub and json from Lease; call it after every change of Lease.
 func (l *lease) encode() {
 	pub := l.Lease
-	b, err := json.Marshal(&pub)
-	if err != nil {
-		// A lease holds only strings, numbers, times and maps of strings.
-		panic("gpulet: cannot encode lease: " + err.Error())
+	b, ok := appendLeaseJSON(make([]byte, 0, 512), &pub)
+	if !ok {
+		var err error
+		if b, err = json.Marshal(&pub); err != nil {
+			// A lease holds only strings, numbers, times and maps of strings.
+			panic("gpulet: cannot encode lease: " + err.Error())
+		}
 	}
 	l.pub, l.json = &pub, b
 }
@@ -235,8 +238,10 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		}
 		bind.armLocked(m, l)
 		m.granted++
-		m.leaseLineLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
-			slog.Any("units", c.Units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL))
+		if m.leaseLineDueLocked() {
+			m.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
+				slog.Any("units", c.Units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL))
+		}
 		return l, nil
 	}
 }

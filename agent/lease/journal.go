@@ -75,31 +75,61 @@ type gpuShape struct {
 	UnitsPerMax int
 }
 
+// maxKeptRecord is the largest line buffer a journal keeps for the next record.
+const maxKeptRecord = 16 << 10
+
 // maxRecord bounds one line, far above any real lease record.
 const maxRecord = 1 << 20
 
-func encodeRecord(r record) ([]byte, error) {
+func encodeRecord(r record) ([]byte, error) { return appendRecord(nil, r) }
+
+// appendRecord appends r's line to dst.
+func appendRecord(dst []byte, r record) ([]byte, error) {
 	// The line is built in one buffer: the checksum's place first, then the
 	// record, then the checksum written into its place.
 	const prefix = 9 // "%08x "
-	var out []byte
-	if r.Op == opLease && r.Schema == "" && r.ID == "" && r.Deadline == nil && r.Entry != nil && r.Entry.leaseJSON != nil {
-		out = appendLeaseRecord(make([]byte, prefix, prefix+len(r.Entry.leaseJSON)+160), r.Entry)
+	start := len(dst)
+	out := append(dst, "00000000 "...)
+	if b, ok := appendRecordJSON(out, r); ok {
+		out = b
 	} else {
 		b, err := json.Marshal(r)
 		if err != nil {
-			return nil, err
+			return dst, err
 		}
-		out = append(make([]byte, prefix, prefix+len(b)+1), b...)
+		out = append(out, b...)
 	}
-	appendHex32(out[:0], crc32.ChecksumIEEE(out[prefix:]))
-	out[prefix-1] = ' '
+	appendHex32(out[start:start], crc32.ChecksumIEEE(out[start+prefix:]))
 	return append(out, '\n'), nil
 }
 
+// appendRecordJSON appends the JSON of the records written on every grant,
+// release and renewal: the same bytes json.Marshal makes (tests hold it to
+// that), without walking them by reflection each time. It reports false,
+// having appended nothing, for any other record.
+func appendRecordJSON(b []byte, r record) ([]byte, bool) {
+	if r.Schema != "" {
+		return b, false
+	}
+	switch {
+	case r.Op == opLease && r.ID == "" && r.Deadline == nil && r.Entry != nil && r.Entry.leaseJSON != nil:
+		if e := r.Entry; e.Deadline == nil || jsonTime(*e.Deadline) {
+			return appendLeaseRecord(b, e), true
+		}
+	case r.Op == opEnd && r.Entry == nil && r.Deadline == nil:
+		b = append(b, `{"op":"end"`...)
+		return append(appendOptionalString(b, `,"id":`, r.ID), '}'), true
+	case r.Op == opRenew && r.Entry == nil && r.Deadline != nil && jsonTime(*r.Deadline):
+		b = append(b, `{"op":"renew"`...)
+		b = appendOptionalString(b, `,"id":`, r.ID)
+		b = append(b, `,"deadline":`...)
+		return append(appendJSONTime(b, *r.Deadline), '}'), true
+	}
+	return b, false
+}
+
 // appendLeaseRecord appends the JSON of record{Op: opLease, Entry: e} around
-// e's encoded lease: the same bytes json.Marshal makes (a test holds it to
-// that), without walking the lease by reflection on every grant.
+// e's encoded lease.
 func appendLeaseRecord(b []byte, e *journalEntry) []byte {
 	b = append(b, `{"op":"lease","entry":{"lease":`...)
 	b = append(b, e.leaseJSON...)
@@ -108,20 +138,14 @@ func appendLeaseRecord(b []byte, e *journalEntry) []byte {
 		b = strconv.AppendUint(b, e.StartTime, 10)
 	}
 	if e.Deadline != nil {
-		b = append(b, `,"deadline":"`...)
-		b = e.Deadline.AppendFormat(b, time.RFC3339Nano)
-		b = append(b, '"')
+		b = append(b, `,"deadline":`...)
+		b = appendJSONTime(b, *e.Deadline)
 	}
 	if e.TTLNanos != 0 {
 		b = append(b, `,"ttl_ns":`...)
 		b = strconv.AppendInt(b, e.TTLNanos, 10)
 	}
-	if e.Share != "" {
-		// Only borrowed leases have one: the rare path may encode it.
-		s, _ := json.Marshal(e.Share)
-		b = append(b, `,"share":`...)
-		b = append(b, s...)
-	}
+	b = appendOptionalString(b, `,"share":`, e.Share)
 	return append(b, "}}"...)
 }
 
@@ -428,6 +452,8 @@ type journal struct {
 	records int
 	// failed says why records cannot be written; nil when they can.
 	failed error
+	// buf is the last record's line, kept to build the next one in.
+	buf []byte
 }
 
 // rewrite replaces the journal with one holding just entries, and opens it for
@@ -478,9 +504,13 @@ func (j *journal) append(r record) error {
 	if j.f == nil {
 		return errors.New("journal is not open")
 	}
-	b, err := encodeRecord(r)
+	b, err := appendRecord(j.buf[:0], r)
 	if err != nil {
 		return err
+	}
+	if cap(b) <= maxKeptRecord {
+		// A rare large record (labels) is not kept for ever.
+		j.buf = b
 	}
 	n, err := j.f.Write(b)
 	if err == nil && n < len(b) {

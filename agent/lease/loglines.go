@@ -20,16 +20,18 @@ type lineBudget struct {
 	skipped int
 }
 
-// leaseLineLocked queues a per-lease info line within the budget of
-// leaseLinesPerSecond, and counts it when the budget is spent.
-func (m *Manager) leaseLineLocked(msg string, attrs ...slog.Attr) {
+// leaseLineDueLocked says whether a per-lease info line may be queued within
+// the budget of leaseLinesPerSecond, and counts it as left out when not. The
+// caller builds the line only when it may: under churn nearly every line is
+// left out, and its attributes would cost more than the check.
+func (m *Manager) leaseLineDueLocked() bool {
 	m.rollLinesLocked()
 	if m.lines.used >= leaseLinesPerSecond {
 		m.lines.skipped++
-		return
+		return false
 	}
 	m.lines.used++
-	m.infoLocked(msg, attrs...)
+	return true
 }
 
 // rollLinesLocked starts a new second of the line budget once the current

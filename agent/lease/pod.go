@@ -297,7 +297,9 @@ func (m *Manager) supersedeLocked(l *lease) error {
 	}
 	m.dropLocked(l)
 	m.ended++
-	m.leaseLineLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", "the kubelet allocated its devices again"))
+	if m.leaseLineDueLocked() {
+		m.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", "the kubelet allocated its devices again"))
+	}
 	return nil
 }
 
@@ -327,8 +329,10 @@ func (m *Manager) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bo
 		return nil, unrecorded("the lease is not granted", err)
 	}
 	m.granted++
-	m.leaseLineLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", g), slog.Int("instance", k),
-		slog.Any("units", idx), slog.String("binding", string(KindPod)), slog.Bool("adopted", adopt))
+	if m.leaseLineDueLocked() {
+		m.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", g), slog.Int("instance", k),
+			slog.Any("units", idx), slog.String("binding", string(KindPod)), slog.Bool("adopted", adopt))
+	}
 	return l, nil
 }
 

@@ -568,8 +568,10 @@ func (m *Manager) reclaimLocked(r *reservation, l *lease, killAt time.Time) {
 	if err := pb.proc.Signal(sig); err != nil {
 		m.log.Warn("cannot signal a reclaimed borrower", "lease", l.ID, "pid", pb.pid, "signal", sig, "err", err)
 	}
-	m.leaseLineLocked("borrowed lease reclaimed", slog.String("lease", l.ID), slog.String("reservation", r.Name),
-		slog.Int("pid", pb.pid), slog.String("signal", sig.String()), slog.Time("kill_at", killAt))
+	if m.leaseLineDueLocked() {
+		m.infoLocked("borrowed lease reclaimed", slog.String("lease", l.ID), slog.String("reservation", r.Name),
+			slog.Int("pid", pb.pid), slog.String("signal", sig.String()), slog.Time("kill_at", killAt))
+	}
 	if sig == syscall.SIGTERM {
 		id := l.ID
 		m.clock.AfterFunc(killAt.Sub(m.clock.Now()), func() { m.killReclaimed(id) })
@@ -590,8 +592,10 @@ func (m *Manager) signalledLocked(l *lease) (*pidBinding, bool) {
 	uid, err := pb.proc.Owner()
 	if err != nil || uid != l.Owner.UID {
 		if err == nil {
-			m.leaseLineLocked("borrowed lease reclaimed without a signal: its process is not its owner's", slog.String("lease", l.ID),
-				slog.Int("pid", pb.pid), slog.Uint64("owner", uint64(l.Owner.UID)), slog.Uint64("process_uid", uint64(uid)))
+			if m.leaseLineDueLocked() {
+				m.infoLocked("borrowed lease reclaimed without a signal: its process is not its owner's", slog.String("lease", l.ID),
+					slog.Int("pid", pb.pid), slog.Uint64("owner", uint64(l.Owner.UID)), slog.Uint64("process_uid", uint64(uid)))
+			}
 		}
 		return nil, false
 	}
@@ -619,7 +623,9 @@ func (m *Manager) killReclaimed(id string) {
 	if err := pb.proc.Signal(syscall.SIGKILL); err != nil {
 		m.log.Warn("cannot kill a reclaimed borrower", "lease", id, "pid", pb.pid, "err", err)
 	}
-	m.leaseLineLocked("reclaimed borrower killed after its grace", slog.String("lease", id), slog.Int("pid", pb.pid))
+	if m.leaseLineDueLocked() {
+		m.infoLocked("reclaimed borrower killed after its grace", slog.String("lease", id), slog.Int("pid", pb.pid))
+	}
 }
 
 // Reservations lists the reservations as last published, by name.

@@ -149,13 +149,18 @@ func (m *Manager) publishLocked() bool {
 }
 
 func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
-	gv := GPUView{Instances: make([]InstanceView, 0, m.cfg.Model.InstancesPerGPU)}
+	// A view is built on every change, so it is built in few allocations:
+	// the instances' free units share one array, and the leases' list is as
+	// long as the last build's to begin with.
+	gv := GPUView{Instances: make([]InstanceView, 0, m.cfg.Model.InstancesPerGPU), Leases: make([]*api.Lease, 0, len(g.view.Leases)+1)}
+	free := make([]int, 0, len(g.slots))
 	// A lease of several units is counted once: marked with this build's
 	// number the first time it is met.
 	m.builds++
 	for k := 0; k < m.cfg.Model.InstancesPerGPU; k++ {
 		start, n := m.cfg.Model.InstanceRange(k)
-		iv := InstanceView{Size: n, FreeUnits: make([]int, 0, n)}
+		iv := InstanceView{Size: n}
+		first := len(free)
 		for u := start; u < start+n; u++ {
 			s := &g.slots[u]
 			if s.res != nil {
@@ -163,7 +168,7 @@ func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
 			}
 			switch s.state {
 			case slotFree:
-				iv.FreeUnits = append(iv.FreeUnits, u)
+				free = append(free, u)
 			case slotReserved:
 				gv.Reserved++
 			case slotOffline:
@@ -191,6 +196,7 @@ func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
 				}
 			}
 		}
+		iv.FreeUnits = free[first:len(free):len(free)]
 		gv.Instances = append(gv.Instances, iv)
 	}
 	return gv
