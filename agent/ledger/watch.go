@@ -173,17 +173,17 @@ func (w *watch) run(ctx context.Context) {
 			continue
 		}
 		overflow := w.parse(buf[:n])
-		changed := false
-		if len(w.batch) > 0 {
-			changed = w.h.Units(w.batch)
-			w.batch = w.batch[:0]
-		}
+		// Rest only after unit events that changed nothing: the daemon's own.
+		// Other names (a claimer's temporary FIFO just before its link) are
+		// no reason to rest.
+		rest := len(w.batch) > 0 && !w.h.Units(w.batch)
+		w.batch = w.batch[:0]
 		if overflow {
 			w.l.lost.Add(1)
 			w.h.Rescan()
 			continue
 		}
-		if !changed && !pause() {
+		if rest && !pause() {
 			return
 		}
 	}
