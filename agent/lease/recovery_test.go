@@ -328,7 +328,7 @@ func TestRenewalSurvivesTheRewriteItCauses(t *testing.T) {
 	}
 	c.Advance(time.Minute)
 	m.mu.Lock()
-	m.journal.records = 1000 // a rewrite is due on the next record
+	m.journal.records = rewriteSlack + 2*len(m.leases) // a rewrite is due on the next record
 	m.mu.Unlock()
 	r, err := m.Renew(root, a.ID)
 	if err != nil {
