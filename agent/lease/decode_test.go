@@ -44,7 +44,7 @@ func TestDecodeRequest(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			req, err := DecodeRequest(strings.NewReader(tc.body))
+			req, err := DecodeRequestBytes([]byte(tc.body))
 			if tc.wantMsg == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -68,7 +68,7 @@ func FuzzDecodeRequest(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		req, err := DecodeRequest(strings.NewReader(body))
+		req, err := DecodeRequestBytes([]byte(body))
 		if err != nil {
 			if status, _ := api.StatusOf(err); status != 400 && status != 413 {
 				t.Fatalf("decode error %v maps to %d, want 400", err, status)

@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io"
@@ -33,12 +34,21 @@ type Request struct {
 	MinCapability api.ComputeCapability
 }
 
-// DecodeRequest reads one JSON lease request from r and checks every field that
-// can be checked without the node's state. Errors wrap api.ErrBadRequest and
-// name the field.
-func DecodeRequest(r io.Reader) (Request, error) {
+// DecodeRequestBytes decodes one JSON lease request, a body read whole, and
+// checks every field that can be checked without the node's state. Errors
+// wrap api.ErrBadRequest and name the field.
+func DecodeRequestBytes(b []byte) (Request, error) {
+	if lr, ok := decodeRequestFast(b); ok {
+		req := Request{LeaseRequest: lr}
+		return req, req.validate()
+	}
+	return decodeRequestJSON(b)
+}
+
+// decodeRequestJSON decodes a lease request with encoding/json, strictly.
+func decodeRequestJSON(b []byte) (Request, error) {
 	var req Request
-	dec := json.NewDecoder(r)
+	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req.LeaseRequest); err != nil {
 		return Request{}, jsonError(err)

@@ -217,7 +217,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	// The body is read whole here, so that the decoders see bytes and a body
 	// over the limit is refused in one place.
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, lease.MaxRequestBody))
+	body, err := readBody(w, r)
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
@@ -227,7 +227,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = wholeBody{bytes.NewReader(body), body}
 	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
 	var allowed []string
 	for _, rt := range s.routes {
@@ -250,6 +250,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.writeError(w, api.Errorf(api.ErrNotFound, "no such endpoint: %s", r.URL.Path))
+}
+
+// readBody reads a request's body whole, at most lease.MaxRequestBody bytes
+// of it: into a buffer of its length where the request says it, so that the
+// common small body costs one exact allocation, and none where there is no
+// body.
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.Body == nil || r.Body == http.NoBody {
+		return nil, nil
+	}
+	if n := r.ContentLength; n > 0 && n <= lease.MaxRequestBody {
+		b := make([]byte, n)
+		_, err := io.ReadFull(r.Body, b)
+		return b, err
+	}
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, lease.MaxRequestBody))
+}
+
+// wholeBody is a request body that ServeHTTP has read whole: handlers may read
+// it as a stream, and decoders take its bytes (bodyBytes).
+type wholeBody struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (wholeBody) Close() error { return nil }
+
+// bodyBytes is the body of a request that ServeHTTP passed on.
+func bodyBytes(r *http.Request) []byte {
+	if wb, ok := r.Body.(wholeBody); ok {
+		return wb.b
+	}
+	// Handlers are reached only through ServeHTTP: this is never taken.
+	panic("gpulet: request body not read by ServeHTTP")
 }
 
 func match(pattern, segs []string) ([]string, bool) {
@@ -363,7 +397,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.
 		start := time.Now()
 		defer func() { s.Live.ObserveLease(time.Since(start), err == nil) }()
 	}
-	req, err := lease.DecodeRequest(r.Body)
+	req, err := lease.DecodeRequestBytes(bodyBytes(r))
 	if err != nil {
 		return err
 	}
