@@ -51,6 +51,17 @@ test: test-deps
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 20m ./...
 
+# make fuzz: every fuzz target of every package in turn, FUZZTIME each. The
+# seed corpora already run in make test; this searches beyond them.
+FUZZTIME ?= 10s
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "== $$pkg $$target"; \
+			$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $$pkg; \
+		done; \
+	done
+
 clean:
 	@./scripts/run.sh clean '$(LOCAL)'
 	rm -rf $(BIN) '$(LOCAL)'
