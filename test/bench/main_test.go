@@ -137,12 +137,24 @@ func serveFloorProcess(sock string) int {
 		return 1
 	}
 	// The parent kills this process; serving until then is the whole job.
-	http.Serve(ln, floorHandler(body, lease))
-	return 0
+	if dir := os.Getenv(floorLedgerEnv); dir != "" {
+		err = serveContractFloor(ln, dir, body, lease)
+	} else {
+		err = http.Serve(ln, floorHandler(body, lease))
+	}
+	fmt.Fprintln(os.Stderr, err)
+	return 1
 }
 
 // floorProcess starts the floor in its own process and returns its socket.
 func floorProcess(tb testing.TB, body, leaseBody []byte) string {
+	tb.Helper()
+	return startFloorProcess(tb, body, leaseBody)
+}
+
+// startFloorProcess starts this test binary again as a floor, with env added
+// to its environment, and returns its socket once it answers.
+func startFloorProcess(tb testing.TB, body, leaseBody []byte, env ...string) string {
 	tb.Helper()
 	dir := tb.TempDir()
 	sock := filepath.Join(dir, "floor.sock")
@@ -152,6 +164,7 @@ func floorProcess(tb testing.TB, body, leaseBody []byte) string {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), floorSocketEnv+"="+sock, floorBodyEnv+"="+bodyFile, floorLeaseEnv+"="+leaseFile)
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
