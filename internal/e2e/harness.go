@@ -85,6 +85,9 @@ type Daemon struct {
 	Args   []string
 	Client *client.Client
 	Log    *SyncBuffer
+	// Binary is the gpuletd that runs: the one this harness built, unless
+	// StartBinary named another (an older build, to compare against).
+	Binary string
 
 	cmd  *exec.Cmd
 	done chan error
@@ -112,8 +115,14 @@ func (s *SyncBuffer) String() string {
 // defaults given here) and waits until it answers.
 func Start(t testing.TB, extra ...string) *Daemon {
 	t.Helper()
+	return StartBinary(t, Bin("gpuletd"), extra...)
+}
+
+// StartBinary is Start with another gpuletd binary.
+func StartBinary(t testing.TB, binary string, extra ...string) *Daemon {
+	t.Helper()
 	dir := t.TempDir()
-	d := &Daemon{t: t, Dir: dir, Socket: filepath.Join(dir, "gpulet.sock"), RunDir: filepath.Join(dir, "run")}
+	d := &Daemon{t: t, Dir: dir, Socket: filepath.Join(dir, "gpulet.sock"), RunDir: filepath.Join(dir, "run"), Binary: binary}
 	d.Args = append([]string{
 		"--socket", d.Socket, "--run-dir", d.RunDir, "--state-dir", filepath.Join(dir, "state"),
 		"--mount", "", "--backend", "sim", "--node-name", "e2e", "--sample-interval", "100ms", "--mps", "off",
@@ -134,7 +143,7 @@ func Start(t testing.TB, extra ...string) *Daemon {
 func (d *Daemon) Restart() {
 	d.t.Helper()
 	d.Log = &SyncBuffer{}
-	d.cmd = exec.Command(Bin("gpuletd"), d.Args...)
+	d.cmd = exec.Command(d.Binary, d.Args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.Log, d.Log
 	if err := d.cmd.Start(); err != nil {
 		d.t.Fatal(err)

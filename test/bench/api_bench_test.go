@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 
@@ -49,6 +50,30 @@ func compare(b *testing.B, socks map[string]string, op func(*http.Client) error)
 		}
 		b.Run(fmt.Sprintf("clients=%d/paired", clients), func(b *testing.B) {
 			paired(b, socks["floor-proc"], socks["gpuletd"], clients, op)
+		})
+	}
+}
+
+// baselineEnv names a gpuletd binary for BenchmarkLeaseReleaseAgainstBaseline.
+const baselineEnv = "GPULET_BENCH_BASELINE"
+
+// BenchmarkLeaseReleaseAgainstBaseline runs lease+release on this gpuletd and
+// on the gpuletd binary that GPULET_BENCH_BASELINE names (say, built from an
+// earlier commit), side by side in alternating turns, and reports this one's
+// ratios to it (x-baseline-*): how a change moved leasing, measured at the
+// same moments of a machine whose speed drifts. Without the variable it is
+// skipped.
+func BenchmarkLeaseReleaseAgainstBaseline(b *testing.B) {
+	baseline := os.Getenv(baselineEnv)
+	if baseline == "" {
+		b.Skipf("set %s to a gpuletd binary to compare against, such as one built from an earlier commit", baselineEnv)
+	}
+	flags := []string{"--clients-per-instance", "64", "--units-per-gpu", "64"}
+	base := startDaemonBinary(b, baseline, flags...)
+	d := startDaemon(b, flags...)
+	for _, clients := range []int{1, 8} {
+		b.Run(fmt.Sprintf("clients=%d", clients), func(b *testing.B) {
+			alternate(b, clients, side{base.Socket, leaseRelease}, side{d.Socket, leaseRelease}, "baseline")
 		})
 	}
 }

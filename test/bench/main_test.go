@@ -45,8 +45,14 @@ func TestMain(m *testing.M) {
 // production; extra flags come last and win.
 func startDaemon(b *testing.B, extra ...string) *e2e.Daemon {
 	b.Helper()
+	return startDaemonBinary(b, e2e.Bin("gpuletd"), extra...)
+}
+
+// startDaemonBinary is startDaemon with another gpuletd binary.
+func startDaemonBinary(b *testing.B, binary string, extra ...string) *e2e.Daemon {
+	b.Helper()
 	runDir := tmpfsDir(b)
-	d := e2e.Start(b, append([]string{"--sample-interval", "1s", "--run-dir", runDir}, extra...)...)
+	d := e2e.StartBinary(b, binary, append([]string{"--sample-interval", "1s", "--run-dir", runDir}, extra...)...)
 	d.RunDir = runDir
 	return d
 }
