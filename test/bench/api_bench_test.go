@@ -146,7 +146,7 @@ func BenchmarkLeaseRelease(b *testing.B) {
 	compare(b, socks, leaseRelease)
 	// Against the contract floor: floor-proc plus the syscalls DESIGN asks of
 	// any daemon for a lease and its release (contractfloor_test.go).
-	contract := contractFloorProcess(b, nil, leaseBody)
+	contract, _ := contractFloorProcess(b, nil, leaseBody)
 	for _, clients := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d/paired-contract", clients), func(b *testing.B) {
 			alternate(b, clients, side{contract, leaseRelease}, side{d.Socket, leaseRelease}, "contract")

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"net/http"
@@ -86,7 +87,7 @@ func newContractFloor(dir string, body, leaseBody []byte) (*contractFloor, error
 	}
 	return &contractFloor{
 		plain: floorHandler(body, leaseBody), folder: folder, journal: journal,
-		leaseRecord: append(append([]byte(nil), leaseBody...), '\n'),
+		leaseRecord: append(bytes.TrimRight(bytes.Clone(leaseBody), "\n"), '\n'),
 		endRecord:   []byte(`{"op":"end","id":"l-0123456789abcdef"}` + "\n"),
 	}, nil
 }
@@ -138,8 +139,10 @@ func serveContractFloor(ln net.Listener, dir string, body, leaseBody []byte) err
 }
 
 // contractFloorProcess starts the contract floor in its own process, its
-// folder and journal on tmpfs as gpuletd's run dir is, and returns its socket.
-func contractFloorProcess(tb testing.TB, body, leaseBody []byte) string {
+// folder and journal on tmpfs as gpuletd's run dir is, and returns its socket
+// and that folder.
+func contractFloorProcess(tb testing.TB, body, leaseBody []byte) (sock, dir string) {
 	tb.Helper()
-	return startFloorProcess(tb, body, leaseBody, floorLedgerEnv+"="+filepath.Join(tmpfsDir(tb), "ledger"))
+	dir = filepath.Join(tmpfsDir(tb), "ledger")
+	return startFloorProcess(tb, body, leaseBody, floorLedgerEnv+"="+dir), dir
 }

@@ -14,6 +14,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -438,5 +439,18 @@ func TestFloorServers(t *testing.T) {
 			t.Fatalf("%s floor: lease and release: %v", name, err)
 		}
 		c.CloseIdleConnections()
+	}
+	// The contract floor makes the unit's FIFO and a journal record for the
+	// lease, and removes the FIFO and records the end for the release.
+	sock, dir := contractFloorProcess(t, body, lease)
+	c := httpClient(sock)
+	defer c.CloseIdleConnections()
+	if err := leaseRelease(c); err != nil {
+		t.Fatalf("contract floor: lease and release: %v", err)
+	}
+	names, err := os.ReadDir(dir)
+	journal, jerr := os.ReadFile(filepath.Join(dir, "journal"))
+	if err != nil || jerr != nil || len(names) != 1 || bytes.Count(journal, []byte("\n")) != 2 {
+		t.Fatalf("contract floor after a lease and its release: folder %v (%v), journal %q (%v)", names, err, journal, jerr)
 	}
 }
