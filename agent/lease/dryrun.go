@@ -20,6 +20,18 @@ func (m *Manager) Explain(peer Peer, req Request) (api.Placement, error) {
 	if m.journal.failed != nil {
 		return api.Placement{}, unrecorded("no lease is granted", m.journal.failed)
 	}
+	if req.TTL == 0 {
+		// Bound to a process: the one named, or the caller's own. The dry
+		// run opens no process, so it counts what the pid holds, whichever
+		// process it names.
+		pid := req.PID
+		if pid == 0 {
+			pid = peer.PID
+		}
+		if err := m.processCap(pid, m.heldByPIDLocked(pid), req.Units); err != nil {
+			return api.Placement{}, err
+		}
+	}
 	if err := m.checkQuotaLocked(peer, req.Units); err != nil {
 		return api.Placement{}, err
 	}
@@ -51,4 +63,15 @@ func (m *Manager) Explain(peer Peer, req Request) (api.Placement, error) {
 		}
 	}
 	return p, nil
+}
+
+// heldByPIDLocked is the units held by leases bound to pid.
+func (m *Manager) heldByPIDLocked(pid int) int {
+	n := 0
+	for k, held := range m.held {
+		if k.pid == pid {
+			n += held
+		}
+	}
+	return n
 }

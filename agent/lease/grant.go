@@ -208,8 +208,8 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		return nil, unrecorded("no lease is granted", m.journal.failed)
 	}
 	if pb, ok := bind.(*pidBinding); ok {
-		if held := m.held[pb.key()]; held+req.Units > m.cfg.Model.UnitsPerClient {
-			return nil, api.Errorf(api.ErrBadRequest, "units: process %d holds %d unit(s) already; one process may hold at most %d (--units-per-client)", pb.pid, held, m.cfg.Model.UnitsPerClient)
+		if err := m.processCap(pb.pid, m.held[pb.key()], req.Units); err != nil {
+			return nil, err
 		}
 	}
 	if err := m.checkQuotaLocked(peer, req.Units); err != nil {
@@ -244,6 +244,15 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 		}
 		return l, nil
 	}
+}
+
+// processCap refuses units more for a process that holds held already, past
+// what one process may hold (M, --units-per-client).
+func (m *Manager) processCap(pid, held, units int) error {
+	if held+units > m.cfg.Model.UnitsPerClient {
+		return api.Errorf(api.ErrBadRequest, "units: process %d holds %d unit(s) already; one process may hold at most %d (--units-per-client)", pid, held, m.cfg.Model.UnitsPerClient)
+	}
+	return nil
 }
 
 // createFIFOsLocked makes the FIFOs of units of GPU g. When one is there

@@ -369,6 +369,13 @@ func TestOneProcessHoldsAtMostMUnits(t *testing.T) {
 	if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "holds 2 unit(s) already") {
 		t.Fatalf("third unit for one process: %v, want bad_request naming what it holds", err)
 	}
+	// The dry run gives the answer the lease got.
+	if _, dryErr := m.Explain(root, bound); dryErr == nil || dryErr.Error() != err.Error() {
+		t.Fatalf("dry run of a third unit for one process: %v, want %v", dryErr, err)
+	}
+	if _, err := m.Explain(root, ttlReq(2, "1m")); err != nil {
+		t.Fatalf("dry run of a ttl lease counted the process's units: %v", err)
+	}
 	if _, err := m.Acquire(context.Background(), root, ttlReq(2, "1m")); err != nil {
 		t.Fatalf("a ttl lease counted against the process: %v", err)
 	}
