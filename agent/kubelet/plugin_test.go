@@ -22,6 +22,7 @@ import (
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/kubelettest"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -371,6 +372,30 @@ func TestSecondPluginOnTheSameFolderIsRefused(t *testing.T) {
 		Devices: n.devs, UnitsPerGPU: 16, Leases: n.leases, Changed: n.store.Changed, Logger: quiet()})
 	if err == nil || !strings.Contains(err.Error(), "another gpuletd") {
 		t.Fatalf("second plugin: %v", err)
+	}
+}
+
+// With no kubelet yet, the plugin says once that it waits for one, and
+// registers when the kubelet's socket appears.
+func TestWaitsForTheKubeletAndSaysSo(t *testing.T) {
+	n := newNode(t)
+	dir := t.TempDir()
+	var logs e2e.SyncBuffer
+	p, err := Start(Config{Dir: dir, PodResourcesSocket: n.kubelet.PodResourcesSocket, Interval: time.Second,
+		Devices: n.devs, UnitsPerGPU: 16, Leases: n.leases, Changed: n.store.Changed, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	const line = "waiting for the kubelet"
+	eventually(t, "the plugin saying it waits for the kubelet", func() bool { return strings.Contains(logs.String(), line) })
+	// Woken by its folder's changes, it does not say so again.
+	if err := os.WriteFile(filepath.Join(dir, "unrelated"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if got := strings.Count(logs.String(), line); got != 1 {
+		t.Fatalf("the wait logged %d times:\n%s", got, logs.String())
 	}
 }
 

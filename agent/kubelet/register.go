@@ -134,7 +134,9 @@ func (r *registrar) run(ctx context.Context) {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	backoff := retryFirst
-	registered := false
+	// registered: the kubelet took the plugin; waiting: the lack of a
+	// kubelet has been logged, once until one appears.
+	registered, waiting := false, false
 	for {
 		select {
 		case <-ctx.Done():
@@ -170,8 +172,13 @@ func (r *registrar) run(ctx context.Context) {
 		}
 		if _, err := os.Stat(r.kubeletSock); err != nil {
 			// No kubelet yet: its socket's creation is watched for.
+			if !waiting {
+				log.Info("waiting for the kubelet: its registration socket is not there yet; the plugin registers once it appears", "socket", r.kubeletSock)
+				waiting = true
+			}
 			continue
 		}
+		waiting = false
 		if err := r.register(ctx); err != nil {
 			if ctx.Err() != nil {
 				return
