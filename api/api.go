@@ -253,6 +253,10 @@ type SimGPUUpdate struct {
 	// (e.g. 79) fails the GPU until cleared; an application error (e.g. 13)
 	// is logged and ignored.
 	Xid *uint64 `json:"xid,omitempty"`
+	// Reset drops the GPU's earlier settings first: utilization and memory
+	// follow its units again and its state is working. A latched Xid stays
+	// (gpulet undrain --gpu clears it).
+	Reset bool `json:"reset,omitempty"`
 }
 
 // UndrainRequest is the optional body of POST /v1/node/undrain. Without a

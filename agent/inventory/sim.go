@@ -213,8 +213,8 @@ func (s *Sim) Set(index int, u api.SimGPUUpdate) error {
 	if index < 0 || index >= len(s.devices) {
 		return api.Errorf(api.ErrNotFound, "no simulated GPU with index %d (there are %d)", index, len(s.devices))
 	}
-	if u.UtilizationPct == nil && u.State == nil && u.MemoryUsedMiB == nil && u.Xid == nil {
-		return api.Errorf(api.ErrBadRequest, "nothing to set: give utilization_pct, state, memory_used_mib or xid")
+	if u.UtilizationPct == nil && u.State == nil && u.MemoryUsedMiB == nil && u.Xid == nil && !u.Reset {
+		return api.Errorf(api.ErrBadRequest, "nothing to set: give utilization_pct, state, memory_used_mib, xid or reset")
 	}
 	if u.Xid != nil && *u.Xid == 0 {
 		return api.Errorf(api.ErrBadRequest, "xid must be an Xid number, at least 1")
@@ -237,6 +237,9 @@ func (s *Sim) Set(index int, u api.SimGPUUpdate) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.overrides[index]
+	if u.Reset {
+		o = api.SimGPUUpdate{}
+	}
 	if u.UtilizationPct != nil {
 		o.UtilizationPct = u.UtilizationPct
 	}

@@ -123,6 +123,20 @@ func TestSimFollowsLoadUnlessOverridden(t *testing.T) {
 	if got := s.Sample(0, Load{}); got.Err == nil || got.UtilizationPct != 95 {
 		t.Fatalf("failed state not reported, or utilization lost: %+v", got)
 	}
+	// A reset undoes every setting: the GPU follows its units again.
+	if err := s.Set(0, api.SimGPUUpdate{Reset: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Sample(0, Load{UnitsUsed: 8, UnitsTotal: 16}); got != busy {
+		t.Fatalf("after a reset: %+v, want what the units make, %+v", got, busy)
+	}
+	// With a setting in the same update, the setting holds after the reset.
+	if err := s.Set(0, api.SimGPUUpdate{Reset: true, UtilizationPct: &u}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Sample(0, Load{}); got.UtilizationPct != 95 || got.Err != nil {
+		t.Fatalf("reset with a setting: %+v", got)
+	}
 }
 
 func TestSimSetRefusesBadInput(t *testing.T) {
