@@ -1,0 +1,287 @@
+package lease
+
+// Replay: reading a journal back at start, record by record, and checking
+// the leases it leaves against the node.
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"slices"
+	"time"
+)
+
+// replay is what a journal's records leave.
+type replay struct {
+	// entries are the leases the journal holds, in the order of their grants.
+	entries []journalEntry
+	// skipped names the records that could not be used and why, the first
+	// maxNotes of them; skippedMore counts the rest.
+	skipped     []replayNote
+	skippedMore int
+	// dropped names every lease the journal holds that is not taken back,
+	// and why.
+	dropped []replayNote
+}
+
+// replayNote is one record skipped or one lease dropped.
+type replayNote struct {
+	// Record is the line of the record, counting from 1.
+	Record int
+	// Lease is the lease's id: of a dropped lease, or what a damaged record
+	// seems to name (a hint: its bytes are not to be trusted).
+	Lease string
+	Why   string
+	// op is the operation a damaged record seems to be.
+	op string
+}
+
+// maxNotes bounds the skipped records named one by one.
+const maxNotes = 100
+
+// decodeJournal replays a journal and checks the leases it leaves against the
+// node's GPUs. Every line is a record of its own, so a damaged one (bad
+// checksum, malformed, too long, an unknown operation) is skipped and named,
+// and every other record still counts. An end wins over the grant of the same
+// lease wherever the two stand: a lease whose end is recorded never comes
+// back. Leases that do not fit the node (unknown GPU, bad units) are dropped
+// and named; of two leases on one unit, the one created later is kept, since
+// it could only be granted once the other had ended. err is set only for a
+// journal of another format, which is not replayed at all.
+func decodeJournal(b []byte, gpus []gpuShape) (replay, error) {
+	var out replay
+	skip := func(n int, line []byte, why string) {
+		if len(out.skipped) == maxNotes {
+			out.skippedMore++
+			return
+		}
+		id, op := recordHint(line)
+		out.skipped = append(out.skipped, replayNote{Record: n, Lease: id, Why: why, op: op})
+	}
+	type granted struct {
+		e    journalEntry
+		line int
+		// at is the line of the record that set e.Deadline last.
+		at int
+	}
+	grants := map[string]*granted{}
+	var order []string
+	ended := map[string]bool{}
+	type renewal struct {
+		id       string
+		line     int
+		deadline time.Time
+	}
+	var renewals []renewal
+	for n := 1; len(b) > 0; n++ {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		r, err := decodeRecord(line)
+		if err != nil {
+			skip(n, line, err.Error())
+			continue
+		}
+		switch r.Op {
+		case opSchema:
+			if r.Schema != JournalSchema {
+				return replay{}, fmt.Errorf("journal record %d: the journal is %q, not %s", n, r.Schema, JournalSchema)
+			}
+		case opLease:
+			if r.Entry == nil || !validID(r.Entry.Lease.ID) {
+				skip(n, line, "lease record without a valid lease")
+				continue
+			}
+			id := r.Entry.Lease.ID
+			if _, dup := grants[id]; dup {
+				skip(n, line, "a second grant of the same lease")
+				continue
+			}
+			grants[id] = &granted{e: *r.Entry, line: n, at: n}
+			order = append(order, id)
+		case opEnd:
+			if !validID(r.ID) {
+				skip(n, line, "end record without a valid lease id")
+				continue
+			}
+			ended[r.ID] = true
+		case opRenew:
+			if !validID(r.ID) || r.Deadline == nil {
+				skip(n, line, "renewal record without a valid lease id and deadline")
+				continue
+			}
+			renewals = append(renewals, renewal{r.ID, n, *r.Deadline})
+		default:
+			skip(n, line, fmt.Sprintf("unknown operation %q", r.Op))
+		}
+	}
+	for _, rn := range renewals {
+		g, ok := grants[rn.id]
+		switch {
+		case ended[rn.id]:
+		case !ok:
+			// Its grant was damaged: the renewal is what names the lease.
+			out.dropped = append(out.dropped, replayNote{Record: rn.line, Lease: rn.id, Why: "its grant record is damaged or missing (renewed at this line)"})
+			ended[rn.id] = true // named once
+		case rn.line > g.at:
+			// The last deadline in the file counts, as it was written.
+			d := rn.deadline
+			g.e.Deadline, g.at = &d, rn.line
+			exp := d
+			g.e.Lease.Expires = &exp
+		}
+	}
+	var live []*granted
+	for _, id := range order {
+		if !ended[id] {
+			live = append(live, grants[id])
+		}
+	}
+	// Newest first, so that a lease whose end was lost yields its units to
+	// the one granted after it; equal times go by place in the file.
+	byAge := slices.Clone(live)
+	slices.SortStableFunc(byAge, func(a, b *granted) int {
+		if c := b.e.Lease.Created.Compare(a.e.Lease.Created); c != 0 {
+			return c
+		}
+		return b.line - a.line
+	})
+	taken := map[[2]int]string{}
+	kept := map[*granted]bool{}
+	for _, g := range byAge {
+		if why := checkEntry(g.e, gpus, taken); why != "" {
+			out.dropped = append(out.dropped, replayNote{Record: g.line, Lease: g.e.Lease.ID, Why: why})
+			continue
+		}
+		for _, u := range g.e.Lease.Units {
+			taken[[2]int{g.e.Lease.GPU.Index, u}] = g.e.Lease.ID
+		}
+		kept[g] = true
+	}
+	for _, g := range live {
+		if kept[g] {
+			out.entries = append(out.entries, g.e)
+		}
+	}
+	// Name what the damage seems to have cost: a lease whose grant is
+	// damaged is lost; one whose end is damaged may be back.
+	for i, sk := range out.skipped {
+		g, granted := grants[sk.Lease]
+		switch {
+		case sk.Lease == "":
+		case sk.op == opLease && !granted && !ended[sk.Lease]:
+			out.dropped = append(out.dropped, replayNote{Record: sk.Record, Lease: sk.Lease, Why: "its grant record is damaged"})
+			ended[sk.Lease] = true // named once
+		case sk.op == opEnd && granted && kept[g]:
+			out.skipped[i].Why += "; it may have ended lease " + sk.Lease + ", which is kept"
+		}
+	}
+	slices.SortStableFunc(out.dropped, func(a, b replayNote) int { return a.Record - b.Record })
+	return out, nil
+}
+
+// recordHint returns the operation and the first lease id a damaged line seems
+// to hold, each "" when it shows none.
+func recordHint(line []byte) (id, op string) {
+	for _, o := range []string{opLease, opEnd, opRenew} {
+		if bytes.Contains(line, []byte(`{"op":"`+o+`"`)) {
+			op = o
+			break
+		}
+	}
+	const key = `"id":"`
+	i := bytes.Index(line, []byte(key))
+	if i < 0 {
+		return "", op
+	}
+	rest := line[i+len(key):]
+	if n := len(idPrefix) + idHexLen; len(rest) >= n && validID(string(rest[:n])) {
+		id = string(rest[:n])
+	}
+	return id, op
+}
+
+func decodeRecord(line []byte) (record, error) {
+	var r record
+	switch {
+	case len(line) > maxRecord:
+		return r, fmt.Errorf("line of %d bytes, longer than a record may be (%d)", len(line), maxRecord)
+	case len(line) < 10 || line[8] != ' ':
+		return r, errors.New("malformed line")
+	}
+	var sum uint32
+	if _, err := fmt.Sscanf(string(line[:8]), "%08x", &sum); err != nil {
+		return r, errors.New("malformed checksum")
+	}
+	body := line[9:]
+	if crc32.ChecksumIEEE(body) != sum {
+		return r, errors.New("checksum mismatch")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		return r, fmt.Errorf("malformed record: %w", err)
+	}
+	return r, nil
+}
+
+func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string {
+	l := e.Lease
+	if l.GPU.Index < 0 || l.GPU.Index >= len(gpus) || gpus[l.GPU.Index].UUID != l.GPU.UUID {
+		return "GPU not on this node"
+	}
+	g := gpus[l.GPU.Index]
+	most := g.UnitsPerMax
+	if Kind(l.Binding) == KindPod {
+		// A pod lease rebuilt from the kubelet records what a container
+		// holds, whatever --units-per-client says now.
+		most = g.UnitsTotal
+	}
+	if len(l.Units) == 0 || len(l.Units) > most {
+		return "bad unit count"
+	}
+	for _, u := range l.Units {
+		if u < 0 || u >= g.UnitsTotal || g.InstanceOf(u) != l.Instance {
+			return fmt.Sprintf("unit %d is not one of instance %d's", u, l.Instance)
+		}
+		if other := taken[[2]int{l.GPU.Index, u}]; other != "" {
+			return fmt.Sprintf("unit %d is also in lease %s, created later: this one had ended", u, other)
+		}
+	}
+	if Kind(l.Binding) == KindPod {
+		// Bound to neither: the kubelet plugin ends it.
+		if e.Deadline != nil || l.Owner.PID != 0 {
+			return "pod lease with a process or a deadline"
+		}
+		return ""
+	}
+	if (e.Deadline == nil) == (l.Owner.PID == 0) {
+		return "neither or both of process and deadline"
+	}
+	if e.Deadline != nil && e.TTLNanos <= 0 {
+		return "deadline without ttl"
+	}
+	if e.Deadline == nil && e.StartTime == 0 {
+		// Bound to whichever process had the pid at restart otherwise.
+		return "process-bound lease without its process's start time"
+	}
+	return ""
+}
+
+// validID accepts the ids newID makes.
+func validID(id string) bool {
+	if len(id) != len(idPrefix)+idHexLen || id[:len(idPrefix)] != idPrefix {
+		return false
+	}
+	for _, r := range id[len(idPrefix):] {
+		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
+			return false
+		}
+	}
+	return true
+}
