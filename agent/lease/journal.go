@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/jsonenc"
 )
 
 // JournalSchema names the journal's format; it is the first record of a file.
@@ -112,17 +113,17 @@ func appendRecordJSON(b []byte, r record) ([]byte, bool) {
 	}
 	switch {
 	case r.Op == opLease && r.ID == "" && r.Deadline == nil && r.Entry != nil && r.Entry.leaseJSON != nil:
-		if e := r.Entry; e.Deadline == nil || jsonTime(*e.Deadline) {
+		if e := r.Entry; e.Deadline == nil || jsonenc.TimeOK(*e.Deadline) {
 			return appendLeaseRecord(b, e), true
 		}
 	case r.Op == opEnd && r.Entry == nil && r.Deadline == nil:
 		b = append(b, `{"op":"end"`...)
-		return append(appendOptionalString(b, `,"id":`, r.ID), '}'), true
-	case r.Op == opRenew && r.Entry == nil && r.Deadline != nil && jsonTime(*r.Deadline):
+		return append(jsonenc.OptionalString(b, `,"id":`, r.ID), '}'), true
+	case r.Op == opRenew && r.Entry == nil && r.Deadline != nil && jsonenc.TimeOK(*r.Deadline):
 		b = append(b, `{"op":"renew"`...)
-		b = appendOptionalString(b, `,"id":`, r.ID)
+		b = jsonenc.OptionalString(b, `,"id":`, r.ID)
 		b = append(b, `,"deadline":`...)
-		return append(appendJSONTime(b, *r.Deadline), '}'), true
+		return append(jsonenc.Time(b, *r.Deadline), '}'), true
 	}
 	return b, false
 }
@@ -138,13 +139,13 @@ func appendLeaseRecord(b []byte, e *journalEntry) []byte {
 	}
 	if e.Deadline != nil {
 		b = append(b, `,"deadline":`...)
-		b = appendJSONTime(b, *e.Deadline)
+		b = jsonenc.Time(b, *e.Deadline)
 	}
 	if e.TTLNanos != 0 {
 		b = append(b, `,"ttl_ns":`...)
 		b = strconv.AppendInt(b, e.TTLNanos, 10)
 	}
-	b = appendOptionalString(b, `,"share":`, e.Share)
+	b = jsonenc.OptionalString(b, `,"share":`, e.Share)
 	return append(b, "}}"...)
 }
 
