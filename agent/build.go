@@ -92,7 +92,6 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 	for _, r := range view.Reservations {
 		s.Reservations = append(s.Reservations, r.ReservationStatus)
 	}
-	leases := view.Leases()
-	counts := metrics.Leases{Live: uint64(len(leases)), Granted: view.Granted, Ended: view.Ended}
-	return snapshot.New(s, leases, func(s *api.Snapshot) []byte { return metrics.Render(s, counts) })
+	counts := metrics.Leases{Live: uint64(view.LeaseCount()), Granted: view.Granted, Ended: view.Ended}
+	return snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, counts) })
 }

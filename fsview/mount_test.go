@@ -587,7 +587,7 @@ func concurrentSnapshot(tb testing.TB, seq uint64) *snapshot.Published {
 	if seq%2 == 1 {
 		leases = append(leases, testLease(fmt.Sprintf("lease-%d", seq), leaseOwner()))
 	}
-	return snapshot.New(s, leases, testMetrics)
+	return snapshot.New(s, func() []api.Lease { return leases }, testMetrics)
 }
 
 // TestMountReplacesStaleMount kills a process serving a view, which leaves a

@@ -313,9 +313,10 @@ func listLeases(p *snapshot.Published) []dirent {
 	if p == nil {
 		return []dirent{}
 	}
-	out := make([]dirent, 0, len(p.Leases))
-	seen := make(map[string]bool, len(p.Leases))
-	for _, l := range p.Leases {
+	leases := p.Leases()
+	out := make([]dirent, 0, len(leases))
+	seen := make(map[string]bool, len(leases))
+	for _, l := range leases {
 		if validName(l.ID) && !seen[l.ID] {
 			seen[l.ID] = true
 			out = append(out, dirent{l.ID, kindFile})

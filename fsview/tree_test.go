@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -64,9 +65,12 @@ func testLease(id string, uid uint32) api.Lease {
 	}
 }
 
+// publish makes a Published of s and leases, sorted by ID as the agent's are
+// (stably, so that of two leases with one ID the first given stays first).
 func publish(tb testing.TB, s *api.Snapshot, leases ...api.Lease) *snapshot.Published {
 	tb.Helper()
-	return snapshot.New(s, leases, testMetrics)
+	slices.SortStableFunc(leases, func(a, b api.Lease) int { return strings.Compare(a.ID, b.ID) })
+	return snapshot.New(s, func() []api.Lease { return leases }, testMetrics)
 }
 
 // layoutCase is one file of the layout and the bytes it must hold.
@@ -230,7 +234,7 @@ func TestList(t *testing.T) {
 		{"gpus", "gpus", []string{"0", "1", "GPU-aaaa", "GPU-bbbb"}},
 		{"gpu 0", "gpus/0", gpuFiles},
 		{"gpu 1", "gpus/1", gpuFiles},
-		{"leases in snapshot order", "leases", []string{"lease-2", "lease-1"}},
+		{"leases by id", "leases", []string{"lease-1", "lease-2"}},
 		{"file", "free_units", nil},
 		{"link", "gpus/GPU-aaaa", nil},
 		{"missing", "gpus/7", nil},

@@ -6,7 +6,8 @@
 package snapshot
 
 import (
-	"encoding/json"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -17,11 +18,14 @@ import (
 // it may be modified once it is stored.
 type Published struct {
 	Snapshot *api.Snapshot
-	// Leases are all live leases at the moment of the snapshot, sorted by ID.
-	Leases []api.Lease
 
-	// The encodings are made on first use, once: under lease churn most
-	// snapshots are replaced before anyone reads them.
+	// The lease list, like the encodings, is made on first use, once: under
+	// lease churn most snapshots are replaced before anyone reads them, and
+	// most reads (the API's snapshot, the FUSE view's status files) need
+	// neither.
+	leasesOnce  sync.Once
+	leases      []api.Lease
+	listLeases  func() []api.Lease
 	jsonOnce    sync.Once
 	json        []byte
 	metricsOnce sync.Once
@@ -29,25 +33,44 @@ type Published struct {
 	render      func(*api.Snapshot) []byte
 }
 
-// New builds a Published from a snapshot and the live leases. render produces
-// the Prometheus text for Metrics; it runs at most once, on first use.
-func New(s *api.Snapshot, leases []api.Lease, render func(*api.Snapshot) []byte) *Published {
-	if leases == nil {
-		leases = []api.Lease{}
-	}
-	return &Published{Snapshot: s, Leases: leases, render: render}
+// New builds a Published from a snapshot. leases lists the live leases at the
+// moment of the snapshot, sorted by ID, and render produces the Prometheus
+// text for Metrics; each runs at most once, on first use, and may be nil
+// (no leases, no metrics).
+func New(s *api.Snapshot, leases func() []api.Lease, render func(*api.Snapshot) []byte) *Published {
+	return &Published{Snapshot: s, listLeases: leases, render: render}
 }
+
+// Leases are all live leases at the moment of the snapshot, sorted by ID.
+func (p *Published) Leases() []api.Lease {
+	p.leasesOnce.Do(func() {
+		if p.listLeases != nil {
+			p.leases = p.listLeases()
+		}
+		if p.leases == nil {
+			p.leases = []api.Lease{}
+		}
+	})
+	return p.leases
+}
+
+// lastJSONSize is the length of the last snapshot encoded.
+var lastJSONSize atomic.Int64
 
 // JSON is the snapshot encoded once, so that every reader of this snapshot
 // serves the same bytes.
 func (p *Published) JSON() []byte {
 	p.jsonOnce.Do(func() {
-		b, err := json.Marshal(p.Snapshot)
+		// Sized by the last snapshot's encoding, which the next is nearly
+		// always as long as: one allocation, no copies as it grows.
+		last := int(lastJSONSize.Load())
+		b, err := appendSnapshotJSON(make([]byte, 0, max(last+last/8, 4096)), p.Snapshot)
 		if err != nil {
 			// A snapshot holds only strings, numbers and slices of them.
 			panic("gpulet: cannot encode snapshot: " + err.Error())
 		}
 		p.json = append(b, '\n')
+		lastJSONSize.Store(int64(len(p.json)))
 	})
 	return p.json
 }
@@ -64,12 +87,12 @@ func (p *Published) Metrics() []byte {
 
 // Lease returns the live lease with the given id.
 func (p *Published) Lease(id string) (api.Lease, bool) {
-	for _, l := range p.Leases {
-		if l.ID == id {
-			return l, true
-		}
+	leases := p.Leases()
+	i, found := slices.BinarySearchFunc(leases, id, func(l api.Lease, id string) int { return strings.Compare(l.ID, id) })
+	if !found {
+		return api.Lease{}, false
 	}
-	return api.Lease{}, false
+	return leases[i], true
 }
 
 // Store holds the current Published value. A Store with a builder is lazy:

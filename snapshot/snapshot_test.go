@@ -92,3 +92,36 @@ func TestChangedWakesWaitersOnce(t *testing.T) {
 	s.Invalidate()
 	<-done
 }
+
+// The lease list is made only when a reader asks for it, once however many
+// ask, and Lease finds each lease of it by id.
+func TestLeasesAreListedOnFirstUseOnly(t *testing.T) {
+	var lists atomic.Int64
+	p := New(&api.Snapshot{}, func() []api.Lease {
+		lists.Add(1)
+		return []api.Lease{{ID: "l-1"}, {ID: "l-2", Task: "b"}, {ID: "l-3"}}
+	}, nil)
+	if p.JSON(); lists.Load() != 0 {
+		t.Fatal("encoding the snapshot listed its leases")
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if l, ok := p.Lease("l-2"); !ok || l.Task != "b" {
+				t.Errorf("Lease(l-2) = %+v, %v", l, ok)
+			}
+		}()
+	}
+	wg.Wait()
+	if _, ok := p.Lease("l-0"); ok {
+		t.Error("Lease found an id the list does not hold")
+	}
+	if n := lists.Load(); n != 1 || len(p.Leases()) != 3 {
+		t.Errorf("listed %d times, %d leases; want once, 3", n, len(p.Leases()))
+	}
+	if empty := New(&api.Snapshot{}, nil, nil).Leases(); empty == nil || len(empty) != 0 {
+		t.Errorf("no lister: Leases() = %#v, want an empty list", empty)
+	}
+}

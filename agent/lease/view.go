@@ -103,13 +103,18 @@ type InstanceView struct {
 	Reservers []uint32
 }
 
-// Leases lists every live lease of the view, by id.
-func (v *View) Leases() []api.Lease {
+// LeaseCount is how many leases are live in the view.
+func (v *View) LeaseCount() int {
 	n := 0
 	for _, g := range v.GPUs {
 		n += len(g.Leases)
 	}
-	out := make([]api.Lease, 0, n)
+	return n
+}
+
+// Leases lists every live lease of the view, by id.
+func (v *View) Leases() []api.Lease {
+	out := make([]api.Lease, 0, v.LeaseCount())
 	for _, g := range v.GPUs {
 		for _, l := range g.Leases {
 			out = append(out, *l)
