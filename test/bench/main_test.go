@@ -143,6 +143,12 @@ func serveFloorProcess(sock string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	if dir := os.Getenv(floorMountEnv); dir != "" {
+		if err := mountFloorView(dir, body); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
 	// The parent kills this process; serving until then is the whole job.
 	if dir := os.Getenv(floorLedgerEnv); dir != "" {
 		err = serveContractFloor(ln, dir, body, lease)

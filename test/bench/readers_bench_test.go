@@ -1,49 +1,107 @@
 package bench
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 // BenchmarkLeaseUnderReaders is lease+release at 8 clients on gpuletd while 8
-// readers hammer GET /v1/snapshot, in alternating turns: in one turn the
-// readers read gpuletd's snapshot, in the other the very same bytes from
-// floor-proc, a process of its own. The readers cost the machine the same
-// CPU either way, so what the ratio shows is what reading gpuletd's snapshot
-// does to its leasing beyond that: with readers that never take the lease
-// table's lock it stays near 1. Reported: x-readers-p99 and x-readers-ops,
-// the turns with readers on gpuletd against those with readers on the floor.
+// readers read the node's state as fast as they can, in alternating turns: in
+// one turn the readers read gpuletd, in the other the very same bytes from a
+// floor, a process of its own. The readers cost the machine about the same
+// CPU either way, so what the ratio shows is what reading gpuletd does to its
+// leasing beyond that: with readers that never take the lease table's lock it
+// stays near 1. Reported: x-readers-p99 and x-readers-ops, the turns with
+// readers on gpuletd against those with readers on the floor.
+//
+//   - api: the readers GET /v1/snapshot; the floor is floor-proc.
+//   - api-held=10000: the same on a 16-GPU node with 10,000 leases held all
+//     along, so that a snapshot made for a reader after each change has a
+//     large table behind it.
+//   - view: the readers open, read and close free_units and snapshot.json on
+//     gpuletd's FUSE view, as scripts do; the floor is a go-fuse file system
+//     of those two files in floor-proc's process. It needs a real mount (root,
+//     or fusermount3) and skips itself, saying why, without one.
 func BenchmarkLeaseUnderReaders(b *testing.B) {
-	d := startDaemon(b, "--clients-per-instance", "64", "--units-per-gpu", "64")
+	b.Run("api", func(b *testing.B) { leaseUnderReaders(b, 0, false) })
+	b.Run("api-held=10000", func(b *testing.B) { leaseUnderReaders(b, 10000, false) })
+	b.Run("view", func(b *testing.B) { leaseUnderReaders(b, 0, true) })
+}
+
+func leaseUnderReaders(b *testing.B, held int, view bool) {
+	// Enough units for the leases held and the 8 clients' churn, in one MPS
+	// instance per GPU: two GPUs with nothing held; with leases held, a
+	// 16-GPU node, as in the placement benchmark (BenchmarkPlace).
+	gpus := 2
+	if held > 0 {
+		gpus = 16
+	}
+	units := strconv.Itoa(64 + held/gpus)
+	flags := []string{"--sim-gpus", fmt.Sprintf("%dxA100-80GB", gpus), "--clients-per-instance", units, "--units-per-gpu", units}
+	var viewDir, floorDir string
+	if view {
+		requireFUSE(b)
+		viewDir, floorDir = b.TempDir(), b.TempDir()
+		flags = append(flags, "--mount", viewDir)
+	}
+	d := startDaemon(b, flags...)
+	holdLeases(b, d.Socket, held)
 	body, err := d.Client.SnapshotJSON(e2e.Ctx(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	floorSock := floorProcess(b, body, nil)
+	var daemonReader, floorReader func() reader
+	if view {
+		// Registered first, so that it runs after the floor process is
+		// killed: a mount whose server is gone stays until unmounted.
+		b.Cleanup(func() { syscall.Unmount(floorDir, syscall.MNT_DETACH) })
+		startFloorProcess(b, body, nil, floorMountEnv+"="+floorDir)
+		waitForFile(b, filepath.Join(viewDir, "free_units"))
+		waitForFile(b, filepath.Join(floorDir, "free_units"))
+		daemonReader, floorReader = fileReader(viewDir), fileReader(floorDir)
+	} else {
+		floorSock := floorProcess(b, body, nil)
+		daemonReader, floorReader = snapshotReader(d.Socket), snapshotReader(floorSock)
+	}
 	const clients, readers = 8, 8
 	per := max(b.N/clients, 1)
 	onDaemon, onFloor := newTeam(d.Socket, clients, per), newTeam(d.Socket, clients, per)
 	defer onDaemon.close()
 	defer onFloor.close()
 	var daemonTime, floorTime time.Duration
-	var reads atomic.Int64
+	var daemonReads, floorReads atomic.Int64
 	b.ResetTimer()
 	for done, round := 0, 0; done < per; done, round = done+pairedTurn, round+1 {
 		n := min(pairedTurn, per-done)
 		sides := []struct {
 			t       *team
-			sock    string
+			readers func() reader
 			elapsed *time.Duration
-		}{{onFloor, floorSock, &floorTime}, {onDaemon, d.Socket, &daemonTime}}
+			reads   *atomic.Int64
+		}{{onFloor, floorReader, &floorTime, &floorReads}, {onDaemon, daemonReader, &daemonTime, &daemonReads}}
 		if round%2 == 1 {
 			sides[0], sides[1] = sides[1], sides[0]
 		}
 		for _, side := range sides {
-			stop := hammer(b, side.sock, readers, &reads)
+			stop := hammer(b, side.readers, readers, side.reads)
 			elapsed, err := side.t.turn(n, leaseRelease)
 			stop()
 			if err != nil {
@@ -55,22 +113,80 @@ func BenchmarkLeaseUnderReaders(b *testing.B) {
 	b.StopTimer()
 	f := onFloor.report(b, "floor-", floorTime)
 	reportRatio(b, onDaemon.report(b, "", daemonTime), f, "readers")
-	b.ReportMetric(float64(reads.Load())/(daemonTime+floorTime).Seconds(), "reads/s")
+	b.ReportMetric(float64(daemonReads.Load())/daemonTime.Seconds(), "reads/s")
+	b.ReportMetric(float64(floorReads.Load())/floorTime.Seconds(), "floor-reads/s")
 }
 
-// hammer starts readers goroutines reading GET /v1/snapshot from sock as fast
-// as they can, counting reads, until the returned stop is called.
-func hammer(b *testing.B, sock string, readers int, reads *atomic.Int64) (stop func()) {
+// reader reads the node's state once per call of read; close lets go of what
+// it holds.
+type reader struct {
+	read  func() error
+	close func()
+}
+
+// snapshotReader makes readers of GET /v1/snapshot on sock, each with its own
+// keep-alive client.
+func snapshotReader(sock string) func() reader {
+	return func() reader {
+		c := httpClient(sock)
+		return reader{read: func() error { return getSnapshot(c) }, close: c.CloseIdleConnections}
+	}
+}
+
+// viewFiles are what fileReader reads, in turn: the one-number file scripts
+// read most, and the whole snapshot.
+var viewFiles = []string{"free_units", "snapshot.json"}
+
+// fileReader makes readers that open, read to the end and close each of
+// viewFiles under dir in turn, as `cat` does.
+func fileReader(dir string) func() reader {
+	return func() reader {
+		buf := make([]byte, 64<<10)
+		i := 0
+		return reader{read: func() error {
+			i = (i + 1) % len(viewFiles)
+			_, err := readFile(filepath.Join(dir, viewFiles[i]), buf)
+			return err
+		}, close: func() {}}
+	}
+}
+
+// readFile reads path with open, read and close alone, into buf.
+func readFile(path string, buf []byte) (int, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open %s: %w", path, err)
+	}
+	defer syscall.Close(fd)
+	total := 0
+	for {
+		n, err := syscall.Read(fd, buf[total:])
+		if err != nil {
+			return total, fmt.Errorf("read %s: %w", path, err)
+		}
+		if n == 0 {
+			return total, nil
+		}
+		if total += n; total == len(buf) {
+			return total, fmt.Errorf("read %s: larger than %d bytes", path, len(buf))
+		}
+	}
+}
+
+// hammer starts readers goroutines, each reading as fast as it can through a
+// reader of its own from newReader, counting reads, until the returned stop
+// is called.
+func hammer(b *testing.B, newReader func() reader, readers int, reads *atomic.Int64) (stop func()) {
 	var wg sync.WaitGroup
 	var halt atomic.Bool
 	for range readers {
-		c := httpClient(sock)
+		r := newReader()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer c.CloseIdleConnections()
+			defer r.close()
 			for !halt.Load() {
-				if err := getSnapshot(c); err != nil {
+				if err := r.read(); err != nil {
 					b.Error(err)
 					return
 				}
@@ -82,4 +198,130 @@ func hammer(b *testing.B, sock string, readers int, reads *atomic.Int64) (stop f
 		halt.Store(true)
 		wg.Wait()
 	}
+}
+
+// holdLeases takes n one-unit leases with an hour's ttl on the gpuletd at
+// sock, 8 at a time, and keeps them for the rest of the benchmark.
+func holdLeases(b *testing.B, sock string, n int) {
+	b.Helper()
+	if n == 0 {
+		return
+	}
+	const parallel = 8
+	errs := make(chan error, parallel)
+	for w := range parallel {
+		go func() {
+			c := httpClient(sock)
+			defer c.CloseIdleConnections()
+			for i := w; i < n; i += parallel {
+				resp, err := c.Post("http://gpulet/v1/leases", "application/json", strings.NewReader(`{"units":1,"ttl":"1h"}`))
+				if err != nil {
+					errs <- err
+					return
+				}
+				drain(resp)
+				if resp.StatusCode != http.StatusCreated {
+					errs <- fmt.Errorf("holding lease %d: HTTP %d", i, resp.StatusCode)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	var all []error
+	for range parallel {
+		all = append(all, <-errs)
+	}
+	if err := errors.Join(all...); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// waitForFile waits until path can be read (a view answers once mounted and
+// given its first snapshot).
+func waitForFile(b *testing.B, path string) {
+	b.Helper()
+	buf := make([]byte, 64<<10)
+	e2e.Eventually(b, path+" to be readable", func() bool {
+		_, err := readFile(path, buf)
+		return err == nil
+	})
+}
+
+// requireFUSE skips b, saying why, where no real FUSE mount can be made.
+func requireFUSE(b *testing.B) {
+	b.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		b.Skipf("no real mount: /dev/fuse: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		b.Skip("no real mount: the view floor mounts directly, which needs root")
+	}
+}
+
+// floorMountEnv names the folder where the floor process also mounts the FUSE
+// floor: a go-fuse file system of the view's free_units and snapshot.json,
+// with the bytes gpuletd served. It caches what the view caches (the names,
+// whose entries the kernel keeps an hour) and nothing else: attributes are
+// asked for again and the bytes are rendered at open with direct I/O, as the
+// view serves files that change.
+const floorMountEnv = "GPULET_BENCH_FLOOR_MOUNT"
+
+// mountFloorView mounts the FUSE floor at dir with snapshot (a snapshot's
+// JSON) as snapshot.json and its units_free as free_units; the process
+// serves it until it is killed.
+func mountFloorView(dir string, snapshot []byte) error {
+	var s api.Snapshot
+	if err := json.Unmarshal(snapshot, &s); err != nil {
+		return fmt.Errorf("floor view: %w", err)
+	}
+	files := map[string][]byte{
+		"free_units":    []byte(strconv.Itoa(s.UnitsFree) + "\n"),
+		"snapshot.json": snapshot,
+	}
+	root := &fs.Inode{}
+	names, attrs := time.Hour, time.Duration(0)
+	_, err := fs.Mount(dir, root, &fs.Options{
+		EntryTimeout: &names, AttrTimeout: &attrs,
+		MountOptions: fuse.MountOptions{
+			DirectMount: true, AllowOther: true, DisableXAttrs: true,
+			Options: []string{"ro", "default_permissions"},
+		},
+		OnAdd: func(ctx context.Context) {
+			for name, data := range files {
+				f := root.NewPersistentInode(ctx, &floorFile{data: data}, fs.StableAttr{Mode: syscall.S_IFREG})
+				root.AddChild(name, f, true)
+			}
+		},
+	})
+	return err
+}
+
+// floorFile is the smallest go-fuse file rendered at open: fixed bytes, read
+// only, direct I/O, nothing else.
+type floorFile struct {
+	fs.Inode
+	data []byte
+}
+
+var (
+	_ fs.NodeOpener    = (*floorFile)(nil)
+	_ fs.NodeGetattrer = (*floorFile)(nil)
+)
+
+func (f *floorFile) Open(context.Context, uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return floorHandle(f.data), fuse.FOPEN_DIRECT_IO, 0
+}
+
+func (f *floorFile) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o444
+	out.Size = uint64(len(f.data))
+	return 0
+}
+
+type floorHandle []byte
+
+func (h floorHandle) Read(_ context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	end := min(off+int64(len(dest)), int64(len(h)))
+	return fuse.ReadResultData(h[min(off, end):end]), 0
 }
