@@ -239,7 +239,7 @@ func holdLeases(b *testing.B, sock string, n int) {
 
 // waitForFile waits until path can be read (a view answers once mounted and
 // given its first snapshot).
-func waitForFile(b *testing.B, path string) {
+func waitForFile(b testing.TB, path string) {
 	b.Helper()
 	buf := make([]byte, 64<<10)
 	e2e.Eventually(b, path+" to be readable", func() bool {
@@ -249,7 +249,7 @@ func waitForFile(b *testing.B, path string) {
 }
 
 // requireFUSE skips b, saying why, where no real FUSE mount can be made.
-func requireFUSE(b *testing.B) {
+func requireFUSE(b testing.TB) {
 	b.Helper()
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		b.Skipf("no real mount: /dev/fuse: %v", err)
@@ -324,4 +324,22 @@ type floorHandle []byte
 func (h floorHandle) Read(_ context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	end := min(off+int64(len(dest)), int64(len(h)))
 	return fuse.ReadResultData(h[min(off, end):end]), 0
+}
+
+// The FUSE floor serves snapshot.json and free_units with the bytes it was
+// given.
+func TestFUSEFloor(t *testing.T) {
+	requireFUSE(t)
+	body := []byte(`{"schema":"gpulet.snapshot/v1","units_total":32,"units_free":29,"gpus":[]}` + "\n")
+	dir := t.TempDir()
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
+	startFloorProcess(t, body, nil, floorMountEnv+"="+dir)
+	waitForFile(t, filepath.Join(dir, "free_units"))
+	buf := make([]byte, 4096)
+	for name, want := range map[string]string{"free_units": "29\n", "snapshot.json": string(body)} {
+		n, err := readFile(filepath.Join(dir, name), buf)
+		if err != nil || string(buf[:n]) != want {
+			t.Errorf("%s = %q, %v; want %q", name, buf[:n], err, want)
+		}
+	}
 }
