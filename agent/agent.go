@@ -38,7 +38,6 @@ import (
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
-	"github.com/gpulet/gpulet/fsview"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/snapshot"
 	"github.com/gpulet/gpulet/systemd"
@@ -233,7 +232,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := a.startReporters(bg, &closers); err != nil {
 		return err
 	}
-	a.mountView(&closers)
+	a.mountView(ln.Addr().String(), &closers)
 	a.changed()
 	if err := a.startKubelet(&closers); err != nil {
 		return err
@@ -302,23 +301,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 }
 
-// mountView mounts the FUSE view. A view that cannot be mounted is degraded,
-// not fatal: the API serves on, and the log and the snapshot say why.
-func (a *Agent) mountView(closers *[]func() error) {
+// mountView has the view process (viewproc.go) mount the FUSE view and serve
+// it from the API at socket. A view that cannot be mounted is degraded, not
+// fatal: the API serves on, and the log and the snapshot say why.
+func (a *Agent) mountView(socket string, closers *[]func() error) {
 	if a.cfg.Mount == "" {
 		return
 	}
-	st := &api.ViewStatus{Mount: a.cfg.Mount}
-	v, err := fsview.Mount(a.cfg.Mount, &a.store, fsview.Options{Logger: a.log})
-	if err != nil {
-		st.Error = err.Error()
-		a.log.Warn("the FUSE view is not available; the API serves on without it", "err", err)
-	} else {
-		st.Mounted = true
-		*closers = append(*closers, v.Close)
-	}
-	a.view.Store(st)
-	a.changed()
+	v := startView(a.cfg.Mount, socket, a.log, func(st *api.ViewStatus) {
+		a.view.Store(st)
+		a.changed()
+	})
+	*closers = append(*closers, v.Close)
 }
 
 func newBootID() string {

@@ -37,6 +37,15 @@ type Source interface {
 	Load() *snapshot.Published
 }
 
+// latestSource is a Source for which Load costs a request (Remote): Latest
+// returns the snapshot last loaded without asking again. Attributes come from
+// it, since no read depends on them (files are read with direct I/O, their
+// bytes rendered at open), so that a `cat` asks once, at open.
+type latestSource interface {
+	Source
+	Latest() *snapshot.Published
+}
+
 // Options tune Mount. The zero value is ready to use.
 type Options struct {
 	// Logger receives the view's messages; nil means slog.Default().

@@ -81,7 +81,12 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	p := n.t.src.Load()
+	var p *snapshot.Published
+	if l, ok := n.t.src.(latestSource); ok {
+		p = l.Latest()
+	} else {
+		p = n.t.src.Load()
+	}
 	e, ok := lookup(p, n.path)
 	if !ok || e.kind != n.kind {
 		return syscall.ENOENT

@@ -41,6 +41,14 @@ func New(s *api.Snapshot, leases func() []api.Lease, render func(*api.Snapshot) 
 	return &Published{Snapshot: s, listLeases: leases, render: render}
 }
 
+// NewEncoded is New for a snapshot whose JSON encoding is already at hand:
+// raw, which JSON then serves as it is (ending in a newline, as JSON's do).
+func NewEncoded(s *api.Snapshot, raw []byte, leases func() []api.Lease, render func(*api.Snapshot) []byte) *Published {
+	p := New(s, leases, render)
+	p.jsonOnce.Do(func() { p.json = raw })
+	return p
+}
+
 // Leases are all live leases at the moment of the snapshot, sorted by ID.
 func (p *Published) Leases() []api.Lease {
 	p.leasesOnce.Do(func() {

@@ -3,6 +3,7 @@ package test
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -119,8 +120,10 @@ func TestViewEndToEnd(t *testing.T) {
 		t.Fatal("created a file in the view")
 	}
 
-	// kill -9 leaves a dead mount; the next start replaces it.
+	// After kill -9 of gpuletd its view process unmounts (its standard input
+	// ends), and the next start mounts again.
 	d.Kill9()
+	e2e.Eventually(t, "the view process to unmount after gpuletd died", func() bool { return !isMounted(t, view) })
 	d.Restart()
 	if got := readView(t, view, "total_units"); got != "32\n" {
 		t.Fatalf("after restart total_units %q", got)
@@ -142,5 +145,69 @@ func TestUnusableMountPointIsNotFatal(t *testing.T) {
 	s, err := d.Client.Snapshot(e2e.Ctx(t))
 	if err != nil || s.View == nil || s.View.Mounted || s.View.Error == "" {
 		t.Fatalf("view status %+v %v", s.View, err)
+	}
+	// Tried again now and then: once the mount point is put right, the view
+	// comes up, and the failure was logged once.
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(file, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e2e.Eventually(t, "the view to come up", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.View != nil && s.View.Mounted && isMounted(t, file)
+	})
+	if got := readView(t, file, "total_units"); got != "32\n" {
+		t.Fatalf("total_units %q", got)
+	}
+	if n := strings.Count(d.Log.String(), "the FUSE view is not available"); n != 1 {
+		t.Fatalf("the failure was logged %d times:\n%s", n, d.Log.String())
+	}
+}
+
+// viewProcess finds gpuletd's view process: its child started with
+// "view-process".
+func viewProcess(t *testing.T, d *e2e.Daemon) int {
+	t.Helper()
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", d.Pid()))
+	for _, f := range tasks {
+		b, _ := os.ReadFile(f)
+		for _, field := range strings.Fields(string(b)) {
+			cmdline, _ := os.ReadFile("/proc/" + field + "/cmdline")
+			if args := strings.Split(string(cmdline), "\x00"); len(args) > 1 && args[1] == "view-process" {
+				pid, _ := strconv.Atoi(field)
+				return pid
+			}
+		}
+	}
+	t.Fatal("gpuletd has no view process")
+	return 0
+}
+
+// A view process that dies is started again: the view comes back, and the
+// snapshot says what happened meanwhile.
+func TestViewProcessIsStartedAgain(t *testing.T) {
+	requireFUSE(t)
+	view := filepath.Join(t.TempDir(), "view")
+	d := e2e.Start(t, "--mount", view)
+	old := viewProcess(t, d)
+	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	e2e.Eventually(t, "the snapshot to say the view process ended", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.View != nil && !s.View.Mounted && strings.Contains(s.View.Error, "view process ended")
+	})
+	e2e.Eventually(t, "the view to come back", func() bool {
+		b, err := os.ReadFile(filepath.Join(view, "total_units"))
+		return err == nil && string(b) == "32\n"
+	})
+	s, err := d.Client.Snapshot(e2e.Ctx(t))
+	if err != nil || s.View == nil || !s.View.Mounted {
+		t.Fatalf("view status after the restart %+v %v", s.View, err)
+	}
+	if now := viewProcess(t, d); now == old {
+		t.Fatalf("the view process is still %d", now)
 	}
 }

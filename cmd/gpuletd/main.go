@@ -30,6 +30,9 @@ func main() {
 	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(gcPercent)
 	}
+	if len(os.Args) > 1 && os.Args[1] == agent.ViewProcessArg {
+		os.Exit(agent.RunViewProcess(os.Args[2:], slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	}
 	// Signals are caught before the slow start-up, so that a SIGTERM during it
 	// still stops cleanly.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
