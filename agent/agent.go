@@ -232,9 +232,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := a.startReporters(bg, &closers); err != nil {
 		return err
 	}
-	a.mountView(ln.Addr().String(), &closers)
+	closeView := a.mountView(ln.Addr().String())
 	a.changed()
 	if err := a.startKubelet(&closers); err != nil {
+		if closeView != nil {
+			closeView()
+		}
 		return err
 	}
 
@@ -255,6 +258,11 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer cancel()
 		return srv.Shutdown(sctx)
 	})
+	if closeView != nil {
+		// Closed before the API server: the view process reads through it
+		// until it has unmounted.
+		closers = append(closers, closeView)
+	}
 
 	if n, ok := inv.(*inventory.NVML); ok {
 		// A critical Xid takes its GPU out of placement at once.
@@ -302,17 +310,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 }
 
 // mountView has the view process (viewproc.go) mount the FUSE view and serve
-// it from the API at socket. A view that cannot be mounted is degraded, not
-// fatal: the API serves on, and the log and the snapshot say why.
-func (a *Agent) mountView(socket string, closers *[]func() error) {
+// it from the API at socket, and returns what stops it (nil: no view asked
+// for). A view that cannot be mounted is degraded, not fatal: the API serves
+// on, and the log and the snapshot say why.
+func (a *Agent) mountView(socket string) func() error {
 	if a.cfg.Mount == "" {
-		return
+		return nil
 	}
 	v := startView(a.cfg.Mount, socket, a.log, func(st *api.ViewStatus) {
 		a.view.Store(st)
 		a.changed()
 	})
-	*closers = append(*closers, v.Close)
+	return v.Close
 }
 
 func newBootID() string {

@@ -28,6 +28,8 @@ import (
 // The view process reports on its standard output, in one line, whether it
 // mounted ("mounted", or "error: " and why), then serves until its standard
 // input ends (gpuletd closed it, or died) or it gets SIGTERM, and unmounts.
+// It runs in a process group of its own, so that a Ctrl-C meant for gpuletd
+// reaches gpuletd alone, which then stops it.
 
 // ViewProcessArg, as gpuletd's first argument, makes it the view process:
 // gpuletd view-process MOUNT SOCKET.
@@ -53,7 +55,7 @@ func RunViewProcess(args []string, log *slog.Logger) int {
 		close(done)
 	}()
 	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(sig, syscall.SIGTERM)
 	select {
 	case <-done:
 	case <-sig:
@@ -74,6 +76,8 @@ const (
 	viewStopTimeout  = 10 * time.Second
 )
 
+var errViewStopping = errors.New("gpuletd is stopping")
+
 // viewProcess runs the view process, and starts it again, after a backoff,
 // when it dies or could not mount (a mount point that cannot be used now may
 // be put right; a view process of a gpuletd that died may still be leaving).
@@ -85,15 +89,16 @@ type viewProcess struct {
 	stop   chan struct{} // closed by Close
 
 	// lastErr is why the last view process did not mount, logged once
-	// however often it is tried again; supervise's own.
+	// however often it is tried again; only start uses it.
 	lastErr string
 
-	mu     sync.Mutex // guards cmd, stdin, exited and mounted
+	mu     sync.Mutex // guards cmd, stdin, exited and serving
 	cmd    *exec.Cmd
 	stdin  io.Closer
-	exited chan struct{} // closed when cmd has exited
-	// mounted says cmd said it mounted: its exit then matters to Close.
-	mounted bool
+	exited chan struct{} // closed once cmd has exited and been waited for
+	// serving says cmd mounted and has not exited: how it ends then matters
+	// to Close.
+	serving bool
 }
 
 // startView starts the view process and waits until it says whether it
@@ -107,8 +112,11 @@ func startView(mount, socket string, log *slog.Logger, status func(*api.ViewStat
 
 // start starts one view process and reports whether it mounted.
 func (vp *viewProcess) start() bool {
-	st := &api.ViewStatus{Mount: vp.mount}
 	err := vp.run()
+	if errors.Is(err, errViewStopping) {
+		return false
+	}
+	st := &api.ViewStatus{Mount: vp.mount}
 	switch {
 	case err == nil:
 		st.Mounted = true
@@ -122,54 +130,38 @@ func (vp *viewProcess) start() bool {
 	default:
 		st.Error, vp.lastErr = err.Error(), err.Error()
 	}
-	vp.mu.Lock()
-	vp.mounted = err == nil
-	vp.mu.Unlock()
 	vp.status(st)
 	return err == nil
 }
 
 // run starts a view process and waits for its first line.
 func (vp *viewProcess) run() error {
-	exe, err := os.Executable()
+	cmd, stdout, exited, err := vp.launch()
 	if err != nil {
-		return fmt.Errorf("cannot start the view process: %w", err)
+		return err
 	}
-	cmd := exec.Command(exe, ViewProcessArg, vp.mount, vp.socket)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return fmt.Errorf("cannot start the view process: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return fmt.Errorf("cannot start the view process: %w", err)
-	}
-	vp.mu.Lock()
-	select {
-	case <-vp.stop:
-		vp.mu.Unlock()
-		return errors.New("gpuletd is stopping")
-	default:
-	}
-	if err := cmd.Start(); err != nil {
-		vp.mu.Unlock()
-		return fmt.Errorf("cannot start the view process: %w", err)
-	}
-	exited := make(chan struct{})
-	vp.cmd, vp.stdin, vp.exited = cmd, stdin, exited
-	vp.mu.Unlock()
-	go func() { cmd.Wait(); close(exited) }()
 	line := make(chan string, 1)
+	// Waited for only once its output has been read to the end, as os/exec
+	// asks: a line written just before the process ends is not lost.
 	go func() {
 		s, _ := bufio.NewReader(stdout).ReadString('\n')
 		line <- strings.TrimSpace(s)
 		io.Copy(io.Discard, stdout)
+		cmd.Wait()
+		vp.mu.Lock()
+		if vp.cmd == cmd {
+			vp.serving = false
+		}
+		vp.mu.Unlock()
+		close(exited)
 	}()
 	select {
 	case s := <-line:
 		switch {
 		case s == "mounted":
+			vp.mu.Lock()
+			vp.serving = vp.cmd == cmd
+			vp.mu.Unlock()
 			return nil
 		case strings.HasPrefix(s, "error: "):
 			return errors.New(strings.TrimPrefix(s, "error: "))
@@ -179,6 +171,40 @@ func (vp *viewProcess) run() error {
 		cmd.Process.Kill()
 		return fmt.Errorf("the view process did not mount within %s", viewStartTimeout)
 	}
+}
+
+// launch starts a view process, unless Close has begun: under the lock, so
+// that Close never misses one.
+func (vp *viewProcess) launch() (*exec.Cmd, io.Reader, chan struct{}, error) {
+	vp.mu.Lock()
+	defer vp.mu.Unlock()
+	select {
+	case <-vp.stop:
+		return nil, nil, nil, errViewStopping
+	default:
+	}
+	// /proc/self/exe is this very binary, even once a package upgrade has
+	// replaced the file gpuletd was started from.
+	cmd := exec.Command("/proc/self/exe", ViewProcessArg, vp.mount, vp.socket)
+	cmd.Args[0] = os.Args[0]
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("cannot start the view process: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		stdin.Close()
+		return nil, nil, nil, fmt.Errorf("cannot start the view process: %w", err)
+	}
+	// Start closes both pipes when it fails.
+	if err := cmd.Start(); err != nil {
+		return nil, nil, nil, fmt.Errorf("cannot start the view process: %w", err)
+	}
+	exited := make(chan struct{})
+	vp.cmd, vp.stdin, vp.exited, vp.serving = cmd, stdin, exited, false
+	return cmd, stdout, exited, nil
 }
 
 // supervise starts the view process again whenever it ends or did not
@@ -201,6 +227,11 @@ func (vp *viewProcess) supervise(mounted bool) {
 			if time.Since(started) >= viewRestartMax {
 				backoff = viewRestartFirst
 			}
+			select {
+			case <-vp.stop:
+				return
+			default:
+			}
 			vp.log.Warn("the view process ended; starting it again", "in", backoff)
 			vp.status(&api.ViewStatus{Mount: vp.mount, Error: "the view process ended; it is started again"})
 		}
@@ -215,11 +246,12 @@ func (vp *viewProcess) supervise(mounted bool) {
 }
 
 // Close has the view process unmount and end: its standard input is closed,
-// and it is killed if it has not ended within viewStopTimeout.
+// and it is killed if it has not ended within viewStopTimeout. One stuck
+// beyond a kill (in the kernel) is left after another viewStopTimeout.
 func (vp *viewProcess) Close() error {
 	vp.mu.Lock()
 	close(vp.stop)
-	cmd, stdin, exited, mounted := vp.cmd, vp.stdin, vp.exited, vp.mounted
+	cmd, stdin, exited, serving := vp.cmd, vp.stdin, vp.exited, vp.serving
 	vp.mu.Unlock()
 	if cmd == nil {
 		return nil
@@ -229,11 +261,14 @@ func (vp *viewProcess) Close() error {
 	case <-exited:
 	case <-time.After(viewStopTimeout):
 		cmd.Process.Kill()
-		<-exited
+		select {
+		case <-exited:
+		case <-time.After(viewStopTimeout):
+		}
 		return fmt.Errorf("the view process did not unmount %s within %s: killed", vp.mount, viewStopTimeout)
 	}
-	// One that did not mount has ended with its error, logged already.
-	if mounted && !cmd.ProcessState.Success() {
+	// One that did not mount, or had ended already, was logged then.
+	if serving && !cmd.ProcessState.Success() {
 		return fmt.Errorf("the view process: %s", cmd.ProcessState)
 	}
 	return nil

@@ -38,9 +38,10 @@ type Source interface {
 }
 
 // latestSource is a Source for which Load costs a request (Remote): Latest
-// returns the snapshot last loaded without asking again. Attributes come from
-// it, since no read depends on them (files are read with direct I/O, their
-// bytes rendered at open), so that a `cat` asks once, at open.
+// returns the snapshot last loaded, when that was moments ago, without asking
+// again (nil otherwise). Attributes come from it, since no read depends on
+// them (files are read with direct I/O, their bytes rendered at open), so
+// that a `cat` among others asks once, at open.
 type latestSource interface {
 	Source
 	Latest() *snapshot.Published

@@ -81,10 +81,19 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	if e, ok := lookup(nil, n.path); ok && e.static && e.kind == kindDir {
+		// The layout's fixed folders look the same whatever the snapshot,
+		// so none is asked for: the kernel's first look at the root, while
+		// the view is mounted, comes before gpuletd serves its API.
+		n.t.fill(&out.Attr, e, nil)
+		out.SetTimeout(attrTimeout(e.kind))
+		return 0
+	}
 	var p *snapshot.Published
 	if l, ok := n.t.src.(latestSource); ok {
 		p = l.Latest()
-	} else {
+	}
+	if p == nil {
 		p = n.t.src.Load()
 	}
 	e, ok := lookup(p, n.path)

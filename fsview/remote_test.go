@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -22,6 +24,8 @@ type fakeDaemon struct {
 	leases []api.Lease
 	sent   atomic.Int64
 	down   atomic.Bool
+	// noLeases makes GET /v1/leases fail.
+	noLeases atomic.Bool
 }
 
 func (f *fakeDaemon) set(free int, leases ...api.Lease) {
@@ -55,6 +59,10 @@ func (f *fakeDaemon) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b, _ := json.Marshal(s)
 		w.Write(append(b, '\n'))
 	case "/v1/leases":
+		if f.noLeases.Load() {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
 		json.NewEncoder(w).Encode(api.LeaseList{Leases: leases})
 	case "/metrics":
 		fmt.Fprintf(w, "gpulet_units_free %d\n", s.UnitsFree)
@@ -142,5 +150,32 @@ func TestMountOverRemote(t *testing.T) {
 	f.set(4, testLease("l-2", leaseOwner()))
 	if names := dirNames(t, filepath.Join(dir, "leases")); len(names) != 1 || names[0] != "l-2" {
 		t.Fatalf("leases/ = %v, want l-2", names)
+	}
+	// Attributes come from the snapshot last loaded for latestFor at most:
+	// after that, a stat asks again.
+	f.set(10)
+	time.Sleep(latestFor + 10*time.Millisecond)
+	if fi, err := os.Stat(filepath.Join(dir, "free_units")); err != nil || fi.Size() != int64(len("10\n")) {
+		t.Fatalf("stat free_units after the node changed: %v, %v", fi, err)
+	}
+}
+
+// A lease list that could not be had is not kept with its snapshot: the next
+// Load asks for the snapshot whole, and its list, again.
+func TestRemoteAsksAgainAfterAFailedList(t *testing.T) {
+	f := &fakeDaemon{}
+	f.set(5, testLease("l-a", 1))
+	r := NewRemote(serveFake(t, f), quietLogger())
+	f.noLeases.Store(true)
+	if ls := r.Load().Leases(); len(ls) != 0 {
+		t.Fatalf("leases while the list fails: %+v", ls)
+	}
+	f.noLeases.Store(false)
+	p := r.Load()
+	if f.sent.Load() != 2 {
+		t.Fatalf("%d snapshots sent, want the snapshot asked for whole again", f.sent.Load())
+	}
+	if ls := p.Leases(); len(ls) != 1 || ls[0].ID != "l-a" {
+		t.Fatalf("leases after the list works again: %+v", ls)
 	}
 }
