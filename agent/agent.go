@@ -89,14 +89,18 @@ type Config struct {
 
 // Agent is a running gpuletd.
 type Agent struct {
-	cfg    Config
-	log    *slog.Logger
-	inv    inventory.Inventory
-	devs   []inventory.Device
-	ledger *ledger.Ledger
-	leases *lease.Manager
-	mps    *mpsctl.Daemons
-	mpsOn  bool
+	cfg  Config
+	log  *slog.Logger
+	inv  inventory.Inventory
+	devs []inventory.Device
+	// instanceUnits are the unit indices of each instance k, the same on
+	// every GPU: made once, and shared by every snapshot, which never
+	// changes them.
+	instanceUnits [][]int
+	ledger        *ledger.Ledger
+	leases        *lease.Manager
+	mps           *mpsctl.Daemons
+	mpsOn         bool
 	// view is the FUSE view's state, set once mounting was tried.
 	view   atomic.Pointer[api.ViewStatus]
 	store  snapshot.Store
@@ -136,6 +140,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	a := &Agent{cfg: cfg, log: log, inv: inv, devs: inv.Devices(), bootID: newBootID()}
+	for k := range cfg.Model.InstancesPerGPU {
+		a.instanceUnits = append(a.instanceUnits, cfg.Model.InstanceUnits(k))
+	}
 	var closers []func() error
 	closers = append(closers, inv.Close)
 	defer func() {

@@ -64,7 +64,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		for k, iv := range gv.Instances {
 			in := api.Instance{
 				Instance: k, State: api.InstanceOff, Clients: iv.Clients,
-				ClientsMax: a.cfg.Model.ClientsPerInstance, Units: a.cfg.Model.InstanceUnits(k), UID: iv.UID,
+				ClientsMax: a.cfg.Model.ClientsPerInstance, Units: a.instanceUnits[k], UID: iv.UID,
 			}
 			if k < len(mpsStates) {
 				st := mpsStates[k]
