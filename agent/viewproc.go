@@ -116,18 +116,16 @@ func (vp *viewProcess) start() bool {
 	if errors.Is(err, errViewStopping) {
 		return false
 	}
-	st := &api.ViewStatus{Mount: vp.mount}
-	switch {
-	case err == nil:
-		st.Mounted = true
+	st := &api.ViewStatus{Mount: vp.mount, Mounted: err == nil}
+	if err == nil {
 		if vp.lastErr != "" {
 			vp.log.Info("the FUSE view is mounted after all", "mount", vp.mount)
 		}
 		vp.lastErr = ""
-	case err.Error() != vp.lastErr:
-		vp.log.Warn("the FUSE view is not available; the API serves on without it, and tries it again now and then", "err", err)
-		fallthrough
-	default:
+	} else {
+		if err.Error() != vp.lastErr {
+			vp.log.Warn("the FUSE view is not available; the API serves on without it, and tries it again now and then", "err", err)
+		}
 		st.Error, vp.lastErr = err.Error(), err.Error()
 	}
 	vp.status(st)

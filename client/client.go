@@ -53,6 +53,9 @@ type Client struct {
 	Socket string
 	// Transport overrides the HTTP transport (tests, custom dialers).
 	Transport http.RoundTripper
+	// MaxConns bounds the connections open to the daemon at once; more
+	// requests wait for one (0: no bound). Unused with Transport.
+	MaxConns int
 
 	once sync.Once
 	http *http.Client
@@ -80,6 +83,7 @@ func (c *Client) client() *http.Client {
 					return d.DialContext(ctx, "unix", path)
 				},
 				MaxIdleConnsPerHost: 8,
+				MaxConnsPerHost:     c.MaxConns,
 			}
 		}
 		c.http = &http.Client{Transport: rt}
@@ -105,27 +109,9 @@ func (c *Client) send(ctx context.Context, method, path string, body, out any) e
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	resp, err := c.client().Do(req)
+	_, b, err := c.do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if errors.Is(err, syscall.EACCES) {
-			return fmt.Errorf("cannot reach gpuletd at %s: permission denied: your user must be in the socket's group (gpuletd --socket-group, default gpulet) (%w)", c.SocketPath(), ErrNoDaemon)
-		}
-		return fmt.Errorf("cannot reach gpuletd at %s: is it running? (%w: %v)", c.SocketPath(), ErrNoDaemon, unwrapDial(err))
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return fmt.Errorf("reading gpuletd's answer: %w", err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var eb api.ErrorBody
-		if json.Unmarshal(b, &eb) != nil || eb.Error.Code == "" {
-			return fmt.Errorf("gpuletd answered HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
-		}
-		return api.FromBody(resp.StatusCode, eb)
+		return err
 	}
 	if out == nil {
 		return nil
@@ -138,6 +124,34 @@ func (c *Client) send(ctx context.Context, method, path string, body, out any) e
 		return fmt.Errorf("decoding gpuletd's answer to %s %s: %w", method, path, err)
 	}
 	return nil
+}
+
+// do makes one request and reads the answer whole: a 2xx or 304 answer is
+// returned, anything else is the error it says.
+func (c *Client) do(req *http.Request) (*http.Response, []byte, error) {
+	resp, err := c.client().Do(req)
+	if err != nil {
+		if ctx := req.Context(); ctx.Err() != nil {
+			return nil, nil, ctx.Err()
+		}
+		if errors.Is(err, syscall.EACCES) {
+			return nil, nil, fmt.Errorf("cannot reach gpuletd at %s: permission denied: your user must be in the socket's group (gpuletd --socket-group, default gpulet) (%w)", c.SocketPath(), ErrNoDaemon)
+		}
+		return nil, nil, fmt.Errorf("cannot reach gpuletd at %s: is it running? (%w: %v)", c.SocketPath(), ErrNoDaemon, unwrapDial(err))
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return nil, nil, fmt.Errorf("reading gpuletd's answer: %w", err)
+	}
+	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusNotModified {
+		var eb api.ErrorBody
+		if json.Unmarshal(b, &eb) != nil || eb.Error.Code == "" {
+			return nil, nil, fmt.Errorf("gpuletd answered HTTP %d: %s", resp.StatusCode, bytes.TrimSpace(b))
+		}
+		return nil, nil, api.FromBody(resp.StatusCode, eb)
+	}
+	return resp, b, nil
 }
 
 func unwrapDial(err error) error {
@@ -165,6 +179,28 @@ func (c *Client) snapshotFrom(ctx context.Context, method, path string) (*api.Sn
 func (c *Client) SnapshotJSON(ctx context.Context) ([]byte, error) {
 	var b []byte
 	return b, c.send(ctx, "GET", "/v1/snapshot", nil, &b)
+}
+
+// SnapshotIfChanged returns the snapshot's bytes as the daemon sent them and
+// its ETag, unless the daemon's snapshot is still the one tagged etag: then
+// raw is nil and tag is etag, and the answer was a few bytes. An empty etag
+// asks for the snapshot whatever it is.
+func (c *Client) SnapshotIfChanged(ctx context.Context, etag string) (raw []byte, tag string, err error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", "http://gpulet/v1/snapshot", nil)
+	if err != nil {
+		return nil, "", err
+	}
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	resp, b, err := c.do(req)
+	switch {
+	case err != nil:
+		return nil, "", err
+	case resp.StatusCode == http.StatusNotModified:
+		return nil, etag, nil
+	}
+	return b, resp.Header.Get("ETag"), nil
 }
 
 // GPUs lists the GPUs.

@@ -3,17 +3,14 @@ package fsview
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"log/slog"
-	"net"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -27,7 +24,7 @@ import (
 // snapshot: they are gpuletd's as of that first ask, moments after the
 // snapshot's.
 type Remote struct {
-	hc  *http.Client
+	c   *client.Client
 	log *ratelog.Limiter
 
 	mu   sync.Mutex // guards cur, etag and asked
@@ -54,14 +51,8 @@ const latestFor = 100 * time.Millisecond
 
 // NewRemote returns a Source that asks the gpuletd serving socket.
 func NewRemote(socket string, log *slog.Logger) *Remote {
-	dial := func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}
 	return &Remote{
-		hc: &http.Client{Timeout: remoteTimeout, Transport: &http.Transport{
-			DialContext: dial, MaxConnsPerHost: remoteConns, MaxIdleConns: remoteConns, MaxIdleConnsPerHost: remoteConns,
-			IdleConnTimeout: time.Minute,
-		}},
+		c:   &client.Client{Socket: socket, MaxConns: remoteConns},
 		log: ratelog.New(log, "view requests to gpuletd that failed", 1, nil),
 	}
 }
@@ -71,50 +62,31 @@ func (r *Remote) Load() *snapshot.Published {
 	r.mu.Lock()
 	cur, tag := r.cur, r.etag
 	r.mu.Unlock()
-	req, err := http.NewRequest(http.MethodGet, "http://gpulet/v1/snapshot", nil)
-	if err != nil {
-		return nil
-	}
-	if tag != "" {
-		req.Header.Set("If-None-Match", tag)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), remoteTimeout)
+	defer cancel()
 	asked := time.Now()
-	resp, err := r.hc.Do(req)
+	raw, etag, err := r.c.SnapshotIfChanged(ctx, tag)
 	if err != nil {
-		r.log.Log(slog.LevelWarn, "the view cannot reach gpuletd", "err", err)
+		r.log.Log(slog.LevelWarn, "the view cannot have gpuletd's snapshot", "err", err)
 		return nil
 	}
-	defer resp.Body.Close()
-	switch resp.StatusCode {
-	case http.StatusNotModified:
-		io.Copy(io.Discard, resp.Body)
-		r.mu.Lock()
+	r.mu.Lock()
+	switch {
+	case raw == nil:
 		if r.cur == cur && asked.After(r.asked) {
 			r.asked = asked
 		}
 		r.mu.Unlock()
 		return cur
-	case http.StatusOK:
-	default:
-		io.Copy(io.Discard, resp.Body)
-		r.log.Log(slog.LevelWarn, "gpuletd refused the view's request for its snapshot", "status", resp.StatusCode)
-		return nil
-	}
-	etag := resp.Header.Get("ETag")
-	r.mu.Lock()
-	if same := r.cur; same != nil && etag != "" && etag == r.etag {
+	case r.cur != nil && etag != "" && etag == r.etag:
 		// Another Load, answered meanwhile, holds this very snapshot.
+		same := r.cur
 		r.mu.Unlock()
-		io.Copy(io.Discard, resp.Body)
 		return same
 	}
 	r.mu.Unlock()
-	raw, err := io.ReadAll(resp.Body)
 	var s api.Snapshot
-	if err == nil {
-		err = json.Unmarshal(raw, &s)
-	}
-	if err != nil {
+	if err := json.Unmarshal(raw, &s); err != nil {
 		r.log.Log(slog.LevelWarn, "the view cannot read gpuletd's snapshot", "err", err)
 		return nil
 	}
@@ -155,38 +127,26 @@ func (r *Remote) forget(etag string) {
 // leases lists every live lease, by id (the view's process is root's, and
 // root sees them all).
 func (r *Remote) leases(etag string) []api.Lease {
-	var list api.LeaseList
-	if err := r.get("/v1/leases", func(b []byte) error { return json.Unmarshal(b, &list) }); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), remoteTimeout)
+	defer cancel()
+	list, err := r.c.Leases(ctx)
+	if err != nil {
 		r.log.Log(slog.LevelWarn, "the view cannot list the leases", "err", err)
 		r.forget(etag)
 		return nil
 	}
-	slices.SortFunc(list.Leases, func(a, b api.Lease) int { return strings.Compare(a.ID, b.ID) })
-	return list.Leases
+	slices.SortFunc(list, func(a, b api.Lease) int { return strings.Compare(a.ID, b.ID) })
+	return list
 }
 
-// metrics is gpuletd's Prometheus text.
+// metrics is gpuletd's Prometheus text, as GET /metrics answers it.
 func (r *Remote) metrics(etag string) []byte {
-	var out []byte
-	if err := r.get("/metrics", func(b []byte) error { out = b; return nil }); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), remoteTimeout)
+	defer cancel()
+	out, err := r.c.Metrics(ctx)
+	if err != nil {
 		r.log.Log(slog.LevelWarn, "the view cannot read the metrics", "err", err)
 		r.forget(etag)
 	}
 	return out
-}
-
-func (r *Remote) get(path string, use func([]byte) error) error {
-	resp, err := r.hc.Get("http://gpulet" + path)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("GET %s: HTTP %d", path, resp.StatusCode)
-	}
-	return use(b)
 }

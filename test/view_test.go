@@ -15,18 +15,6 @@ import (
 	"github.com/gpulet/gpulet/internal/e2e"
 )
 
-func requireFUSE(t *testing.T) {
-	t.Helper()
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("no /dev/fuse on this machine:", err)
-	}
-	if os.Getuid() != 0 {
-		if _, err := os.Stat("/usr/bin/fusermount3"); err != nil {
-			t.Skip("not root and no fusermount3 (make test installs fuse3 as root)")
-		}
-	}
-}
-
 func isMounted(t *testing.T, dir string) bool {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
@@ -51,7 +39,7 @@ func readView(t *testing.T, view, name string) string {
 }
 
 func TestViewEndToEnd(t *testing.T) {
-	requireFUSE(t)
+	e2e.RequireFUSE(t)
 	view := filepath.Join(t.TempDir(), "view")
 	d := e2e.Start(t, "--mount", view)
 	if !isMounted(t, view) {
@@ -138,7 +126,7 @@ func TestViewEndToEnd(t *testing.T) {
 }
 
 func TestUnusableMountPointIsNotFatal(t *testing.T) {
-	requireFUSE(t)
+	e2e.RequireFUSE(t)
 	file := filepath.Join(t.TempDir(), "not-a-dir")
 	os.WriteFile(file, nil, 0o644)
 	d := e2e.Start(t, "--mount", file)
@@ -188,7 +176,7 @@ func viewProcess(t *testing.T, d *e2e.Daemon) int {
 // A view process that dies is started again: the view comes back, and the
 // snapshot says what happened meanwhile.
 func TestViewProcessIsStartedAgain(t *testing.T) {
-	requireFUSE(t)
+	e2e.RequireFUSE(t)
 	view := filepath.Join(t.TempDir(), "view")
 	d := e2e.Start(t, "--mount", view)
 	old := viewProcess(t, d)

@@ -253,3 +253,18 @@ func CountFIFOs(t testing.TB, runDir, uuid string) int {
 	})
 	return n
 }
+
+// RequireFUSE skips tb, saying why, where no real FUSE mount can be made: no
+// /dev/fuse, or neither root nor fusermount3 (make test installs fuse3 as
+// root).
+func RequireFUSE(tb testing.TB) {
+	tb.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		tb.Skip("no /dev/fuse on this machine:", err)
+	}
+	if os.Getuid() != 0 {
+		if _, err := os.Stat("/usr/bin/fusermount3"); err != nil {
+			tb.Skip("not root and no fusermount3 (make test installs fuse3 as root)")
+		}
+	}
+}

@@ -248,12 +248,11 @@ func waitForFile(b testing.TB, path string) {
 	})
 }
 
-// requireFUSE skips b, saying why, where no real FUSE mount can be made.
+// requireFUSE skips b, saying why, where the FUSE floor cannot be mounted:
+// it mounts directly, which needs root.
 func requireFUSE(b testing.TB) {
 	b.Helper()
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		b.Skipf("no real mount: /dev/fuse: %v", err)
-	}
+	e2e.RequireFUSE(b)
 	if os.Geteuid() != 0 {
 		b.Skip("no real mount: the view floor mounts directly, which needs root")
 	}
