@@ -74,10 +74,16 @@ type InstanceStatus struct {
 	State string
 	// PID is the control daemon's pid, 0 when none is known.
 	PID int
-	// ServerUID is the uid of the instance's live MPS server; nil when none runs.
+	// ServerUID is the uid of the MPS server that serves the instance's
+	// clients now; nil when no server has a client. An idle server (its last
+	// client gone) does not count: it stays up, but the control daemon
+	// replaces it as soon as a client of another uid arrives (seen on an
+	// H100: the new uid's server was up within its CUDA start).
 	ServerUID *uint32
 	// Clients counts the clients of the instance's MPS servers.
 	Clients int
+	// Servers are the instance's live MPS servers, idle ones included.
+	Servers []Server
 	// Err says why the instance is down; nil otherwise.
 	Err error
 }
@@ -96,6 +102,7 @@ type instance struct {
 	pid          int
 	serverUID    *uint32
 	clients      int
+	servers      []Server
 	err          error
 	failures     int       // consecutive failures, the exponent of the backoff
 	retryAt      time.Time // a down instance is not restarted before this
@@ -104,11 +111,22 @@ type instance struct {
 
 func (in *instance) String() string { return in.gpu + "/" + strconv.Itoa(in.k) }
 
+// Server is one live MPS server of an instance.
+type Server struct {
+	PID int
+	// UID is the server's real uid, the user whose clients it serves; nil
+	// when it could not be read (the server ended meanwhile).
+	UID *uint32
+	// Clients are the pids of its clients, as the control daemon lists them.
+	Clients []int
+}
+
 // probeResult is what one successful probe learned.
 type probeResult struct {
 	pid       int
 	serverUID *uint32
 	clients   int
+	servers   []Server
 }
 
 // Daemons owns the control daemons of all GPUs. Its methods may be called from
@@ -423,15 +441,22 @@ func (d *Daemons) probe(ctx context.Context, in *instance) (probeResult, error) 
 		if err != nil {
 			return r, err
 		}
-		n, err := parseClients(out, s)
+		clients, err := parseClients(out, s)
 		if err != nil {
 			return r, fmt.Errorf("mpsctl: %s: %w", in, err)
 		}
-		r.clients += n
-		// The manual says one server runs at a time (a client of another user
-		// waits until it has drained), so the first one is the one that serves.
-		if uid, err := procfs.RealUID(s); err == nil && r.serverUID == nil {
-			r.serverUID = &uid
+		srv := Server{PID: s, Clients: clients}
+		if uid, err := procfs.RealUID(s); err == nil {
+			srv.UID = &uid
+		}
+		r.servers = append(r.servers, srv)
+		r.clients += len(clients)
+		// One server serves at a time (a client of another user waits until
+		// it has drained); an idle one serves nobody and binds the instance
+		// to no user, or one user's finished job would keep every other user
+		// off the instance for good.
+		if len(clients) > 0 && srv.UID != nil && r.serverUID == nil {
+			r.serverUID = srv.UID
 		}
 	}
 	return r, nil
@@ -450,6 +475,7 @@ func (d *Daemons) setRunning(in *instance, st probeResult) string {
 	in.pid = st.pid
 	in.serverUID = st.serverUID
 	in.clients = st.clients
+	in.servers = st.servers
 	return prev
 }
 
@@ -475,6 +501,7 @@ func (d *Daemons) markDownLocked(in *instance, err error, now time.Time) {
 	in.pid = 0
 	in.serverUID = nil
 	in.clients = 0
+	in.servers = nil
 	in.retryAt = now.Add(backoff(d.cfg.MinBackoff, d.cfg.MaxBackoff, in.failures))
 	in.failures++
 }
@@ -598,6 +625,8 @@ func (d *Daemons) Status(gpuUUID string) []InstanceStatus {
 			uid := *in.serverUID
 			s.ServerUID = &uid
 		}
+		// Published probe results are never modified, only replaced.
+		s.Servers = in.servers
 		out[i] = s
 	}
 	return out

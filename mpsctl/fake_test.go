@@ -177,6 +177,9 @@ func TestFakeBusy(t *testing.T) {
 	if s.State != api.InstanceRunning || s.ServerUID == nil || *s.ServerUID != uid || s.Clients != 2 {
 		t.Fatalf("status %+v (uid %v), want running, server uid %d, 2 clients", s, s.ServerUID, uid)
 	}
+	if len(s.Servers) != 1 || s.Servers[0].PID != server || !slices.Equal(s.Servers[0].Clients, []int{4242, 4343}) {
+		t.Fatalf("servers %+v, want server %d with clients 4242 and 4343", s.Servers, server)
+	}
 	if err := d.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -186,5 +189,33 @@ func TestFakeBusy(t *testing.T) {
 	}
 	if !slices.Contains(cmds, "get_client_list "+strconv.Itoa(server)) {
 		t.Fatalf("commands %q: clients were not asked", cmds)
+	}
+}
+
+// TestFakeIdleServer: an MPS server whose last client has gone stays up (as on
+// the H100), but serves nobody: it is listed, yet binds the instance to no
+// user, so that another user's lease may land there. The instance is then
+// idle and Close quits it.
+func TestFakeIdleServer(t *testing.T) {
+	t.Parallel()
+	server := os.Getpid()
+	control, log := fakeControl(t, "idle", "MPSCTL_FAKE_SERVER="+strconv.Itoa(server))
+	d := newFake(t, control, 1, Config{Timeout: 2 * time.Second})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	d.Check(context.Background())
+	s := d.Status(gpuA)[0]
+	if s.State != api.InstanceRunning || s.ServerUID != nil || s.Clients != 0 {
+		t.Fatalf("status %+v (uid %v): an idle server must serve nobody", s, s.ServerUID)
+	}
+	if len(s.Servers) != 1 || s.Servers[0].PID != server || s.Servers[0].UID == nil || len(s.Servers[0].Clients) != 0 {
+		t.Fatalf("servers %+v, want the idle server %d listed with its uid and no clients", s.Servers, server)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if cmds := fakeLog(t, log); !slices.Contains(cmds, "quit") {
+		t.Fatalf("commands %q: an instance whose server is idle was not quit at close", cmds)
 	}
 }

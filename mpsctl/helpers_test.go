@@ -43,6 +43,8 @@ func TestMain(m *testing.M) {
 //	hang     never answers and never exits
 //	garbage  answers every command with bytes that are no answer
 //	busy     answers like a daemon whose one server (pid MPSCTL_FAKE_SERVER) has two clients
+//	idle     answers like a daemon whose one server (pid MPSCTL_FAKE_SERVER) has no
+//	         client left: an MPS server stays up after its last client exits
 //
 // With arguments ("-d") it pretends to have started a daemon and exits 0.
 func runFake(mode string) int {
@@ -73,6 +75,8 @@ func runFake(mode string) int {
 			fmt.Println("100.0")
 		case cmd == "get_server_list":
 			fmt.Println(os.Getenv("MPSCTL_FAKE_SERVER"))
+		case strings.HasPrefix(cmd, "get_client_list ") && mode == "idle":
+			fmt.Print("")
 		case strings.HasPrefix(cmd, "get_client_list "):
 			fmt.Println("4242\n4343")
 		}

@@ -128,15 +128,15 @@ func parseProbe(out string) (servers []int, err error) {
 
 // parseClients reads the answer to "get_client_list PID": one client pid a line.
 // A server that ended between get_server_list and this question has no clients.
-func parseClients(out string, server int) (int, error) {
+func parseClients(out string, server int) ([]int, error) {
 	if strings.TrimSpace(out) == fmt.Sprintf("Server %d not found", server) {
-		return 0, nil
+		return nil, nil
 	}
 	pids, err := parsePIDs(strings.Split(out, "\n"))
 	if err != nil {
-		return 0, fmt.Errorf("%w: want client pids, got %s", ErrBadOutput, quote(out))
+		return nil, fmt.Errorf("%w: want client pids, got %s", ErrBadOutput, quote(out))
 	}
-	return len(pids), nil
+	return pids, nil
 }
 
 // parsePIDs parses one positive pid a line; blank lines are skipped.

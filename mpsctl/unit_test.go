@@ -113,9 +113,9 @@ func TestParseClients(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			n, err := parseClients(tt.out, 77)
-			if tt.wantErr != (err != nil) || n != tt.want {
-				t.Fatalf("parseClients = %d, %v; want %d, error %v", n, err, tt.want, tt.wantErr)
+			pids, err := parseClients(tt.out, 77)
+			if n := len(pids); tt.wantErr != (err != nil) || n != tt.want {
+				t.Fatalf("parseClients = %v, %v; want %d pids, error %v", pids, err, tt.want, tt.wantErr)
 			}
 			if err != nil && !errors.Is(err, ErrBadOutput) {
 				t.Fatalf("err = %v, want ErrBadOutput", err)
