@@ -39,6 +39,27 @@ const (
 // leases: one that runs, or any when MPS is off.
 func InstanceTakesLeases(state string) bool { return state == InstanceRunning || state == InstanceOff }
 
+// Sources of a GPU's utilization_pct, the figure --max-utilization compares.
+const (
+	// UtilSourceGPM is NVML's GPU Performance Monitoring SM utilization
+	// (Hopper and newer): the share of the SMs busy, which grows with the
+	// SMs each client may use.
+	UtilSourceGPM = "gpm_sm"
+	// UtilSourceProcessSM is the sum of NVML's per-process SM utilization
+	// (under MPS, per server), for GPUs without GPM.
+	UtilSourceProcessSM = "process_sm"
+	// UtilSourceDevice is NVML's utilization.gpu, the share of time in which
+	// any kernel ran: the only figure some GPUs give. It reads 100 for one
+	// client on a few SMs, so it never refuses a lease.
+	UtilSourceDevice = "device"
+	// UtilSourceSimulated is the simulated backend's SM share in use.
+	UtilSourceSimulated = "simulated"
+)
+
+// UtilizationRefuses reports whether a utilization figure from source may
+// keep a GPU from new leases: only a measure of the SMs in use may.
+func UtilizationRefuses(source string) bool { return source != UtilSourceDevice }
+
 // Backend names as the snapshot reports them.
 const (
 	BackendNVML      = "nvml"
@@ -107,11 +128,32 @@ type GPU struct {
 	UnitsFree         int        `json:"units_free"`
 	UnitsOffline      int        `json:"units_offline"`
 	UnitsReserved     int        `json:"units_reserved"`
-	UtilizationPct    int        `json:"utilization_pct"`
+	// UtilizationPct is the share of the SMs in use, the figure
+	// --max-utilization compares; UtilizationSource says how it was measured
+	// (UtilSource*).
+	UtilizationPct    int    `json:"utilization_pct"`
+	UtilizationSource string `json:"utilization_source"`
+	// KernelTimePct is NVML's utilization.gpu: the share of time in which
+	// any kernel ran. Shown, never compared with the threshold.
+	KernelTimePct     int        `json:"kernel_time_pct"`
 	MaxUtilizationPct int        `json:"max_utilization_pct"`
 	MemoryTotalMiB    uint64     `json:"memory_total_mib"`
 	MemoryUsedMiB     uint64     `json:"memory_used_mib"`
 	Instances         []Instance `json:"instances"`
+	// OutsideMemoryMiB is the GPU memory of processes on the GPU that belong
+	// to no lease, no offline claim and no MPS server of gpulet's.
+	OutsideMemoryMiB uint64 `json:"outside_memory_mib"`
+	// OutsideProcesses lists those processes; absent when there are none.
+	OutsideProcesses []GPUProcess `json:"outside_processes,omitempty"`
+	// OutsideOverShare is set while the outside processes use more memory
+	// than the leases and claims leave free: they eat into leased shares.
+	OutsideOverShare bool `json:"outside_over_share,omitempty"`
+	// LeasesOverShare counts the GPU's leases and claims whose processes
+	// use more memory than their share.
+	LeasesOverShare int `json:"leases_over_share,omitempty"`
+	// Claims are the GPU's offline claims, one per claimed unit, with what
+	// their processes use; absent when there are none.
+	Claims []Claim `json:"claims,omitempty"`
 	// OfflineByUID splits UnitsOffline by the owner of each claim's FIFO: uid
 	// (decimal) → units. Absent when no unit is claimed offline.
 	OfflineByUID map[string]int `json:"offline_by_uid,omitempty"`
@@ -149,8 +191,12 @@ type Instance struct {
 	// Units are the unit indices this instance owns.
 	Units []int `json:"units"`
 	// UID is the user whose clients the instance's MPS server serves now; absent
-	// while it serves nobody.
+	// while it serves nobody (an idle server left by a finished job serves
+	// nobody: the next user's client replaces it).
 	UID *uint32 `json:"uid,omitempty"`
+	// SMPct is the SM utilization of the instance's MPS server as NVML gives
+	// it per process; absent where it is not known (MPS off, no server).
+	SMPct *int `json:"sm_pct,omitempty"`
 	// Error says why an instance is down.
 	Error string `json:"error,omitempty"`
 }
@@ -194,6 +240,41 @@ type Lease struct {
 	// Pod is the Kubernetes container a lease of binding "pod" serves;
 	// absent for other leases.
 	Pod *LeasePod `json:"pod,omitempty"`
+	// Usage is what the lease's processes use of the GPU, as last sampled;
+	// absent before the first sample that saw the lease.
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// Usage is the measured use of a lease or an offline claim: the GPU memory of
+// its processes (a lease's process and its descendants; a claim's process and
+// its descendants), from NVML's list of compute processes.
+type Usage struct {
+	MemoryUsedMiB uint64 `json:"memory_used_mib"`
+	// MemoryPeakMiB is the most MemoryUsedMiB has been in the lease's life.
+	MemoryPeakMiB uint64 `json:"memory_peak_mib"`
+	// PIDs are its processes on the GPU, ascending.
+	PIDs []int `json:"pids"`
+	// OverShare is set while they use more memory than the lease's share
+	// (its memory_mib, else its units' part of the GPU's memory).
+	OverShare bool      `json:"over_share"`
+	SampledAt time.Time `json:"sampled_at"`
+}
+
+// GPUProcess is a process on a GPU that is no part of gpulet's sharing.
+type GPUProcess struct {
+	PID           int    `json:"pid"`
+	MemoryUsedMiB uint64 `json:"memory_used_mib"`
+}
+
+// Claim is one unit claimed offline through the pipe-file ledger.
+type Claim struct {
+	Instance int    `json:"instance"`
+	Unit     int    `json:"unit"`
+	UID      uint32 `json:"uid"`
+	// PID is the process that holds the claim's FIFO locked; 0 when it
+	// could not be told.
+	PID   int    `json:"pid,omitempty"`
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // LeasePod is the Kubernetes side of a lease made through the kubelet's
@@ -257,6 +338,16 @@ type SimGPUUpdate struct {
 	// follow its units again and its state is working. A latched Xid stays
 	// (gpulet undrain --gpu clears it).
 	Reset bool `json:"reset,omitempty"`
+	// Process sets what one process uses of the GPU: a leased process's
+	// memory, or a process beside gpulet; with Gone, it is forgotten.
+	Process *SimProcess `json:"process,omitempty"`
+}
+
+// SimProcess is a simulated process on a GPU.
+type SimProcess struct {
+	PID           int     `json:"pid"`
+	MemoryUsedMiB *uint64 `json:"memory_used_mib,omitempty"`
+	Gone          bool    `json:"gone,omitempty"`
 }
 
 // UndrainRequest is the optional body of POST /v1/node/undrain. Without a

@@ -51,13 +51,46 @@ func (d Device) MemoryBandwidthGBps() int {
 type Load struct {
 	UnitsUsed  int
 	UnitsTotal int
+	// MPS says whether clients run under MPS servers.
+	MPS bool
+	// Clients are the processes known to hold units of the GPU (leases bound
+	// to a process, offline claims whose process is known).
+	Clients []Client
+}
+
+// Client is a process that holds units of a GPU.
+type Client struct {
+	PID      int
+	UID      uint32
+	Instance int
+	Units    int
+	// ShareMiB is its share of the GPU's memory.
+	ShareMiB uint64
+}
+
+// Process is a compute process on a GPU, as NVML lists it.
+type Process struct {
+	PID           int
+	MemoryUsedMiB uint64
 }
 
 // Sample is what a GPU reports at one moment. A non-nil Err marks the GPU failed.
 type Sample struct {
-	UtilizationPct int
-	MemoryUsedMiB  uint64
-	Err            error
+	// UtilizationPct is the share of the SMs in use, measured as
+	// UtilizationSource says (api.UtilSource*).
+	UtilizationPct    int
+	UtilizationSource string
+	// KernelTimePct is the share of time in which any kernel ran (NVML's
+	// utilization.gpu).
+	KernelTimePct int
+	MemoryUsedMiB uint64
+	// Processes are the GPU's compute processes (MPS servers and clients
+	// included); nil when they could not be read.
+	Processes []Process
+	// SMByPID is the SM utilization of processes (under MPS: of servers),
+	// as last sampled; nil when unknown.
+	SMByPID map[int]int
+	Err     error
 	// Xid is the critical Xid that failed the GPU, if one did; Err is then an
 	// *XidError.
 	Xid uint64

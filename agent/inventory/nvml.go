@@ -25,6 +25,9 @@ type NVML struct {
 	// initErrs holds, per GPU, why its static figures could not be read.
 	initErrs []error
 	faults   *xidFaults
+	// util holds, per GPU, how its SM utilization is measured; only Sample
+	// uses it, one call at a time per GPU.
+	util []*smMeter
 
 	// events is the Xid event set; nil when no GPU could register for Xids.
 	events nvml.EventSet
@@ -82,6 +85,7 @@ func newNVML(lib nvml.Interface, log *slog.Logger, waitMS uint32) (*NVML, error)
 		b.devices = append(b.devices, d)
 		b.handles = append(b.handles, h)
 		b.initErrs = append(b.initErrs, err)
+		b.util = append(b.util, newSMMeter(lib, h, i, log))
 	}
 	b.watchXids()
 	return b, nil
@@ -280,6 +284,9 @@ func (b *NVML) Close() error {
 				b.log.Warn("freeing the Xid event set failed", "err", nvmlErr("event set free", ret))
 			}
 		}
+		for _, m := range b.util {
+			m.free()
+		}
 		if ret := b.lib.Shutdown(); ret != nvml.SUCCESS {
 			b.closeErr = nvmlErr("shutdown", ret)
 		}
@@ -293,22 +300,6 @@ func (b *NVML) Sample(index int, _ Load) Sample {
 	s := b.read(index)
 	b.faults.apply(index, &s)
 	return s
-}
-
-func (b *NVML) read(index int) Sample {
-	if err := b.initErrs[index]; err != nil {
-		return Sample{Err: err}
-	}
-	h := b.handles[index]
-	u, ret := h.GetUtilizationRates()
-	if ret != nvml.SUCCESS {
-		return Sample{Err: nvmlErr("utilization", ret)}
-	}
-	mem, ret := h.GetMemoryInfo()
-	if ret != nvml.SUCCESS {
-		return Sample{Err: nvmlErr("memory info", ret)}
-	}
-	return Sample{UtilizationPct: int(u.Gpu), MemoryUsedMiB: mem.Used / (1 << 20)}
 }
 
 // ClearXid clears the critical Xid latched on a GPU.

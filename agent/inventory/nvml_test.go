@@ -90,6 +90,11 @@ func newMockServer(t *testing.T) (*server.Server, *xidEvents) {
 			return nvml.Utilization{Gpu: util}, nvml.SUCCESS
 		}
 		dev.GetComputeModeFunc = func() (nvml.ComputeMode, nvml.Return) { return nvml.COMPUTEMODE_DEFAULT, nvml.SUCCESS }
+		// An A100 has no GPM (Hopper and newer do); per-process utilization
+		// then gives the SM figure, none while no kernel ran.
+		dev.GpmQueryDeviceSupportFunc = func() (nvml.GpmSupport, nvml.Return) { return nvml.GpmSupport{}, nvml.SUCCESS }
+		dev.GetProcessUtilizationFunc = func(uint64) ([]nvml.ProcessUtilizationSample, nvml.Return) { return nil, nvml.ERROR_NOT_FOUND }
+		dev.GetComputeRunningProcessesFunc = func() ([]nvml.ProcessInfo, nvml.Return) { return nil, nvml.SUCCESS }
 		dev.RegisterEventsFunc = func(types uint64, set nvml.EventSet) nvml.Return {
 			if types != nvml.EventTypeXidCriticalError {
 				t.Errorf("GPU %d registered for events %#x, want the critical Xid events", i, types)
@@ -172,7 +177,7 @@ func TestNVMLReadsDevices(t *testing.T) {
 	if bw := d.MemoryBandwidthGBps(); bw != 1555 {
 		t.Fatalf("bandwidth %d GB/s, want 1555", bw)
 	}
-	if got := b.Sample(3, Load{}); got.Err != nil || got.UtilizationPct != 30 {
+	if got := b.Sample(3, Load{}); got.Err != nil || got.KernelTimePct != 30 {
 		t.Fatalf("sample %+v", got)
 	}
 	if m, err := b.ComputeMode(3); err != nil || m != nvml.COMPUTEMODE_DEFAULT {

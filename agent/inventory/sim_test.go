@@ -1,7 +1,9 @@
 package inventory
 
 import (
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -127,7 +129,7 @@ func TestSimFollowsLoadUnlessOverridden(t *testing.T) {
 	if err := s.Set(0, api.SimGPUUpdate{Reset: true}); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.Sample(0, Load{UnitsUsed: 8, UnitsTotal: 16}); got != busy {
+	if got := s.Sample(0, Load{UnitsUsed: 8, UnitsTotal: 16}); !reflect.DeepEqual(got, busy) {
 		t.Fatalf("after a reset: %+v, want what the units make, %+v", got, busy)
 	}
 	// With a setting in the same update, the setting holds after the reset.
@@ -141,7 +143,7 @@ func TestSimFollowsLoadUnlessOverridden(t *testing.T) {
 
 func TestSimSetRefusesBadInput(t *testing.T) {
 	s := NewSim("n", []Model{Models[0]})
-	bad, neg, big, st := 101, -1, uint64(1<<40), "melted"
+	bad, neg, big, small, st := 101, -1, uint64(1<<40), uint64(10), "melted"
 	for name, tc := range map[string]struct {
 		index int
 		u     api.SimGPUUpdate
@@ -152,6 +154,11 @@ func TestSimSetRefusesBadInput(t *testing.T) {
 		"negative":       {0, api.SimGPUUpdate{UtilizationPct: &neg}},
 		"memory too big": {0, api.SimGPUUpdate{MemoryUsedMiB: &big}},
 		"unknown state":  {0, api.SimGPUUpdate{State: &st}},
+		"process no pid": {0, api.SimGPUUpdate{Process: &api.SimProcess{MemoryUsedMiB: &small}}},
+		"process both":   {0, api.SimGPUUpdate{Process: &api.SimProcess{PID: 7, MemoryUsedMiB: &small, Gone: true}}},
+		"process empty":  {0, api.SimGPUUpdate{Process: &api.SimProcess{PID: 7}}},
+		"process huge":   {0, api.SimGPUUpdate{Process: &api.SimProcess{PID: 7, MemoryUsedMiB: &big}}},
+		"process pid":    {0, api.SimGPUUpdate{Process: &api.SimProcess{PID: 1 << 22, MemoryUsedMiB: &small}}},
 	} {
 		if err := s.Set(tc.index, tc.u); err == nil {
 			t.Errorf("%s: accepted", name)
@@ -159,5 +166,94 @@ func TestSimSetRefusesBadInput(t *testing.T) {
 	}
 	if got := s.Sample(0, Load{UnitsTotal: 16}); got.UtilizationPct != 0 || got.Err != nil {
 		t.Fatalf("a refused update changed state: %+v", got)
+	}
+}
+
+// TestSimReadsLikeAnH100: one client on a few SMs keeps a kernel running all
+// the time (utilization.gpu read 100 on the H100 for a client on 13% of the
+// SMs), while the SM utilization is the share in use (GPM read 12.1).
+func TestSimReadsLikeAnH100(t *testing.T) {
+	s := NewSim("n", []Model{Models[6]})
+	idle := s.Sample(0, Load{UnitsTotal: 16, MPS: true})
+	if idle.KernelTimePct != 0 || idle.UtilizationPct != 0 || idle.UtilizationSource != api.UtilSourceSimulated {
+		t.Fatalf("idle: %+v", idle)
+	}
+	share := Models[6].MemoryTotalMiB * 2 / 16
+	got := s.Sample(0, Load{UnitsUsed: 2, UnitsTotal: 16, MPS: true,
+		Clients: []Client{{PID: 100, UID: 1000, Instance: 0, Units: 2, ShareMiB: share}}})
+	if got.KernelTimePct != 100 || got.UtilizationPct != 75*2/16 {
+		t.Fatalf("one small client: kernel time %d (want 100), SM %d (want %d)", got.KernelTimePct, got.UtilizationPct, 75*2/16)
+	}
+	if len(got.Processes) != 1 || got.Processes[0] != (Process{PID: 100, MemoryUsedMiB: share}) {
+		t.Fatalf("processes %+v, want the client with its share", got.Processes)
+	}
+	servers := s.ServerList(s.Devices()[0].UUID, 0)
+	if len(servers) != 1 || got.SMByPID[servers[0]] != 75*2/16 {
+		t.Fatalf("servers %v, SM by pid %v: want one server with the instance's SM share", servers, got.SMByPID)
+	}
+}
+
+// TestSimMPSServerStaysIdleUntilAnotherUID: the server of uid 1000 stays up
+// with no client after its job; a client of uid 1001 gets a server of its own
+// uid in its place; a client of 1001 arriving while 1000's server is busy
+// waits and is not served.
+func TestSimMPSServerStaysIdleUntilAnotherUID(t *testing.T) {
+	s := NewSim("n", []Model{Models[6]})
+	uuid := s.Devices()[0].UUID
+	run := func(cs ...Client) Sample {
+		return s.Sample(0, Load{UnitsUsed: len(cs), UnitsTotal: 16, MPS: true, Clients: cs})
+	}
+	run(Client{PID: 100, UID: 1000, Units: 1})
+	first := s.ServerList(uuid, 0)
+	run()
+	idle := s.ServerList(uuid, 0)
+	if len(first) != 1 || !slices.Equal(first, idle) {
+		t.Fatalf("servers %v then %v: the server must stay up after its last client", first, idle)
+	}
+	if cs, ok := s.ClientList(idle[0]); !ok || len(cs) != 0 {
+		t.Fatalf("idle server's clients %v, %v; want none", cs, ok)
+	}
+	if uid, _ := s.ServerUID(idle[0]); uid != 1000 {
+		t.Fatalf("idle server uid %d, want 1000", uid)
+	}
+	run(Client{PID: 200, UID: 1001, Units: 1})
+	next := s.ServerList(uuid, 0)
+	if uid, _ := s.ServerUID(next[0]); len(next) != 1 || next[0] == idle[0] || uid != 1001 {
+		t.Fatalf("servers %v (uid %d): another uid's client must get a server of its own", next, uid)
+	}
+	if _, ok := s.ServerUID(idle[0]); ok {
+		t.Fatalf("the replaced server %d is still known", idle[0])
+	}
+	got := run(Client{PID: 200, UID: 1001, Units: 1}, Client{PID: 300, UID: 1002, Units: 1})
+	if len(got.Processes) != 1 || got.Processes[0].PID != 200 {
+		t.Fatalf("processes %+v: a client of another uid than the busy server's must wait", got.Processes)
+	}
+}
+
+// TestSimProcessSettings: a process set through Set uses what it was given: a
+// client's own memory, or memory beside gpulet's leases.
+func TestSimProcessSettings(t *testing.T) {
+	s := NewSim("n", []Model{Models[6]})
+	share, big, outside := uint64(5000), uint64(9000), uint64(3000)
+	for _, p := range []api.SimProcess{{PID: 100, MemoryUsedMiB: &big}, {PID: 77, MemoryUsedMiB: &outside}} {
+		if err := s.Set(0, api.SimGPUUpdate{Process: &p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := Load{UnitsUsed: 1, UnitsTotal: 16, MPS: true, Clients: []Client{{PID: 100, UID: 1000, Units: 1, ShareMiB: share}}}
+	got := s.Sample(0, load)
+	want := []Process{{PID: 77, MemoryUsedMiB: outside}, {PID: 100, MemoryUsedMiB: big}}
+	if !slices.Equal(got.Processes, want) {
+		t.Fatalf("processes %+v, want %+v", got.Processes, want)
+	}
+	base := Models[6].MemoryTotalMiB / 16
+	if got.MemoryUsedMiB != base+big-share+outside {
+		t.Fatalf("memory used %d, want %d", got.MemoryUsedMiB, base+big-share+outside)
+	}
+	if err := s.Set(0, api.SimGPUUpdate{Process: &api.SimProcess{PID: 77, Gone: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Sample(0, load); len(got.Processes) != 1 {
+		t.Fatalf("processes %+v after the outside one is gone", got.Processes)
 	}
 }

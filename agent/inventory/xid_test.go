@@ -48,8 +48,8 @@ func TestNVMLCriticalXidFailsItsGPUUntilCleared(t *testing.T) {
 		t.Fatalf("GPU 2 sample %+v, want failed with Xid 79 and its meaning", got)
 	}
 	// Its readings still show: the failure is the Xid, not an NVML error.
-	if got.UtilizationPct != 20 {
-		t.Errorf("GPU 2 utilization %d, want the reading 20", got.UtilizationPct)
+	if got.KernelTimePct != 20 {
+		t.Errorf("GPU 2 kernel time %d, want the reading 20", got.KernelTimePct)
 	}
 	for _, i := range []int{0, 1, 3, 7} {
 		if got := b.Sample(i, Load{}); got.Err != nil || got.Xid != 0 {
