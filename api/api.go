@@ -118,16 +118,16 @@ type ViewStatus struct {
 
 // GPU is one GPU as the snapshot shows it.
 type GPU struct {
-	Index             int        `json:"index"`
-	UUID              string     `json:"uuid"`
-	Name              string     `json:"name"`
-	State             string     `json:"state"`
-	Eligible          bool       `json:"eligible"`
-	UnitsTotal        int        `json:"units_total"`
-	UnitsUsed         int        `json:"units_used"`
-	UnitsFree         int        `json:"units_free"`
-	UnitsOffline      int        `json:"units_offline"`
-	UnitsReserved     int        `json:"units_reserved"`
+	Index         int    `json:"index"`
+	UUID          string `json:"uuid"`
+	Name          string `json:"name"`
+	State         string `json:"state"`
+	Eligible      bool   `json:"eligible"`
+	UnitsTotal    int    `json:"units_total"`
+	UnitsUsed     int    `json:"units_used"`
+	UnitsFree     int    `json:"units_free"`
+	UnitsOffline  int    `json:"units_offline"`
+	UnitsReserved int    `json:"units_reserved"`
 	// UtilizationPct is the share of the SMs in use, the figure
 	// --max-utilization compares; UtilizationSource says how it was measured
 	// (UtilSource*).
