@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/procfs"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -64,6 +63,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock of the restart backoff; default time.Now.
 	Now func() time.Time
+	// Servers, when set, answers for the MPS servers and their clients
+	// instead of the control daemon: the simulated backend's servers, on a
+	// machine whose control daemons never start one.
+	Servers ServerSource
 }
 
 // InstanceStatus is one instance as Status reports it.
@@ -110,24 +113,6 @@ type instance struct {
 }
 
 func (in *instance) String() string { return in.gpu + "/" + strconv.Itoa(in.k) }
-
-// Server is one live MPS server of an instance.
-type Server struct {
-	PID int
-	// UID is the server's real uid, the user whose clients it serves; nil
-	// when it could not be read (the server ended meanwhile).
-	UID *uint32
-	// Clients are the pids of its clients, as the control daemon lists them.
-	Clients []int
-}
-
-// probeResult is what one successful probe learned.
-type probeResult struct {
-	pid       int
-	serverUID *uint32
-	clients   int
-	servers   []Server
-}
 
 // Daemons owns the control daemons of all GPUs. Its methods may be called from
 // different goroutines.
@@ -422,99 +407,6 @@ func (d *Daemons) awaitAnswer(ctx context.Context, in *instance) (probeResult, e
 	}
 }
 
-// probe asks the instance's daemon the harmless question and the server list, and
-// each server for its clients.
-func (d *Daemons) probe(ctx context.Context, in *instance) (probeResult, error) {
-	var r probeResult
-	out, err := d.run.run(ctx, in.env, probeCommands)
-	if err != nil {
-		return r, err
-	}
-	servers, err := parseProbe(out)
-	if err != nil {
-		return r, fmt.Errorf("mpsctl: %s: %w", in, err)
-	}
-	// Only for status: the daemon answered, so it runs even if its pid is unknown.
-	r.pid, _ = lockHolder(in.pipeDir)
-	for _, s := range servers {
-		out, err := d.run.run(ctx, in.env, "get_client_list "+strconv.Itoa(s)+"\n")
-		if err != nil {
-			return r, err
-		}
-		clients, err := parseClients(out, s)
-		if err != nil {
-			return r, fmt.Errorf("mpsctl: %s: %w", in, err)
-		}
-		srv := Server{PID: s, Clients: clients}
-		if uid, err := procfs.RealUID(s); err == nil {
-			srv.UID = &uid
-		}
-		r.servers = append(r.servers, srv)
-		r.clients += len(clients)
-		// One server serves at a time (a client of another user waits until
-		// it has drained); an idle one serves nobody and binds the instance
-		// to no user, or one user's finished job would keep every other user
-		// off the instance for good.
-		if len(clients) > 0 && srv.UID != nil && r.serverUID == nil {
-			r.serverUID = srv.UID
-		}
-	}
-	return r, nil
-}
-
-// setRunning records a successful probe and returns the previous state.
-func (d *Daemons) setRunning(in *instance, st probeResult) string {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	prev := in.state
-	if prev != api.InstanceRunning {
-		in.runningSince = d.cfg.Now()
-	}
-	in.state = api.InstanceRunning
-	in.err = nil
-	in.pid = st.pid
-	in.serverUID = st.serverUID
-	in.clients = st.clients
-	in.servers = st.servers
-	return prev
-}
-
-// setDown records that the instance is down and returns the wait before its
-// next restart.
-func (d *Daemons) setDown(in *instance, err error) time.Duration {
-	now := d.cfg.Now()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.markDownLocked(in, err, now)
-	return in.retryAt.Sub(now)
-}
-
-// markDownLocked marks the instance down because of err and schedules its next
-// restart, the wait doubling with each consecutive failure.
-func (d *Daemons) markDownLocked(in *instance, err error, now time.Time) {
-	if in.state == api.InstanceRunning && now.Sub(in.runningSince) >= d.cfg.MaxBackoff {
-		// It ran long enough to count as healthy: a new failure, not a crash loop.
-		in.failures = 0
-	}
-	in.state = api.InstanceDown
-	in.err = err
-	in.pid = 0
-	in.serverUID = nil
-	in.clients = 0
-	in.servers = nil
-	in.retryAt = now.Add(backoff(d.cfg.MinBackoff, d.cfg.MaxBackoff, in.failures))
-	in.failures++
-}
-
-// backoff is lo doubled n times, at most hi.
-func backoff(lo, hi time.Duration, n int) time.Duration {
-	b := lo
-	for ; n > 0 && b < hi; n-- {
-		b *= 2
-	}
-	return min(b, hi)
-}
-
 // Close stops gpuletd's use of the daemons: an instance whose MPS server has no
 // clients is told to quit and waited for (bounded by Timeout); one with clients
 // is left running, because quit would refuse new clients until all of them
@@ -576,20 +468,6 @@ func (d *Daemons) anyLockHeld() bool {
 	return false
 }
 
-// trimLogs keeps the instance's log files within MaxLog. The daemon need not run:
-// its files stay behind when it dies.
-func (d *Daemons) trimLogs(in *instance) {
-	for _, name := range logNames {
-		size, err := trimLog(in.logDir, name, d.cfg.MaxLog)
-		if err != nil {
-			in.log.Warn("cannot trim MPS log", "file", filepath.Join(in.logDir, name), "err", err)
-		}
-		if size > 0 {
-			in.log.Info("MPS log trimmed", "file", filepath.Join(in.logDir, name), "size", size, "kept_in", name+".1")
-		}
-	}
-}
-
 // each runs fn on every instance at once and joins the errors in instance order:
 // instances are independent, and one hung daemon's timeout must not add up over
 // all of them.
@@ -607,68 +485,4 @@ func (d *Daemons) isClosed() bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.closed
-}
-
-// Status reports the instances of one GPU in order of k; nil for a GPU it does
-// not know.
-func (d *Daemons) Status(gpuUUID string) []InstanceStatus {
-	insts := d.byGPU[gpuUUID]
-	if insts == nil {
-		return nil
-	}
-	out := make([]InstanceStatus, len(insts))
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for i, in := range insts {
-		s := InstanceStatus{Instance: in.k, State: in.state, PID: in.pid, Clients: in.clients, Err: in.err}
-		if in.serverUID != nil {
-			uid := *in.serverUID
-			s.ServerUID = &uid
-		}
-		// Published probe results are never modified, only replaced.
-		s.Servers = in.servers
-		out[i] = s
-	}
-	return out
-}
-
-// lookup returns instance k of a known GPU with MPS on, or nil.
-func (d *Daemons) lookup(gpuUUID string, k int) *instance {
-	insts := d.byGPU[gpuUUID]
-	if !d.on() || k < 0 || k >= len(insts) {
-		return nil
-	}
-	return insts[k]
-}
-
-// PipeDir is CUDA_MPS_PIPE_DIRECTORY of instance k of the GPU; "" when MPS is off
-// or the GPU or k is unknown.
-func (d *Daemons) PipeDir(gpuUUID string, k int) string {
-	if in := d.lookup(gpuUUID, k); in != nil {
-		return in.pipeDir
-	}
-	return ""
-}
-
-// LogDir is CUDA_MPS_LOG_DIRECTORY of instance k of the GPU; "" when MPS is off
-// or the GPU or k is unknown.
-func (d *Daemons) LogDir(gpuUUID string, k int) string {
-	if in := d.lookup(gpuUUID, k); in != nil {
-		return in.logDir
-	}
-	return ""
-}
-
-// Env is what a client of instance k of the GPU adds to its environment
-// (CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY); nil when MPS is off or
-// the GPU or k is unknown. The caller owns the map.
-func (d *Daemons) Env(gpuUUID string, k int) map[string]string {
-	in := d.lookup(gpuUUID, k)
-	if in == nil {
-		return nil
-	}
-	return map[string]string{
-		pipefile.EnvPipeDirectory: in.pipeDir,
-		pipefile.EnvLogDirectory:  in.logDir,
-	}
 }

@@ -219,3 +219,41 @@ func TestFakeIdleServer(t *testing.T) {
 		t.Fatalf("commands %q: an instance whose server is idle was not quit at close", cmds)
 	}
 }
+
+// serverTable is a ServerSource over fixed servers: pid → uid and clients.
+type serverTable map[int]struct {
+	uid     uint32
+	clients []int
+}
+
+func (s serverTable) ServerList(string, int) []int {
+	var pids []int
+	for pid := range s {
+		pids = append(pids, pid)
+	}
+	slices.Sort(pids)
+	return pids
+}
+
+func (s serverTable) ClientList(pid int) ([]int, bool) { e, ok := s[pid]; return e.clients, ok }
+func (s serverTable) ServerUID(pid int) (uint32, bool) { e, ok := s[pid]; return e.uid, ok }
+
+// TestServerSourceAnswersForServers: with a ServerSource (the simulated
+// backend's servers), the probe takes servers, clients and uids from it, and
+// the server that has clients is the one that serves, not an idle one.
+func TestServerSourceAnswersForServers(t *testing.T) {
+	t.Parallel()
+	control, log := fakeControl(t, "idle", "MPSCTL_FAKE_SERVER=1")
+	src := serverTable{5000001: {uid: 1000}, 5000002: {uid: 1001, clients: []int{77}}}
+	d := newFake(t, control, 1, Config{Timeout: 2 * time.Second, Servers: src})
+	if err := d.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := d.Status(gpuA)[0]
+	if s.ServerUID == nil || *s.ServerUID != 1001 || s.Clients != 1 || len(s.Servers) != 2 {
+		t.Fatalf("status %+v (uid %v): want the busy server's uid 1001, one client, two servers", s, s.ServerUID)
+	}
+	if cmds := fakeLog(t, log); slices.ContainsFunc(cmds, func(c string) bool { return strings.HasPrefix(c, "get_client_list") }) {
+		t.Fatalf("commands %q: the daemon was asked for clients the source answers for", cmds)
+	}
+}

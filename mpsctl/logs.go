@@ -101,3 +101,17 @@ func keepTail(f *os.File, size, keep int64, dst string) error {
 	}
 	return nil
 }
+
+// trimLogs keeps the instance's log files within MaxLog. The daemon need not run:
+// its files stay behind when it dies.
+func (d *Daemons) trimLogs(in *instance) {
+	for _, name := range logNames {
+		size, err := trimLog(in.logDir, name, d.cfg.MaxLog)
+		if err != nil {
+			in.log.Warn("cannot trim MPS log", "file", filepath.Join(in.logDir, name), "err", err)
+		}
+		if size > 0 {
+			in.log.Info("MPS log trimmed", "file", filepath.Join(in.logDir, name), "size", size, "kept_in", name+".1")
+		}
+	}
+}
