@@ -151,8 +151,8 @@ type GPU struct {
 	// LeasesOverShare counts the GPU's leases and claims whose processes
 	// use more memory than their share.
 	LeasesOverShare int `json:"leases_over_share,omitempty"`
-	// Claims are the GPU's offline claims, one per claimed unit, with what
-	// their processes use; absent when there are none.
+	// Claims are the GPU's offline claims, one per claiming process and
+	// instance, with what their processes use; absent when there are none.
 	Claims []Claim `json:"claims,omitempty"`
 	// OfflineByUID splits UnitsOffline by the owner of each claim's FIFO: uid
 	// (decimal) → units. Absent when no unit is claimed offline.
@@ -266,10 +266,11 @@ type GPUProcess struct {
 	MemoryUsedMiB uint64 `json:"memory_used_mib"`
 }
 
-// Claim is one unit claimed offline through the pipe-file ledger.
+// Claim is what one process claimed offline, through the pipe-file ledger, of
+// one MPS instance.
 type Claim struct {
 	Instance int    `json:"instance"`
-	Unit     int    `json:"unit"`
+	Units    []int  `json:"units"`
 	UID      uint32 `json:"uid"`
 	// PID is the process that holds the claim's FIFO locked; 0 when it
 	// could not be told.

@@ -23,6 +23,8 @@ func path(pid int, file string) string { return "/proc/" + strconv.Itoa(pid) + "
 type Stat struct {
 	// State is the state letter: R, S, D, T, Z, X, ...
 	State byte
+	// PPID is the parent's pid (field 4).
+	PPID int
 	// StartTime is in clock ticks since boot (field 22): with the pid, it
 	// names one process across pid reuse.
 	StartTime uint64
@@ -63,7 +65,11 @@ func ParseStat(b []byte) (Stat, error) {
 	if err != nil {
 		return Stat{}, fmt.Errorf("procfs: malformed stat: start time %q", fields[19])
 	}
-	return Stat{State: fields[0][0], StartTime: st}, nil
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil || ppid < 0 {
+		return Stat{}, fmt.Errorf("procfs: malformed stat: parent %q", fields[1])
+	}
+	return Stat{State: fields[0][0], PPID: ppid, StartTime: st}, nil
 }
 
 // RealUID reads the real uid of pid from /proc/<pid>/status.

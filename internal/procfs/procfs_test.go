@@ -16,8 +16,8 @@ func TestParseStat(t *testing.T) {
 		want  Stat
 		valid bool
 	}{
-		{"plain", "42 (sleep) S" + tail, Stat{'S', 123456}, true},
-		{"name with spaces and parens", "42 (a) b) (c) Z" + tail, Stat{'Z', 123456}, true},
+		{"plain", "42 (sleep) S" + tail, Stat{State: 'S', PPID: 1, StartTime: 123456}, true},
+		{"name with spaces and parens", "42 (a) b) (c) Z" + tail, Stat{State: 'Z', PPID: 1, StartTime: 123456}, true},
 		{"no name", "42 sleep S" + tail, Stat{}, false},
 		{"short", "42 (sleep) S 1 2", Stat{}, false},
 		{"bad start time", "42 (x) S 1 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 abc", Stat{}, false},

@@ -1,0 +1,250 @@
+// Package usage accounts for what leases and offline claims really use of a
+// GPU: it attributes every compute process NVML lists to the lease or claim
+// whose process it is (or descends from), to an MPS server of gpulet's, or to
+// nobody (a process beside gpulet), and keeps each lease's peak. It owns the
+// attribution and the peaks; the samples come from inventory, the leases and
+// claims from the lease engine's published view.
+package usage
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/api"
+)
+
+// maxDepth bounds the walk from a GPU process up to the lease's process: a
+// job's CUDA process sits a few levels below it (a shell, a launcher).
+const maxDepth = 32
+
+// Lease is a live lease as accounting needs it.
+type Lease struct {
+	ID  string
+	GPU int
+	// PID is the process the lease is bound to; 0 for a lease bound to no
+	// process (ttl, pod), whose processes cannot be told.
+	PID      int
+	ShareMiB uint64
+}
+
+// Claim is an offline claim of units of one instance by one process.
+type Claim struct {
+	GPU, Instance int
+	Units         []int
+	UID           uint32
+	// PID holds the claim's FIFOs locked; 0 when unknown.
+	PID      int
+	ShareMiB uint64
+}
+
+// Server is an MPS server of one of gpulet's instances.
+type Server struct {
+	GPU, Instance, PID int
+}
+
+// Input is one round of samples and what was live then.
+type Input struct {
+	Now time.Time
+	// Processes are each GPU's compute processes; nil for a GPU whose
+	// processes could not be read.
+	Processes [][]inventory.Process
+	// MemoryTotalMiB is each GPU's memory.
+	MemoryTotalMiB []uint64
+	Leases         []Lease
+	Claims         []Claim
+	Servers        []Server
+	// Parent is the parent of a process, 0 when unknown.
+	Parent func(pid int) int
+}
+
+// Table is what one round found. It is never modified once published.
+type Table struct {
+	// Leases maps a lease id to its usage.
+	Leases map[string]*api.Usage
+	GPUs   []GPU
+}
+
+// GPU is what one GPU's processes use beside the leases.
+type GPU struct {
+	OutsideMiB       uint64
+	Outside          []api.GPUProcess
+	OutsideOverShare bool
+	// OverShare counts the leases and claims over their share.
+	OverShare int
+	Claims    []api.Claim
+}
+
+// Accountant turns rounds of samples into Tables, keeping peaks between them.
+type Accountant struct {
+	mu    sync.Mutex // guards peaks; one Update at a time
+	peaks map[string]uint64
+	table atomic.Pointer[Table]
+}
+
+// New makes an Accountant.
+func New() *Accountant { return &Accountant{peaks: map[string]uint64{}} }
+
+// Table is the last round's table; nil before the first.
+func (a *Accountant) Table() *Table { return a.table.Load() }
+
+// Peak is the most memory lease id's processes have used, as of the last
+// round; false for a lease no round saw.
+func (a *Accountant) Peak(id string) (uint64, bool) {
+	t := a.table.Load()
+	if t == nil {
+		return 0, false
+	}
+	u, ok := t.Leases[id]
+	if !ok {
+		return 0, false
+	}
+	return u.MemoryPeakMiB, true
+}
+
+// owner is what a process is attributed to.
+type owner struct {
+	lease  int // index in Input.Leases, or -1
+	claim  int // index in Input.Claims, or -1
+	server bool
+}
+
+// Update attributes one round and publishes its table.
+func (a *Accountant) Update(in Input) *Table {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	t := &Table{Leases: make(map[string]*api.Usage, len(in.Leases)), GPUs: make([]GPU, len(in.Processes))}
+	type key struct{ gpu, pid int }
+	byPID := map[key]owner{}
+	for i, l := range in.Leases {
+		if l.PID > 0 {
+			// A process holding several leases of one GPU: the first by id
+			// is charged, so that its memory is counted once.
+			if o, ok := byPID[key{l.GPU, l.PID}]; !ok || in.Leases[o.lease].ID > l.ID {
+				byPID[key{l.GPU, l.PID}] = owner{lease: i, claim: -1}
+			}
+		}
+	}
+	for i, c := range in.Claims {
+		if _, ok := byPID[key{c.GPU, c.PID}]; c.PID > 0 && !ok {
+			byPID[key{c.GPU, c.PID}] = owner{lease: -1, claim: i}
+		}
+	}
+	for _, s := range in.Servers {
+		byPID[key{s.GPU, s.PID}] = owner{lease: -1, claim: -1, server: true}
+	}
+	parents := map[int]int{}
+	parent := func(pid int) int {
+		if p, ok := parents[pid]; ok {
+			return p
+		}
+		p := 0
+		if in.Parent != nil {
+			p = in.Parent(pid)
+		}
+		parents[pid] = p
+		return p
+	}
+	leaseUse := make([]api.Usage, len(in.Leases))
+	claimUse := make([]api.Usage, len(in.Claims))
+	for g, procs := range in.Processes {
+		for _, p := range procs {
+			o, found := owner{}, false
+			for pid, depth := p.PID, 0; pid > 1 && depth < maxDepth && !found; pid, depth = parent(pid), depth+1 {
+				o, found = byPID[key{g, pid}]
+			}
+			switch {
+			case !found:
+				t.GPUs[g].OutsideMiB += p.MemoryUsedMiB
+				t.GPUs[g].Outside = append(t.GPUs[g].Outside, api.GPUProcess{PID: p.PID, MemoryUsedMiB: p.MemoryUsedMiB})
+			case o.lease >= 0:
+				charge(&leaseUse[o.lease], p)
+			case o.claim >= 0:
+				charge(&claimUse[o.claim], p)
+			}
+		}
+	}
+	shares := make([]uint64, len(in.Processes))
+	for i, l := range in.Leases {
+		u := &leaseUse[i]
+		a.finish(u, l.ID, l.ShareMiB, in.Now)
+		t.Leases[l.ID] = u
+		if l.GPU < len(t.GPUs) {
+			shares[l.GPU] += l.ShareMiB
+			t.GPUs[l.GPU].OverShare += b2i(u.OverShare)
+		}
+	}
+	for i, c := range in.Claims {
+		u := &claimUse[i]
+		a.finish(u, claimKey(c), c.ShareMiB, in.Now)
+		if c.GPU < len(t.GPUs) {
+			shares[c.GPU] += c.ShareMiB
+			t.GPUs[c.GPU].OverShare += b2i(u.OverShare)
+			t.GPUs[c.GPU].Claims = append(t.GPUs[c.GPU].Claims, api.Claim{Instance: c.Instance, Units: c.Units, UID: c.UID, PID: c.PID, Usage: u})
+		}
+	}
+	for g := range t.GPUs {
+		if g < len(in.MemoryTotalMiB) {
+			free := in.MemoryTotalMiB[g] - min(shares[g], in.MemoryTotalMiB[g])
+			t.GPUs[g].OutsideOverShare = t.GPUs[g].OutsideMiB > free
+		}
+		slices.SortFunc(t.GPUs[g].Outside, func(x, y api.GPUProcess) int { return cmp.Compare(x.PID, y.PID) })
+	}
+	a.forgetEnded(in)
+	a.table.Store(t)
+	return t
+}
+
+func charge(u *api.Usage, p inventory.Process) {
+	u.MemoryUsedMiB += p.MemoryUsedMiB
+	u.PIDs = append(u.PIDs, p.PID)
+}
+
+// finish completes a usage: its peak, whether it is over its share, its pids
+// in order.
+func (a *Accountant) finish(u *api.Usage, id string, share uint64, now time.Time) {
+	a.peaks[id] = max(a.peaks[id], u.MemoryUsedMiB)
+	u.MemoryPeakMiB = a.peaks[id]
+	u.OverShare = u.MemoryUsedMiB > share
+	u.SampledAt = now
+	if u.PIDs == nil {
+		u.PIDs = []int{}
+	}
+	slices.Sort(u.PIDs)
+}
+
+// forgetEnded drops the peaks of what is no longer live.
+func (a *Accountant) forgetEnded(in Input) {
+	live := make(map[string]bool, len(in.Leases)+len(in.Claims))
+	for _, l := range in.Leases {
+		live[l.ID] = true
+	}
+	for _, c := range in.Claims {
+		live[claimKey(c)] = true
+	}
+	for id := range a.peaks {
+		if !live[id] {
+			delete(a.peaks, id)
+		}
+	}
+}
+
+// claimKey names a claim among the peaks; lease ids never start with a space.
+func claimKey(c Claim) string {
+	first := -1
+	if len(c.Units) > 0 {
+		first = c.Units[0]
+	}
+	return fmt.Sprintf(" %d/%d/%d/%d", c.GPU, c.Instance, c.PID, first)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

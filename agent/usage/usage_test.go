@@ -1,0 +1,86 @@
+package usage
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/api"
+)
+
+// H100 figures: MPS servers of 66 MiB, clients of 86 MiB.
+func TestAttribution(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	// 300 is a shell of lease b's process 200; 301 is its child, the CUDA job.
+	parents := map[int]int{301: 300, 300: 200, 200: 1, 100: 1, 400: 1, 500: 1, 900: 1}
+	in := Input{
+		Now:            now,
+		MemoryTotalMiB: []uint64{81559, 81559},
+		Processes: [][]inventory.Process{
+			{{PID: 900, MemoryUsedMiB: 66}, {PID: 100, MemoryUsedMiB: 86}, {PID: 301, MemoryUsedMiB: 6000}, {PID: 400, MemoryUsedMiB: 1000}, {PID: 500, MemoryUsedMiB: 120}},
+			nil,
+		},
+		Leases: []Lease{
+			{ID: "a", GPU: 0, PID: 100, ShareMiB: 5097},
+			{ID: "b", GPU: 0, PID: 200, ShareMiB: 5097},
+			{ID: "ttl", GPU: 0, ShareMiB: 5097},
+			{ID: "c", GPU: 1, PID: 100, ShareMiB: 5097},
+		},
+		Claims:  []Claim{{GPU: 0, Instance: 0, Units: []int{5, 6}, UID: 1001, PID: 500, ShareMiB: 10194}},
+		Servers: []Server{{GPU: 0, Instance: 0, PID: 900}},
+		Parent:  func(pid int) int { return parents[pid] },
+	}
+	a := New()
+	tab := a.Update(in)
+	want := map[string]api.Usage{
+		"a":   {MemoryUsedMiB: 86, MemoryPeakMiB: 86, PIDs: []int{100}, SampledAt: now},
+		"b":   {MemoryUsedMiB: 6000, MemoryPeakMiB: 6000, PIDs: []int{301}, OverShare: true, SampledAt: now},
+		"ttl": {PIDs: []int{}, SampledAt: now},
+		"c":   {PIDs: []int{}, SampledAt: now},
+	}
+	for id, w := range want {
+		got := tab.Leases[id]
+		if got == nil || got.MemoryUsedMiB != w.MemoryUsedMiB || got.MemoryPeakMiB != w.MemoryPeakMiB || got.OverShare != w.OverShare ||
+			!slices.Equal(got.PIDs, w.PIDs) || !got.SampledAt.Equal(now) {
+			t.Errorf("lease %s: %+v, want %+v", id, got, w)
+		}
+	}
+	g := tab.GPUs[0]
+	if g.OutsideMiB != 1000 || len(g.Outside) != 1 || g.Outside[0].PID != 400 {
+		t.Errorf("outside %d MiB %+v, want process 400's 1000 MiB (the MPS server is gpulet's)", g.OutsideMiB, g.Outside)
+	}
+	if g.OverShare != 1 || g.OutsideOverShare {
+		t.Errorf("over share %d, outside over share %v; want 1 lease, and room left for the outside process", g.OverShare, g.OutsideOverShare)
+	}
+	if len(g.Claims) != 1 || g.Claims[0].Usage.MemoryUsedMiB != 120 || g.Claims[0].PID != 500 {
+		t.Errorf("claims %+v, want the claim's process with 120 MiB", g.Claims)
+	}
+
+	// The peak stays when use falls; an ended lease is forgotten.
+	in.Processes[0][2].MemoryUsedMiB = 10
+	in.Leases = in.Leases[:2]
+	tab = a.Update(in)
+	if u := tab.Leases["b"]; u.MemoryUsedMiB != 10 || u.MemoryPeakMiB != 6000 || u.OverShare {
+		t.Errorf("lease b after its use fell: %+v", u)
+	}
+	if _, ok := a.Peak("ttl"); ok {
+		t.Error("an ended lease's peak is still kept")
+	}
+	if p, ok := a.Peak("b"); !ok || p != 6000 {
+		t.Errorf("Peak(b) = %d, %v", p, ok)
+	}
+}
+
+// TestOutsideEatsShares: a process beside gpulet that uses more than the
+// leases leave free is flagged.
+func TestOutsideEatsShares(t *testing.T) {
+	in := Input{
+		MemoryTotalMiB: []uint64{16000},
+		Processes:      [][]inventory.Process{{{PID: 7, MemoryUsedMiB: 5000}}},
+		Leases:         []Lease{{ID: "a", GPU: 0, PID: 100, ShareMiB: 12000}},
+	}
+	if g := New().Update(in).GPUs[0]; !g.OutsideOverShare || g.OutsideMiB != 5000 {
+		t.Fatalf("gpu %+v: 5000 MiB outside where 4000 are free must be flagged", g)
+	}
+}
