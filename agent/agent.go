@@ -36,6 +36,7 @@ import (
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/mpsctl"
@@ -80,6 +81,9 @@ type Config struct {
 	// ConfigPath is the --config file (pools, quotas, task profiles); empty:
 	// none.
 	ConfigPath string
+	// Accounting attributes the GPU's processes to leases and claims at
+	// every sample (--accounting).
+	Accounting bool
 	// Kube is the kubelet plugin's configuration.
 	Kube KubeConfig
 	// NVML is the library the nvml backend uses (nvml.New() in production).
@@ -124,6 +128,8 @@ type Agent struct {
 	// affinity table.
 	rules    atomic.Pointer[config.Rules]
 	profiles *profiles.Store
+	// usage accounts for what leases and claims use; nil with accounting off.
+	usage *usage.Accountant
 }
 
 // Run starts gpuletd and serves until ctx ends, then stops cleanly. Parts
@@ -140,6 +146,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	a := &Agent{cfg: cfg, log: log, inv: inv, devs: inv.Devices(), bootID: newBootID()}
+	if cfg.Accounting {
+		a.usage = usage.New()
+	}
 	for k := range cfg.Model.InstancesPerGPU {
 		a.instanceUnits = append(a.instanceUnits, cfg.Model.InstanceUnits(k))
 	}
@@ -214,6 +223,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// Reservations survive a reboot: the state dir, not the run dir.
 		ReservationsPath: filepath.Join(cfg.StateDir, reserve.FileName),
 		ReclaimGrace:     cfg.ReclaimGrace,
+		PeakMemory:       a.peakMiB,
 	})
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
@@ -34,6 +35,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 	// As of this snapshot: a push changes nothing that makes a new one.
 	s.Upstreams = a.upstreamStatus()
 	U := a.cfg.Model.UnitsPerGPU
+	used := a.usageTable()
 	for i, d := range a.devs {
 		gv := view.GPUs[i]
 		state, unusable := a.gpuState(samples[i])
@@ -41,7 +43,8 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 			Index: d.Index, UUID: d.UUID, Name: d.Name, State: state, Eligible: unusable == "",
 			UnitsTotal: U, UnitsUsed: gv.Used, UnitsFree: U - gv.Used - gv.Reserved, UnitsOffline: gv.Offline,
 			UnitsReserved:  gv.Reserved,
-			UtilizationPct: samples[i].UtilizationPct, MaxUtilizationPct: a.cfg.MaxUtilization,
+			UtilizationPct: samples[i].UtilizationPct, UtilizationSource: samples[i].UtilizationSource,
+			KernelTimePct: samples[i].KernelTimePct, MaxUtilizationPct: a.cfg.MaxUtilization,
 			MemoryTotalMiB: d.MemoryTotalMiB, MemoryUsedMiB: samples[i].MemoryUsedMiB,
 			Capability: api.Capability{
 				ComputeCapability: d.ComputeCapability(), Cores: d.Cores, MaxSMClockMHz: d.MaxSMClockMHz,
@@ -53,6 +56,11 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 			g.Error = samples[i].Err.Error()
 		}
 		g.Xid = samples[i].Xid
+		if used != nil && i < len(used.GPUs) {
+			u := used.GPUs[i]
+			g.OutsideMemoryMiB, g.OutsideProcesses, g.OutsideOverShare = u.OutsideMiB, u.Outside, u.OutsideOverShare
+			g.LeasesOverShare, g.Claims = u.OverShare, u.Claims
+		}
 		if len(gv.OfflineByUID) > 0 {
 			g.OfflineByUID = make(map[string]int, len(gv.OfflineByUID))
 			for uid, n := range gv.OfflineByUID {
@@ -71,6 +79,10 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 				in.State = st.State
 				if st.ServerUID != nil {
 					in.UID = st.ServerUID
+				}
+				in.SMPct = instanceSM(st.Servers, samples[i].SMByPID)
+				for _, srv := range st.Servers {
+					in.Servers = append(in.Servers, api.MPSServer{PID: srv.PID, UID: srv.UID, Clients: len(srv.Clients)})
 				}
 				if st.Err != nil {
 					in.Error = st.Err.Error()
@@ -94,4 +106,19 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 	}
 	counts := metrics.Leases{Live: uint64(view.LeaseCount()), Granted: view.Granted, Ended: view.Ended}
 	return snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, counts) })
+}
+
+// instanceSM is an instance's SM utilization: its MPS servers' figures, as
+// NVML gives them per process; nil when none is known.
+func instanceSM(servers []mpsctl.Server, smByPID map[int]int) *int {
+	var sum *int
+	for _, s := range servers {
+		if v, ok := smByPID[s.PID]; ok {
+			if sum == nil {
+				sum = new(int)
+			}
+			*sum += v
+		}
+	}
+	return sum
 }

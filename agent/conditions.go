@@ -2,7 +2,9 @@ package agent
 
 import (
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
@@ -18,14 +20,12 @@ func (a *Agent) sample() {
 	if a.leases != nil {
 		view = a.leases.View()
 	}
+	held := claimPIDs(view)
 	out := make([]inventory.Sample, len(a.devs))
 	for i := range a.devs {
-		load := inventory.Load{UnitsTotal: a.cfg.Model.UnitsPerGPU}
-		if view != nil {
-			load.UnitsUsed = view.GPUs[i].Used
-		}
-		out[i] = a.inv.Sample(i, load)
+		out[i] = a.inv.Sample(i, a.loadOf(i, view, held))
 	}
+	a.account(view, out, held)
 	a.sampleMu.Lock()
 	same := sameSamples(a.samples, out)
 	a.samples = out
@@ -42,8 +42,10 @@ func sameSamples(x, y []inventory.Sample) bool {
 	}
 	for i := range x {
 		a, b := x[i], y[i]
-		if a.UtilizationPct != b.UtilizationPct || a.MemoryUsedMiB != b.MemoryUsedMiB || a.Xid != b.Xid || (a.Err == nil) != (b.Err == nil) ||
-			a.Err != nil && a.Err.Error() != b.Err.Error() {
+		if a.UtilizationPct != b.UtilizationPct || a.UtilizationSource != b.UtilizationSource || a.KernelTimePct != b.KernelTimePct ||
+			a.MemoryUsedMiB != b.MemoryUsedMiB || a.Xid != b.Xid || (a.Err == nil) != (b.Err == nil) ||
+			a.Err != nil && a.Err.Error() != b.Err.Error() ||
+			!slices.Equal(a.Processes, b.Processes) || !maps.Equal(a.SMByPID, b.SMByPID) {
 			return false
 		}
 	}
@@ -63,8 +65,8 @@ func (a *Agent) gpuState(s inventory.Sample) (state, unusable string) {
 	switch {
 	case s.Err != nil:
 		return api.GPUFailed, "failed: " + s.Err.Error()
-	case s.UtilizationPct > a.cfg.MaxUtilization:
-		return api.GPUWorking, fmt.Sprintf("is %d%% busy, above --max-utilization %d%%", s.UtilizationPct, a.cfg.MaxUtilization)
+	case s.UtilizationPct > a.cfg.MaxUtilization && api.UtilizationRefuses(s.UtilizationSource):
+		return api.GPUWorking, fmt.Sprintf("has %d%% of its SMs busy (%s), above --max-utilization %d%%", s.UtilizationPct, s.UtilizationSource, a.cfg.MaxUtilization)
 	}
 	return api.GPUWorking, ""
 }

@@ -25,10 +25,16 @@ func (a *Agent) Acquire(ctx context.Context, peer lease.Peer, req lease.Request)
 }
 
 // List lists peer's leases (all, for admins).
-func (a *Agent) List(peer lease.Peer) []api.Lease { return a.leases.List(peer) }
+func (a *Agent) List(peer lease.Peer) []api.Lease { return a.withUsage(a.leases.List(peer)) }
 
 // Get returns one lease.
-func (a *Agent) Get(peer lease.Peer, id string) (api.Lease, error) { return a.leases.Get(peer, id) }
+func (a *Agent) Get(peer lease.Peer, id string) (api.Lease, error) {
+	l, err := a.leases.Get(peer, id)
+	if err != nil {
+		return l, err
+	}
+	return a.withUsage([]api.Lease{l})[0], nil
+}
 
 // Renew extends a time-bound lease.
 func (a *Agent) Renew(peer lease.Peer, id string) (api.Lease, error) { return a.leases.Renew(peer, id) }

@@ -42,13 +42,14 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringVar(&mount, "mount", "", "FUSE view mount point (default <run-dir>/view; \"\" for none)")
 	fs.StringVar(&cfg.Backend, "backend", "auto", "GPU backend: nvml, sim, or auto (NVML when it initializes, else simulated)")
 	fs.StringVar(&cfg.SimGPUs, "sim-gpus", "2xA100-80GB", "simulated GPUs, COUNTxMODEL[,...]; models: "+strings.Join(inventory.ModelKeys(), ", ")+" (the memory suffix may be left out where only one size exists)")
-	fs.IntVar(&m, "units-per-client", 1, "M: most units one process may hold")
-	fs.IntVar(&n, "clients-per-instance", 16, "N: most clients of one MPS instance")
-	fs.IntVar(&k, "instances-per-gpu", 1, "K: MPS control daemons per GPU")
-	fs.IntVar(&u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K (default M×N×K)")
+	fs.IntVar(&m, "units-per-client", 0, "M: most units one process may hold (default U, a whole GPU; a lease still lies on one MPS instance, U/K units at most)")
+	fs.IntVar(&n, "clients-per-instance", 16, "N: most processes one MPS instance serves at once")
+	fs.IntVar(&k, "instances-per-gpu", 1, "K: MPS control daemons per GPU; more let more users run at once, each instance serving one user at a time")
+	fs.IntVar(&u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K; a unit is 1/U of the GPU's memory and SMs (default 16, or M×N×K when that is less)")
 	fs.IntVar(&cfg.MaxUtilization, "max-utilization", 90, "percent; a GPU busier than this takes no new leases")
 	fs.StringVar(&policy, "policy", string(placement.BestFit), "placement policy: best-fit, first-fit, spread, or score (the strongest card whose free resources are shaped most like the request)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")
+	fs.BoolVar(&cfg.Accounting, "accounting", true, "at every sample, attribute the GPU's processes and their memory to leases, offline claims and processes beside gpulet (--accounting=false: leases show no usage)")
 	fs.StringVar(&cfg.NodeName, "node-name", host, "the node's name in snapshots")
 	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API (they may use every pool and are bound by no quota)")
 	fs.StringVar(&cfg.ConfigPath, "config", "", "YAML file of pools, quotas, task profiles and score weights (checked at start; SIGHUP reloads it, keeping the old one if the new one is bad)")
@@ -73,6 +74,12 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 		return Config{}, fmt.Errorf("unexpected argument %q (gpuletd takes only flags; see --help)", fs.Arg(0))
 	}
 	var err error
+	if fs.Changed("units-per-client") && m < 1 {
+		return Config{}, fmt.Errorf("--units-per-client must be at least 1, got %d", m)
+	}
+	if fs.Changed("units-per-gpu") && u < 1 {
+		return Config{}, fmt.Errorf("--units-per-gpu must be at least 1, got %d", u)
+	}
 	if cfg.Model, err = units.New(m, n, k, u); err != nil {
 		return Config{}, err
 	}

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"errors"
+	"github.com/gpulet/gpulet/agent/units"
 	"io"
 	"strings"
 	"testing"
@@ -39,7 +40,10 @@ func TestParseFlags(t *testing.T) {
 		{"mount follows run dir", []string{"--run-dir", "/tmp/x"}, func(c Config) bool { return c.Mount == "/tmp/x/view" }, ""},
 		{"no view", []string{"--mount", ""}, func(c Config) bool { return c.Mount == "" }, ""},
 		{"unit model", []string{"--units-per-client", "2", "--clients-per-instance", "4", "--instances-per-gpu", "2"}, func(c Config) bool { return c.Model.UnitsPerGPU == 16 }, ""},
-		{"U too big", []string{"--units-per-gpu", "17"}, nil, "17 is more than M×N×K"},
+		{"U too big", []string{"--units-per-client", "1", "--units-per-gpu", "17"}, nil, "17 is more than M×N×K"},
+		{"defaults: a process may hold a whole GPU", nil, func(c Config) bool { return c.Model == units.Default() && c.Model.UnitsPerClient == 16 }, ""},
+		{"M follows U", []string{"--units-per-gpu", "32"}, func(c Config) bool { return c.Model.UnitsPerClient == 32 }, ""},
+		{"M zero", []string{"--units-per-client", "0"}, nil, "--units-per-client must be at least 1"},
 		{"U not a number", []string{"--units-per-gpu", "lots"}, nil, `invalid argument "lots"`},
 		{"bad backend", []string{"--backend", "cuda"}, nil, `--backend "cuda"`},
 		{"bad sim spec", []string{"--sim-gpus", "3xGTX1080"}, nil, `unknown model "GTX1080"`},

@@ -197,6 +197,9 @@ type Instance struct {
 	// SMPct is the SM utilization of the instance's MPS server as NVML gives
 	// it per process; absent where it is not known (MPS off, no server).
 	SMPct *int `json:"sm_pct,omitempty"`
+	// Servers are the instance's live MPS servers, idle ones included;
+	// absent when none runs.
+	Servers []MPSServer `json:"servers,omitempty"`
 	// Error says why an instance is down.
 	Error string `json:"error,omitempty"`
 }
@@ -258,6 +261,14 @@ type Usage struct {
 	// (its memory_mib, else its units' part of the GPU's memory).
 	OverShare bool      `json:"over_share"`
 	SampledAt time.Time `json:"sampled_at"`
+}
+
+// MPSServer is a live MPS server: the user it serves, and how many clients
+// it has (0: idle, kept up until a client of another user replaces it).
+type MPSServer struct {
+	PID     int     `json:"pid"`
+	UID     *uint32 `json:"uid,omitempty"`
+	Clients int     `json:"clients"`
 }
 
 // GPUProcess is a process on a GPU that is no part of gpulet's sharing.

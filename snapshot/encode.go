@@ -102,6 +102,10 @@ func appendGPU(b []byte, g *api.GPU) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(g.UnitsReserved), 10)
 	b = append(b, `,"utilization_pct":`...)
 	b = strconv.AppendInt(b, int64(g.UtilizationPct), 10)
+	b = append(b, `,"utilization_source":`...)
+	b = jsonenc.String(b, g.UtilizationSource)
+	b = append(b, `,"kernel_time_pct":`...)
+	b = strconv.AppendInt(b, int64(g.KernelTimePct), 10)
 	b = append(b, `,"max_utilization_pct":`...)
 	b = strconv.AppendInt(b, int64(g.MaxUtilizationPct), 10)
 	b = append(b, `,"memory_total_mib":`...)
@@ -121,8 +125,28 @@ func appendGPU(b []byte, g *api.GPU) ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
+	b = append(b, `,"outside_memory_mib":`...)
+	b = strconv.AppendUint(b, g.OutsideMemoryMiB, 10)
+	var err error
+	// The accounting's parts are rare or small: encoding/json writes them.
+	if len(g.OutsideProcesses) > 0 {
+		if b, err = appendMarshaled(b, `,"outside_processes":`, g.OutsideProcesses); err != nil {
+			return b, err
+		}
+	}
+	if g.OutsideOverShare {
+		b = append(b, `,"outside_over_share":true`...)
+	}
+	if g.LeasesOverShare != 0 {
+		b = append(b, `,"leases_over_share":`...)
+		b = strconv.AppendInt(b, int64(g.LeasesOverShare), 10)
+	}
+	if len(g.Claims) > 0 {
+		if b, err = appendMarshaled(b, `,"claims":`, g.Claims); err != nil {
+			return b, err
+		}
+	}
 	if len(g.OfflineByUID) > 0 {
-		var err error
 		if b, err = appendMarshaled(b, `,"offline_by_uid":`, g.OfflineByUID); err != nil {
 			return b, err
 		}
@@ -164,6 +188,28 @@ func appendInstance(b []byte, in *api.Instance) []byte {
 	if in.UID != nil {
 		b = append(b, `,"uid":`...)
 		b = strconv.AppendUint(b, uint64(*in.UID), 10)
+	}
+	if in.SMPct != nil {
+		b = append(b, `,"sm_pct":`...)
+		b = strconv.AppendInt(b, int64(*in.SMPct), 10)
+	}
+	if len(in.Servers) > 0 {
+		b = append(b, `,"servers":[`...)
+		for i, s := range in.Servers {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"pid":`...)
+			b = strconv.AppendInt(b, int64(s.PID), 10)
+			if s.UID != nil {
+				b = append(b, `,"uid":`...)
+				b = strconv.AppendUint(b, uint64(*s.UID), 10)
+			}
+			b = append(b, `,"clients":`...)
+			b = strconv.AppendInt(b, int64(s.Clients), 10)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
 	}
 	b = jsonenc.OptionalString(b, `,"error":`, in.Error)
 	return append(b, '}')

@@ -97,7 +97,8 @@ func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error {
 	// Out of the table first: a rewrite due after this record must not hold it.
 	delete(m.leases, l.ID)
-	if err := m.recordLocked(record{Op: opEnd, ID: l.ID}); err != nil {
+	peak, measured := m.peakLocked(l.ID)
+	if err := m.recordLocked(record{Op: opEnd, ID: l.ID, PeakMemoryMiB: peak}); err != nil {
 		if !force {
 			m.leases[l.ID] = l
 			return err
@@ -107,10 +108,22 @@ func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error
 	m.dropLocked(l)
 	m.ended++
 	if m.leaseLineDueLocked() {
-		m.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
+		if measured {
+			m.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason), slog.Uint64("peak_memory_mib", peak))
+		} else {
+			m.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason))
+		}
 	}
 	m.serveWaitersLocked()
 	return nil
+}
+
+// peakLocked is the peak memory measured for lease id, if any was.
+func (m *Manager) peakLocked(id string) (uint64, bool) {
+	if m.cfg.PeakMemory == nil {
+		return 0, false
+	}
+	return m.cfg.PeakMemory(id)
 }
 
 // dropLocked removes a lease from the table and the ledger and lets go of its

@@ -40,6 +40,9 @@ type record struct {
 	// ID names the lease of an "end" or "renew" record.
 	ID       string     `json:"id,omitempty"`
 	Deadline *time.Time `json:"deadline,omitempty"`
+	// PeakMemoryMiB is, on an "end" record, the most GPU memory the lease's
+	// processes used, where it was measured.
+	PeakMemoryMiB uint64 `json:"peak_memory_mib,omitempty"`
 }
 
 // Record operations.
@@ -118,7 +121,12 @@ func appendRecordJSON(b []byte, r record) ([]byte, bool) {
 		}
 	case r.Op == opEnd && r.Entry == nil && r.Deadline == nil:
 		b = append(b, `{"op":"end"`...)
-		return append(jsonenc.OptionalString(b, `,"id":`, r.ID), '}'), true
+		b = jsonenc.OptionalString(b, `,"id":`, r.ID)
+		if r.PeakMemoryMiB != 0 {
+			b = append(b, `,"peak_memory_mib":`...)
+			b = strconv.AppendUint(b, r.PeakMemoryMiB, 10)
+		}
+		return append(b, '}'), true
 	case r.Op == opRenew && r.Entry == nil && r.Deadline != nil && jsonenc.TimeOK(*r.Deadline):
 		b = append(b, `{"op":"renew"`...)
 		b = jsonenc.OptionalString(b, `,"id":`, r.ID)

@@ -123,6 +123,11 @@ type Config struct {
 	ReclaimGrace time.Duration
 	// Accounts resolves the names of share members; the system's when nil.
 	Accounts config.Directory
+	// PeakMemory is the most GPU memory a live lease's processes have used,
+	// as measured (false: not measured), for the record and the log line of
+	// its end, as sacct keeps a job's peak. It is called under the lock and
+	// must not call the Manager. Nil: nothing is measured.
+	PeakMemory func(id string) (mib uint64, ok bool)
 }
 
 // Manager owns the unit table.

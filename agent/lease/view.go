@@ -80,9 +80,18 @@ type GPUView struct {
 	Reserved int
 	// OfflineByUID counts offline units per owner of their FIFO.
 	OfflineByUID map[uint32]int
-	Instances    []InstanceView
+	// Claimed lists the units claimed offline, in unit order.
+	Claimed   []OfflineUnit
+	Instances []InstanceView
 	// Leases are the GPU's live leases, in no order.
 	Leases []*api.Lease
+}
+
+// OfflineUnit is one unit claimed offline: its FIFO's owner and identity.
+type OfflineUnit struct {
+	Instance, Unit int
+	UID            uint32
+	FIFO           ledger.FileID
 }
 
 // InstanceView is one instance's load.
@@ -187,6 +196,7 @@ func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
 					gv.OfflineByUID = map[uint32]int{}
 				}
 				gv.OfflineByUID[s.uid]++
+				gv.Claimed = append(gv.Claimed, OfflineUnit{Instance: k, Unit: u, UID: s.uid, FIFO: s.fifo})
 				iv.Users = addUser(iv.Users, s.uid)
 			case slotBlocked:
 				gv.Used++

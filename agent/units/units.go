@@ -18,27 +18,42 @@ type Model struct {
 	UnitsPerGPU        int // U
 }
 
-// Default is M=1, N=16, K=1, U=16.
-func Default() Model { return Model{1, 16, 1, 16} }
+// DefaultUnitsPerGPU is U when --units-per-gpu is not given: a sixteenth of a
+// GPU is a unit (an H100's 5 GiB and 8 of its 132 SMs).
+const DefaultUnitsPerGPU = 16
 
-// New builds a Model; u ≤ 0 means "M×N×K". It refuses values below 1 and a U
-// above M×N×K, naming both numbers.
+// Default is the model of the defaults: U=16 units a GPU, one process may
+// hold up to a whole GPU (M=U), N=16 clients an instance, K=1 instance.
+func Default() Model { return Model{16, 16, 1, 16} }
+
+// New builds a Model. u = 0 means DefaultUnitsPerGPU (at least K, at most
+// M×N×K); m = 0 means U, a whole GPU. It refuses values below 1 and a U above
+// M×N×K, naming both numbers.
 func New(m, n, k, u int) (Model, error) {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"--units-per-client", m}, {"--clients-per-instance", n}, {"--instances-per-gpu", k}} {
+	}{{"--clients-per-instance", n}, {"--instances-per-gpu", k}} {
 		if f.v < 1 {
 			return Model{}, fmt.Errorf("%s must be at least 1, got %d", f.name, f.v)
 		}
 	}
-	if m > 1<<16 || n > 1<<16 || k > 1<<10 {
-		return Model{}, fmt.Errorf("unit model too large: M=%d N=%d K=%d", m, n, k)
+	if m < 0 || m == 0 && u < 0 {
+		return Model{}, fmt.Errorf("--units-per-client must be at least 1, got %d", m)
+	}
+	if m > 1<<16 || n > 1<<16 || k > 1<<10 || u > 1<<20 {
+		return Model{}, fmt.Errorf("unit model too large: M=%d N=%d K=%d U=%d", m, n, k, u)
+	}
+	if u == 0 {
+		u = max(DefaultUnitsPerGPU, k)
+		if m > 0 {
+			u = max(min(DefaultUnitsPerGPU, m*n*k), k)
+		}
+	}
+	if m == 0 {
+		m = max(u, 1)
 	}
 	max := m * n * k
-	if u == 0 {
-		u = max
-	}
 	if u < 1 {
 		return Model{}, fmt.Errorf("--units-per-gpu must be at least 1, got %d", u)
 	}

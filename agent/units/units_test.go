@@ -12,15 +12,20 @@ func TestNew(t *testing.T) {
 		m, n, k, u int
 		wantU      int
 		wantErr    string
+		wantM      int
 	}{
-		{"defaults", 1, 16, 1, 0, 16, ""},
-		{"explicit U below max", 2, 4, 2, 10, 10, ""},
-		{"U above M×N×K", 1, 4, 2, 9, 0, "9 is more than M×N×K = 1×4×2 = 8"},
-		{"zero M", 0, 16, 1, 0, 0, "--units-per-client must be at least 1"},
-		{"negative N", 1, -1, 1, 0, 0, "--clients-per-instance must be at least 1"},
-		{"zero K", 1, 16, 0, 0, 0, "--instances-per-gpu must be at least 1"},
-		{"negative U", 1, 16, 1, -3, 0, "--units-per-gpu must be at least 1"},
-		{"U below K", 1, 16, 4, 3, 0, "fewer than --instances-per-gpu"},
+		{"defaults: 16 units, a process may hold the whole GPU", 0, 16, 1, 0, 16, "", 16},
+		{"M given: U is 16 when M×N×K allows", 1, 16, 1, 0, 16, "", 1},
+		{"M given: U is M×N×K below 16", 1, 4, 2, 0, 8, "", 1},
+		{"U given, M follows it", 0, 16, 2, 32, 32, "", 32},
+		{"K above 16", 0, 16, 20, 0, 20, "", 20},
+		{"explicit U below max", 2, 4, 2, 10, 10, "", 2},
+		{"U above M×N×K", 1, 4, 2, 9, 0, "9 is more than M×N×K = 1×4×2 = 8", 0},
+		{"negative M", -1, 16, 1, 0, 0, "--units-per-client must be at least 1", 0},
+		{"negative N", 1, -1, 1, 0, 0, "--clients-per-instance must be at least 1", 0},
+		{"zero K", 1, 16, 0, 0, 0, "--instances-per-gpu must be at least 1", 0},
+		{"negative U", 1, 16, 1, -3, 0, "--units-per-gpu must be at least 1", 0},
+		{"U below K", 1, 16, 4, 3, 0, "fewer than --instances-per-gpu", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -31,7 +36,7 @@ func TestNew(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || m.UnitsPerGPU != tc.wantU {
+			if err != nil || m.UnitsPerGPU != tc.wantU || m.UnitsPerClient != tc.wantM {
 				t.Fatalf("got %+v, %v", m, err)
 			}
 		})
