@@ -103,7 +103,7 @@ func (a *Agent) account(view *lease.View, samples []inventory.Sample, held map[p
 			if l.Binding == string(lease.KindPID) {
 				pid = l.Owner.PID
 			}
-			in.Leases = append(in.Leases, usage.Lease{ID: l.ID, GPU: g, PID: pid, ShareMiB: a.shareMiB(g, len(l.Units), l.MemoryMiB)})
+			in.Leases = append(in.Leases, usage.Lease{ID: l.ID, GPU: g, UID: l.Owner.UID, PID: pid, ShareMiB: a.shareMiB(g, len(l.Units), l.MemoryMiB)})
 		}
 		for _, c := range groupClaims(g, view.GPUs[g].Claimed, held) {
 			c.ShareMiB = a.shareMiB(g, len(c.Units), 0)

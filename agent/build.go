@@ -105,6 +105,11 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		s.Reservations = append(s.Reservations, r.ReservationStatus)
 	}
 	counts := metrics.Leases{Live: uint64(view.LeaseCount()), Granted: view.Granted, Ended: view.Ended}
+	if used != nil {
+		for _, r := range used.Running {
+			counts.Measured = append(counts.Measured, metrics.Measured{ID: r.ID, GPU: r.GPU, UID: r.UID, MemoryMiB: r.Usage.MemoryUsedMiB, OverShare: r.Usage.OverShare})
+		}
+	}
 	return snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, counts) })
 }
 

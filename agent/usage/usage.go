@@ -26,6 +26,7 @@ const maxDepth = 32
 type Lease struct {
 	ID  string
 	GPU int
+	UID uint32
 	// PID is the process the lease is bound to; 0 for a lease bound to no
 	// process (ttl, pod), whose processes cannot be told.
 	PID      int
@@ -66,7 +67,18 @@ type Input struct {
 type Table struct {
 	// Leases maps a lease id to its usage.
 	Leases map[string]*api.Usage
-	GPUs   []GPU
+	// Running are the leases with a process on a GPU, by id: the few that
+	// per-lease metrics are kept for.
+	Running []Running
+	GPUs    []GPU
+}
+
+// Running is a lease with a process on its GPU.
+type Running struct {
+	ID    string
+	GPU   int
+	UID   uint32
+	Usage *api.Usage
 }
 
 // GPU is what one GPU's processes use beside the leases.
@@ -173,6 +185,9 @@ func (a *Accountant) Update(in Input) *Table {
 		u := &leaseUse[i]
 		a.finish(u, l.ID, l.ShareMiB, in.Now)
 		t.Leases[l.ID] = u
+		if len(u.PIDs) > 0 {
+			t.Running = append(t.Running, Running{ID: l.ID, GPU: l.GPU, UID: l.UID, Usage: u})
+		}
 		if l.GPU < len(t.GPUs) {
 			shares[l.GPU] += l.ShareMiB
 			t.GPUs[l.GPU].OverShare += b2i(u.OverShare)
@@ -194,6 +209,7 @@ func (a *Accountant) Update(in Input) *Table {
 		}
 		slices.SortFunc(t.GPUs[g].Outside, func(x, y api.GPUProcess) int { return cmp.Compare(x.PID, y.PID) })
 	}
+	slices.SortFunc(t.Running, func(x, y Running) int { return cmp.Compare(x.ID, y.ID) })
 	a.forgetEnded(in)
 	a.table.Store(t)
 	return t

@@ -554,11 +554,12 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 			notes = append(notes, fmt.Sprintf("GPU %d: %s", g.Index, g.Error))
 		}
 		if !g.Eligible && g.State == api.GPUWorking && g.UtilizationPct > g.MaxUtilizationPct {
-			notes = append(notes, fmt.Sprintf("GPU %d: %d%% busy, above the %d%% that takes new leases", g.Index, g.UtilizationPct, g.MaxUtilizationPct))
+			notes = append(notes, fmt.Sprintf("GPU %d: %d%% of its SMs busy, above the %d%% that takes new leases", g.Index, g.UtilizationPct, g.MaxUtilizationPct))
 		}
+		notes = append(notes, usageNotes(g)...)
 		tw.row(fmt.Sprint(g.Index), g.Name, g.State, yesNo(g.Eligible), UnitBar(g),
 			fmt.Sprintf("%d/%d/%d", g.UnitsUsed, g.UnitsOffline, g.UnitsFree),
-			fmt.Sprintf("%d%%", g.UtilizationPct), fmt.Sprintf("%d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB), strings.Join(inst, " "))
+			utilCell(g), fmt.Sprintf("%d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB), strings.Join(inst, " "))
 	}
 	tw.flush()
 	for _, n := range notes {
@@ -640,7 +641,7 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 		}
 		return first(ls[i]) < first(ls[j])
 	})
-	tw := newTable(w, "ID", "GPU", "INSTANCE", "UNITS", "UID", "PID", "EXPIRES", "TASK")
+	tw := newTable(w, "ID", "GPU", "INSTANCE", "UNITS", "UID", "PID", "MEMORY USED/PEAK (MiB)", "EXPIRES", "TASK")
 	for _, l := range ls {
 		exp, pid := "when pid exits", fmt.Sprint(l.Owner.PID)
 		switch {
@@ -660,7 +661,7 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 			task += " (preemptible)"
 		}
 		tw.row(l.ID, fmt.Sprint(l.GPU.Index), fmt.Sprint(l.Instance), unitList(l.Units),
-			fmt.Sprint(l.Owner.UID), pid, exp, task)
+			fmt.Sprint(l.Owner.UID), pid, usageCell(l.Usage), exp, task)
 	}
 	tw.flush()
 }
