@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/mpsctl"
 )
@@ -39,7 +40,13 @@ func (a *Agent) startMPS(ctx context.Context, closers *[]func() error) error {
 	for i, d := range a.devs {
 		uuids[i] = d.UUID
 	}
-	a.mps, err = mpsctl.Open(ctx, a.cfg.MPS, mpsctl.Config{Control: path, RunDir: runDir, InstancesPerGPU: a.cfg.Model.InstancesPerGPU, Logger: a.log}, uuids)
+	cfg := mpsctl.Config{Control: path, RunDir: runDir, InstancesPerGPU: a.cfg.Model.InstancesPerGPU, Logger: a.log}
+	if sim, ok := a.inv.(*inventory.Sim); ok {
+		// No control daemon starts a server without a GPU: the simulated
+		// backend's servers stand in for them.
+		cfg.Servers = sim
+	}
+	a.mps, err = mpsctl.Open(ctx, a.cfg.MPS, cfg, uuids)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,134 @@
+package test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+// These tests hold the simulated backend to what an H100 showed (docs/
+// hardware.md): MPS servers that stay up idle after their last client, a
+// kernel-time figure that reads 100% for one small job, and processes that
+// use more memory than their share.
+
+// TestUsersOneAfterAnotherOnOneInstance: on a GPU with one MPS instance,
+// three users run a job one after another. Each job leaves its MPS server up
+// and idle, as on the H100; the next user's lease must still land there (it
+// was refused: "instance 0 serves another user's MPS clients").
+func TestUsersOneAfterAnotherOnOneInstance(t *testing.T) {
+	group := e2e.NewGroup(t)
+	users := []e2e.User{e2e.NewUser(t, group), e2e.NewUser(t, group), e2e.NewUser(t, group)}
+	d, _ := startMPSDaemon(t, "--socket-group", group.Name, "--sim-gpus", "1xH100", "--sample-interval", "50ms")
+	openToOthers(t, d)
+	gpurun := copyForOthers(t, e2e.Bin("gpurun"))
+	for i, u := range users {
+		cmd := u.Command(exec.Command(gpurun, "--units", "4", "--", "sleep", "0.5"))
+		cmd.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("user %d (uid %d), after the others' jobs ended: %v\n%s", i+1, u.UID, err, out)
+		}
+		e2e.Eventually(t, fmt.Sprintf("user %d's MPS server up and idle", i+1), func() bool {
+			s, err := d.Client.Snapshot(e2e.Ctx(t))
+			if err != nil {
+				return false
+			}
+			in := s.GPUs[0].Instances[0]
+			return in.UID == nil && len(in.Servers) == 1 && in.Servers[0].UID != nil && *in.Servers[0].UID == u.UID && in.Servers[0].Clients == 0
+		})
+	}
+}
+
+// TestSmallLeasesLeaveTheGPUOpen: two small jobs keep a kernel running all the
+// time (kernel time 100%, as utilization.gpu read on the H100), but use few
+// SMs; under --max-utilization 90 the GPU keeps taking leases.
+func TestSmallLeasesLeaveTheGPUOpen(t *testing.T) {
+	d := e2e.Start(t, "--sim-gpus", "1xH100", "--max-utilization", "90")
+	for range 2 {
+		if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 2, TTL: "5m"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2e.Eventually(t, "the samples to see the two leases", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.GPUs[0].KernelTimePct == 100
+	})
+	s, _ := d.Client.Snapshot(e2e.Ctx(t))
+	g := s.GPUs[0]
+	if !g.Eligible || g.UtilizationPct != 75*4/16 || g.UtilizationSource != api.UtilSourceSimulated {
+		t.Fatalf("GPU eligible %v, SM %d%% from %q: want eligible at %d%% of the SMs, simulated", g.Eligible, g.UtilizationPct, g.UtilizationSource, 75*4/16)
+	}
+	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 2, TTL: "5m"}); err != nil {
+		t.Fatalf("a third small lease: %v", err)
+	}
+}
+
+// TestLeaseUsageIsMeasured: a job's process that uses more than its share of
+// the GPU's memory is flagged on its lease, a process beside gpulet is shown
+// with its memory, and the lease's peak outlives the job in its end's log
+// line and journal record.
+func TestLeaseUsageIsMeasured(t *testing.T) {
+	d := e2e.Start(t, "--sim-gpus", "1xH100", "--sample-interval", "50ms")
+	job := exec.Command(e2e.Bin("gpurun"), "--units", "1", "--", "sleep", "300")
+	job.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
+	if err := job.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { job.Process.Kill(); job.Wait() })
+	var id string
+	e2e.Eventually(t, "the job's lease measured", func() bool {
+		ls, err := d.Client.Leases(e2e.Ctx(t))
+		if err != nil || len(ls) != 1 || ls[0].Usage == nil || len(ls[0].Usage.PIDs) != 1 {
+			return false
+		}
+		id = ls[0].ID
+		return ls[0].Usage.PIDs[0] == job.Process.Pid && !ls[0].Usage.OverShare
+	})
+	big, outside := uint64(8000), uint64(3000)
+	for _, p := range []api.SimProcess{{PID: job.Process.Pid, MemoryUsedMiB: &big}, {PID: 4000000, MemoryUsedMiB: &outside}} {
+		if _, err := d.Client.SetSimGPU(e2e.Ctx(t), 0, api.SimGPUUpdate{Process: &p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2e.Eventually(t, "the lease over its share and the outside process shown", func() bool {
+		l, err := d.Client.GetLease(e2e.Ctx(t), id)
+		s, err2 := d.Client.Snapshot(e2e.Ctx(t))
+		if err != nil || err2 != nil || l.Usage == nil {
+			return false
+		}
+		g := s.GPUs[0]
+		return l.Usage.MemoryUsedMiB == big && l.Usage.OverShare && l.Usage.MemoryPeakMiB == big &&
+			g.LeasesOverShare == 1 && g.OutsideMemoryMiB == outside && len(g.OutsideProcesses) == 1 && g.OutsideProcesses[0].PID == 4000000
+	})
+	out, code := e2e.Output(t, exec.Command(e2e.Bin("gpulet"), "--socket", d.Socket, "leases"))
+	if code != 0 || !strings.Contains(out, "8000/8000 over share") {
+		t.Fatalf("gpulet leases (exit %d):\n%s\nwant the lease's memory, over its share", code, out)
+	}
+	out, _ = e2e.Output(t, exec.Command(e2e.Bin("gpulet"), "--socket", d.Socket, "status"))
+	if !strings.Contains(out, "processes beside gpulet use 3000 MiB (pid 4000000)") || !strings.Contains(out, "1 lease(s) or claim(s) use more memory than their share") {
+		t.Fatalf("gpulet status:\n%s\nwant notes on the outside process and the lease over its share", out)
+	}
+	metrics, err := d.Client.Metrics(e2e.Ctx(t))
+	if err != nil || !bytes.Contains(metrics, []byte(`gpulet_lease_over_share{gpu="0",lease="`+id+`"`)) || !bytes.Contains(metrics, []byte("gpulet_gpu_outside_memory_bytes")) {
+		t.Fatalf("metrics lack the lease's or the outside process's series (err %v)", err)
+	}
+	job.Process.Kill()
+	job.Wait()
+	e2e.Eventually(t, "the lease's end logged with its peak", func() bool {
+		return strings.Contains(d.Log.String(), "peak_memory_mib=8000")
+	})
+	journal, err := os.ReadFile(filepath.Join(d.RunDir, "leases.journal"))
+	if err != nil || !bytes.Contains(journal, []byte(`{"op":"end","id":"`+id+`","peak_memory_mib":8000}`)) {
+		t.Fatalf("journal (err %v) lacks the end record with the peak:\n%s", err, journal)
+	}
+	e2e.Eventually(t, "the lease's series gone with it", func() bool {
+		m, err := d.Client.Metrics(e2e.Ctx(t))
+		return err == nil && !bytes.Contains(m, []byte(id))
+	})
+}
