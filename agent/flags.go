@@ -17,7 +17,7 @@ import (
 	"github.com/gpulet/gpulet/mpsctl"
 )
 
-// DefaultRunDir is --run-dir's default (DESIGN section 10).
+// DefaultRunDir is --run-dir's default (docs/design.md §10).
 const DefaultRunDir = "/run/gpulet"
 
 // ErrHelp is returned by ParseFlags after printing --help.

@@ -12,7 +12,7 @@ import (
 	"github.com/gpulet/gpulet/agent/lease"
 )
 
-// KubeConfig is what the Kubernetes flags set (DESIGN section 14).
+// KubeConfig is what the Kubernetes flags set (docs/design.md §14).
 type KubeConfig struct {
 	// Plugin serves the kubelet device-plugin API.
 	Plugin bool

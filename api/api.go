@@ -6,7 +6,7 @@ package api
 import "time"
 
 // DefaultSocket is where gpuletd listens and its clients look, unless told
-// otherwise (DESIGN section 6).
+// otherwise (docs/design.md §6).
 const DefaultSocket = "/run/gpulet/gpulet.sock"
 
 // SnapshotSchema names the snapshot format; a receiver checks it before use.
@@ -66,7 +66,7 @@ const (
 	BackendSimulated = "simulated"
 )
 
-// Snapshot is the node's state at one moment (DESIGN section 8). A published
+// Snapshot is the node's state at one moment (docs/design.md §8). A published
 // snapshot is immutable: readers share it and must not modify it.
 type Snapshot struct {
 	Schema        string    `json:"schema"`

@@ -19,7 +19,7 @@ const (
 	ReservationEnded = "ended"
 )
 
-// ReservationRequest is the body of POST /v1/reservations (DESIGN section 12).
+// ReservationRequest is the body of POST /v1/reservations (docs/design.md §12).
 type ReservationRequest struct {
 	Name string `json:"name"`
 	// Stages are the workflow's stages in order, each a number of units or

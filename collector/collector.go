@@ -1,4 +1,4 @@
-// Package collector is gpulet's cluster collector (DESIGN section 13): an
+// Package collector is gpulet's cluster collector (docs/design.md §13): an
 // HTTP server that takes the snapshots nodes push (gpuletd --upstream) and
 // keeps one resource table of every node and GPU, for schedulers to query.
 // It owns the table and nothing else: it keeps nothing on disk, since nodes

@@ -17,7 +17,7 @@ import (
 // while bounding what one request can make the collector hold.
 const MaxSnapshotBody = 1 << 20
 
-// DecodeSnapshot decodes and validates a snapshot body (DESIGN section 8).
+// DecodeSnapshot decodes and validates a snapshot body (docs/design.md §8).
 // Fields the collector does not know are ignored: schema v1 grows by added
 // fields (a newer gpuletd's GPU figures, reservations), and a cluster upgraded
 // node by node must not have its newer nodes' snapshots refused. Wrong types,

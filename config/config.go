@@ -1,6 +1,6 @@
 // Package config reads and checks gpuletd's config file (--config): named
 // pools of GPUs and who may lease from them, quotas of units, task–engine
-// profiles and the score policy's weights. See DESIGN.md section 11.
+// profiles and the score policy's weights. See docs/design.md §11.
 //
 // It works in two steps. Parse checks everything that can be checked without
 // the node: the YAML, the keys, the form of every name, number and duration.
@@ -171,7 +171,7 @@ type Weights struct {
 	CC, Bandwidth, Clock float64
 }
 
-// DefaultWeights weigh the three parts alike (DESIGN.md section 1 point 8).
+// DefaultWeights weigh the three parts alike (docs/design.md §1.8).
 var DefaultWeights = Weights{CC: 1.0 / 3, Bandwidth: 1.0 / 3, Clock: 1.0 / 3}
 
 // Load reads the config file at path and parses it. Its errors start with

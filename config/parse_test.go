@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// designExample is the example of DESIGN.md section 11, as it stands there.
+// designExample is the config example of docs/design.md §11, as it stands there.
 const designExample = `pools:                      # named GPU groups; a GPU may sit in several
   training:
     gpus: ["0", "1"]        # indices or UUIDs

@@ -1,5 +1,5 @@
 // Package fsview shows the daemon's current snapshot as plain files on a
-// read-only FUSE mount (DESIGN section 9), so that `cat /run/gpulet/view/free_units`
+// read-only FUSE mount (docs/design.md §9), so that `cat /run/gpulet/view/free_units`
 // answers without a client.
 //
 // fsview owns the mount and nothing else: it keeps no state of its own, and

@@ -9,7 +9,7 @@ import (
 	"github.com/gpulet/gpulet/snapshot"
 )
 
-// This file is the whole layout of the view (DESIGN section 9) as pure
+// This file is the whole layout of the view (docs/design.md §9) as pure
 // functions of one snapshot: which names exist, what kind they are and what
 // bytes a reader gets. The FUSE side only asks it questions.
 

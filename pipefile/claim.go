@@ -53,7 +53,7 @@ func (f *Folder) Stat(u int) (unix.Stat_t, error) {
 // IsFIFO says whether a Stat result is a FIFO, the only entry that claims.
 func IsFIFO(st *unix.Stat_t) bool { return st.Mode&unix.S_IFMT == unix.S_IFIFO }
 
-// Claim claims unit u by the protocol of DESIGN section 5: a FIFO under a
+// Claim claims unit u by the protocol of docs/design.md §5: a FIFO under a
 // temporary name starting with ".", locked with flock(LOCK_EX) through an
 // O_RDWR|O_NONBLOCK descriptor, linked to unit-<u>, the temporary name
 // removed. ok is false when the unit is taken (the link met EEXIST). fd holds

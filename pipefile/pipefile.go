@@ -1,4 +1,4 @@
-// Package pipefile is the pipe-file contract of DESIGN section 5, the part of
+// Package pipefile is the pipe-file contract of docs/design.md §5, the part of
 // it that gpuletd's ledger and offline claimers (gpurun --offline) must agree
 // on: where the ledger lives, the unit names, layout.json, the claim protocol,
 // the environment a claim runs with and its arithmetic, and how a request

@@ -17,7 +17,7 @@ import (
 	"github.com/gpulet/gpulet/internal/e2e"
 )
 
-// TestSnapshotContract checks the snapshot of DESIGN section 8 field by field
+// TestSnapshotContract checks the snapshot of docs/design.md §8 field by field
 // on the real daemon.
 func TestSnapshotContract(t *testing.T) {
 	d := e2e.Start(t, "--sim-gpus", "2xA100-80GB,1xT4-16GB")

@@ -136,7 +136,7 @@ func (n *reserveNode) snapshot(t *testing.T) *api.Snapshot {
 	return s
 }
 
-// TestReservationReclaimSignalsBorrowers runs DESIGN 1.6's worked example
+// TestReservationReclaimSignalsBorrowers runs the worked example of docs/design.md §1.6
 // with real processes: alice reserves a workflow of stages 2, 6, 6, 8 and
 // draws each stage's units with gpurun; bob's gpurun borrows every lendable
 // unit without naming the reservation. Each stage start takes back what it

@@ -46,7 +46,7 @@ func runHelperRole(role string) int {
 	return 2
 }
 
-// claimRole claims one unit offline by DESIGN section 5's protocol, on the GPU
+// claimRole claims one unit offline by docs/design.md §5's protocol, on the GPU
 // and instance of GPULET_E2E_GPU (index), prints the unit and holds the claim
 // until killed.
 func claimRole() int {

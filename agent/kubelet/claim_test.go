@@ -12,7 +12,7 @@ type heldClaim struct{ fd int }
 
 func (c heldClaim) Close() error { return unix.Close(c.fd) }
 
-// claim claims the unit whose FIFO is path by the steps of DESIGN section 5.
+// claim claims the unit whose FIFO is path by the steps of docs/design.md §5.
 func claim(t *testing.T, path string) heldClaim {
 	t.Helper()
 	tmp := filepath.Join(filepath.Dir(path), ".claim-test")

@@ -11,7 +11,7 @@ import (
 )
 
 // DeviceID is the kubelet's id of unit i of the GPU with the given UUID:
-// "<gpu-uuid>-<i>" (DESIGN section 14). A GPU UUID is 40 bytes, so ids stay
+// "<gpu-uuid>-<i>" (docs/design.md §14). A GPU UUID is 40 bytes, so ids stay
 // within the 63 the device-plugin API allows.
 func DeviceID(uuid string, i int) string { return uuid + "-" + strconv.Itoa(i) }
 

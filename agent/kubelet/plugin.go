@@ -1,4 +1,4 @@
-// Package kubelet makes gpuletd a kubelet device plugin (DESIGN section 14):
+// Package kubelet makes gpuletd a kubelet device plugin (docs/design.md §14):
 // it serves the device-plugin gRPC service on a socket in the kubelet's
 // device-plugin folder, registers there for the resource gpulet.io/unit, and
 // registers again whenever the kubelet restarts; it lists one device per unit,

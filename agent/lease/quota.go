@@ -16,7 +16,7 @@ type Quotas struct {
 	everyone *config.Quota
 }
 
-// NewQuotas indexes the config's quotas (DESIGN section 11): a user's caps
+// NewQuotas indexes the config's quotas (docs/design.md §11): a user's caps
 // the units its uid holds, a group's those all its members hold together,
 // and "*" those everyone holds together. A later quota of the same user or
 // group wins.

@@ -14,7 +14,7 @@ import (
 	"github.com/gpulet/gpulet/internal/e2e"
 )
 
-// claimOffline claims unit i of GPU g the way DESIGN section 5 says, returning
+// claimOffline claims unit i of GPU g the way docs/design.md §5 says, returning
 // the descriptor that holds the claim.
 func claimOffline(t *testing.T, f *fixture, g, i int) int {
 	t.Helper()

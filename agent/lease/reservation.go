@@ -1,7 +1,7 @@
 package lease
 
-// This file is the lease engine's side of workflow reservations (DESIGN 1.6
-// and 12): which units a reservation holds, admitting pending reservations in
+// This file is the lease engine's side of workflow reservations (docs/design.md §1.6
+// and §12): which units a reservation holds, admitting pending reservations in
 // priority order (advancing stages and taking lent units back are in
 // reservation_reclaim.go, what the View shows in view.go). What a
 // reservation is (its checks, the stage arithmetic, shares by weight, its

@@ -1,7 +1,7 @@
 package lease
 
 // Advancing a reservation's stages and taking lent units back from their
-// borrowers (DESIGN 1.6): SIGTERM through the pidfd, SIGKILL after the grace.
+// borrowers (docs/design.md §1.6): SIGTERM through the pidfd, SIGKILL after the grace.
 
 import (
 	"cmp"

@@ -16,7 +16,7 @@ import (
 	"github.com/gpulet/gpulet/internal/e2e"
 )
 
-// TestWorkedExample is DESIGN 1.6's example run through the engine: stages
+// TestWorkedExample is the example of docs/design.md §1.6 run through the engine: stages
 // needing 2, 6, 6, 8 units, with borrowers taking every lendable unit at
 // every stage: reserve 8; lendable 6, 2, 2, 0; reclaimed 0, 4, 0, 2. The
 // reclaimed borrowers get SIGTERM, and those that ignore it SIGKILL after

@@ -1,5 +1,5 @@
-// Package ledger is gpuletd's side of the pipe-file ledger of DESIGN section
-// 5: one FIFO per unit in use at <run-dir>/units/<gpu-uuid>/<instance>/unit-<i>.
+// Package ledger is gpuletd's side of the pipe-file ledger of docs/design.md
+// §5: one FIFO per unit in use at <run-dir>/units/<gpu-uuid>/<instance>/unit-<i>.
 // It creates the folders and layout.json, makes and removes the daemon's own
 // FIFOs, looks at and watches the unit names, probes offline claims for
 // staleness and sweeps away what sits at a unit name without being a FIFO.

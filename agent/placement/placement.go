@@ -8,7 +8,7 @@
 // A decision is a pipeline: node filters (draining), GPU filters (the GPU asked
 // for, type, memory, compute capability, the GPU's state and utilization),
 // instance filters (up, capacity, one user per MPS server), then the policy
-// orders what is left. Each method of DESIGN section 1 is one filter or one
+// orders what is left. Each method of docs/design.md §1 is one filter or one
 // policy.
 package placement
 

@@ -23,8 +23,8 @@ type pools struct {
 	byUID, byGID map[uint32][]int
 }
 
-// WithPools returns a copy of e that places by the pools ps (DESIGN section 1
-// point 7, section 11; nil: none, every GPU open to everyone).
+// WithPools returns a copy of e that places by the pools ps (docs/design.md §1.7
+// and §11; nil: none, every GPU open to everyone).
 func (e *Engine) WithPools(ps []config.Pool) *Engine {
 	c := *e
 	c.pools = pools{list: ps}

@@ -31,7 +31,7 @@ func (e *Engine) Reachable(n *Node, r Request) (int, error) {
 	return total, nil
 }
 
-// Reserve picks r.Units units for a workflow reservation (DESIGN 1.6), which,
+// Reserve picks r.Units units for a workflow reservation (docs/design.md §1.6), which,
 // unlike a lease, may span instances and GPUs: the units go to the instances
 // where a one-unit lease of r's caller could go now (the GPU filters, the
 // instance filters, one user per MPS server, and the pools r's caller may

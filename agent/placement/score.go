@@ -8,7 +8,7 @@ import (
 	"github.com/gpulet/gpulet/pipefile"
 )
 
-// The score policy (DESIGN section 1 point 8): among the GPUs that pass every
+// The score policy (docs/design.md §1.8): among the GPUs that pass every
 // filter, the one with the highest S_card + S_similarity wins; on it, the
 // tightest instance, as best-fit takes. docs/placement.md has the formula, why
 // it is built so, and a worked example that score_doc_test.go checks.

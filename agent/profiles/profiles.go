@@ -1,5 +1,5 @@
-// Package profiles keeps the task–engine affinity table (DESIGN section 1
-// point 9): per task, its run time on each GPU model. The config file's
+// Package profiles keeps the task–engine affinity table (docs/design.md
+// §1.9): per task, its run time on each GPU model. The config file's
 // entries are the starting point; every run the daemon measures (a lease with
 // a task whose process exited) moves the task's time on that model by an
 // exponentially weighted mean. Measured entries are kept in the state dir,

@@ -1,5 +1,5 @@
 // Package reserve is what a workflow reservation is, apart from the units it
-// holds (DESIGN sections 1.6 and 12): the request and its checks, the share
+// holds (docs/design.md §1.6 and §12): the request and its checks, the share
 // group and who belongs to it, the stage arithmetic (how much to set aside,
 // what a stage may lend, what a stage must take back), the split of units
 // between share members by weight, and the file that keeps reservations
@@ -40,7 +40,7 @@ func Lendable(size, need int) int { return max(size-need, 0) }
 
 // ToReclaim is how many lent units a stage must take back when it starts:
 // lent units not being taken back already beyond what the stage may lend.
-// Worked example (DESIGN 1.6): size 8, stages 2, 6, 6, 8, borrowers taking
+// Worked example (docs/design.md §1.6): size 8, stages 2, 6, 6, 8, borrowers taking
 // every lendable unit: 0, 4, 0, 2.
 func ToReclaim(size, need, lent int) int { return max(lent-Lendable(size, need), 0) }
 

@@ -12,7 +12,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 )
 
-// TestWorkedExample is DESIGN 1.6's example: stages needing 2, 6, 6, 8, with
+// TestWorkedExample is the example of docs/design.md §1.6: stages needing 2, 6, 6, 8, with
 // borrowers taking every lendable unit at every stage: reserve 8; lendable
 // 6, 2, 2, 0 after each stage starts; reclaimed 0, 4, 0, 2.
 func TestWorkedExample(t *testing.T) {

@@ -12,7 +12,7 @@ import (
 	"github.com/gpulet/gpulet/snapshot"
 )
 
-// maxPollWait bounds a long poll's wait (DESIGN section 8).
+// maxPollWait bounds a long poll's wait (docs/design.md §8).
 const maxPollWait = 60 * time.Second
 
 // pollPoint is the snapshot a poller has: its seq, and the boot_id of the

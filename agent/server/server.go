@@ -44,7 +44,7 @@ type Core interface {
 	Renew(peer lease.Peer, id string) (api.Lease, error)
 	Release(peer lease.Peer, id string) error
 	// Reserve, Reservations, Reservation, Advance and Unreserve are the
-	// workflow reservations (DESIGN section 12).
+	// workflow reservations (docs/design.md §12).
 	Reserve(peer lease.Peer, spec reserve.Spec) (api.Reservation, error)
 	Reservations() []api.Reservation
 	Reservation(name string) (api.Reservation, error)

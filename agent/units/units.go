@@ -1,4 +1,4 @@
-// Package units is the unit model of DESIGN section 1 point 1: how many units a
+// Package units is the unit model of docs/design.md §1.1: how many units a
 // GPU has, how they are split among its MPS instances, and what share of the GPU
 // a number of units is.
 package units

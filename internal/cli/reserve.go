@@ -13,7 +13,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 )
 
-// The workflow reservation commands (DESIGN section 12): reserve,
+// The workflow reservation commands (docs/design.md §12): reserve,
 // reservations, advance, unreserve.
 func init() {
 	commands["reserve"] = command{"NAME --stages N,N,... [--share USER[:W],group:G[:W],...] [--priority N] [--wait] [--json]",

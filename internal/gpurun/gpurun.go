@@ -1,4 +1,4 @@
-// Package gpurun is the gpurun command (DESIGN section 7): lease units bound
+// Package gpurun is the gpurun command (docs/design.md §7): lease units bound
 // to its own pid, put the lease's environment in place, and exec the command in
 // the same process, so that the lease lives exactly as long as the command.
 // With --offline it claims units through the pipe-file ledger instead

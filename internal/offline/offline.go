@@ -1,5 +1,5 @@
 // Package offline claims units without gpuletd, by the pipe-file protocol of
-// DESIGN section 5 (package pipefile): it picks a GPU and an instance of
+// docs/design.md §5 (package pipefile): it picks a GPU and an instance of
 // layout.json with enough free unit names and claims them there. The locks
 // are held by descriptors that survive exec, so a claim lives exactly as long
 // as the process that made it (and what it execs).

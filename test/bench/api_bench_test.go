@@ -144,7 +144,7 @@ func BenchmarkLeaseRelease(b *testing.B) {
 		"gpuletd":    d.Socket,
 	}
 	compare(b, socks, leaseRelease)
-	// Against the contract floor: floor-proc plus the syscalls DESIGN asks of
+	// Against the contract floor: floor-proc plus the syscalls docs/design.md asks of
 	// any daemon for a lease and its release (contractfloor_test.go).
 	contract, _ := contractFloorProcess(b, nil, leaseBody)
 	for _, clients := range []int{1, 8} {

@@ -29,7 +29,7 @@ type claim struct {
 }
 
 // claimUnit claims unit i in the instance folder dir by the protocol of
-// DESIGN section 5: mkfifo under a temporary name starting with ".", open
+// docs/design.md §5: mkfifo under a temporary name starting with ".", open
 // O_RDWR|O_NONBLOCK, flock(LOCK_EX), link(2) to unit-<i>, unlink the temporary
 // name, keep the descriptor. It returns the moment just before link(2), when
 // the claim comes into being.

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The contract floor is floor-proc plus what DESIGN asks of any daemon for a
+// The contract floor is floor-proc plus what docs/design.md asks of any daemon for a
 // lease and its release, done the cheapest way this machine allows:
 //
 //   - a lease's unit gets a FIFO (mknodat) at a unit name, and a release
