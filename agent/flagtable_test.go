@@ -155,10 +155,15 @@ var computedDefaults = map[string]struct {
 		}
 		return nil
 	}},
-	"units-per-gpu": {"M×N×K", func(c Config) error {
-		m := c.Model
-		if m.UnitsPerGPU != m.UnitsPerClient*m.ClientsPerInstance*m.InstancesPerGPU {
-			return fmt.Errorf("U = %d, M×N×K = %d×%d×%d", m.UnitsPerGPU, m.UnitsPerClient, m.ClientsPerInstance, m.InstancesPerGPU)
+	"units-per-gpu": {"`16`", func(c Config) error {
+		if c.Model.UnitsPerGPU != 16 {
+			return fmt.Errorf("U = %d", c.Model.UnitsPerGPU)
+		}
+		return nil
+	}},
+	"units-per-client": {"U", func(c Config) error {
+		if m := c.Model; m.UnitsPerClient != m.UnitsPerGPU {
+			return fmt.Errorf("M = %d, U = %d", m.UnitsPerClient, m.UnitsPerGPU)
 		}
 		return nil
 	}},
