@@ -102,16 +102,26 @@ func (s *Sim) read(index int, load Load) Sample {
 	smp.SMByPID = map[int]int{}
 	known := map[int]bool{}
 	var extra int64
+	// A process holding several leases is one process on the GPU, using
+	// the sum of their shares.
+	share, units := map[int]uint64{}, map[int]int{}
 	for _, c := range served {
-		known[c.PID] = true
-		mem := c.ShareMiB
-		if m, ok := s.procMiB[index][c.PID]; ok {
-			mem = m
-			extra += int64(m) - int64(c.ShareMiB)
+		if !known[c.PID] {
+			known[c.PID] = true
+			smp.Processes = append(smp.Processes, Process{PID: c.PID})
 		}
-		smp.Processes = append(smp.Processes, Process{PID: c.PID, MemoryUsedMiB: mem})
+		share[c.PID] += c.ShareMiB
+		units[c.PID] += c.Units
+	}
+	for i := range smp.Processes {
+		p := &smp.Processes[i]
+		p.MemoryUsedMiB = share[p.PID]
+		if m, ok := s.procMiB[index][p.PID]; ok {
+			p.MemoryUsedMiB = m
+			extra += int64(m) - int64(share[p.PID])
+		}
 		if !load.MPS && load.UnitsTotal > 0 {
-			smp.SMByPID[c.PID] = simBusyShare * c.Units / load.UnitsTotal
+			smp.SMByPID[p.PID] = simBusyShare * units[p.PID] / load.UnitsTotal
 		}
 	}
 	if load.MPS && load.UnitsTotal > 0 {
