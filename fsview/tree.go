@@ -67,8 +67,10 @@ var gpuNames = []dirent{
 	{"units_offline", kindFile},
 	{"units_reserved", kindFile},
 	{"utilization_pct", kindFile},
+	{"kernel_time_pct", kindFile},
 	{"memory_used_mib", kindFile},
 	{"memory_total_mib", kindFile},
+	{"outside_memory_mib", kindFile},
 }
 
 var (
@@ -217,6 +219,10 @@ func gpuFile(g *api.GPU, name string) ([]byte, bool) {
 		return intLine(int64(g.UnitsReserved)), true
 	case "utilization_pct":
 		return intLine(int64(g.UtilizationPct)), true
+	case "kernel_time_pct":
+		return intLine(int64(g.KernelTimePct)), true
+	case "outside_memory_mib":
+		return uintLine(g.OutsideMemoryMiB), true
 	case "memory_used_mib":
 		return uintLine(g.MemoryUsedMiB), true
 	case "memory_total_mib":
