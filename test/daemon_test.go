@@ -179,7 +179,7 @@ func TestBadFlagsFailClearly(t *testing.T) {
 		args []string
 		msg  string
 	}{
-		{[]string{"--units-per-gpu", "20"}, "20 is more than M×N×K"},
+		{[]string{"--units-per-client", "1", "--units-per-gpu", "20"}, "20 is more than M×N×K"},
 		{[]string{"--sim-gpus", "2xRTX"}, "unknown model"},
 		{[]string{"--backend", "opencl"}, "--backend"},
 	} {
