@@ -52,6 +52,11 @@ func fastDecode(body []byte, s *api.Snapshot) error {
 	if mayOverflow(body) {
 		return errors.New("a number may overflow: left to encoding/json")
 	}
+	// goccy/go-json skips the value of an unknown field without checking
+	// its syntax (it took ["""""]); encoding/json's scanner checks it.
+	if !json.Valid(body) {
+		return errors.New("not valid JSON")
+	}
 	dec := gojson.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(s); err != nil {
 		return err
