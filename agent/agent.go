@@ -68,6 +68,12 @@ type Config struct {
 	MaxWaitersPerUID int
 	// Listen is the TCP address of the read-only endpoints; empty: none.
 	Listen string
+	// ListenFullDetail serves the snapshot over Listen with its uids and
+	// reservation names; without it they are redacted.
+	ListenFullDetail bool
+	// ListenMaxConns and ListenMaxConnsPerAddr cap the TCP connections
+	// open at once over Listen, in all and from one remote address.
+	ListenMaxConns, ListenMaxConnsPerAddr int
 	// ReclaimGrace is the time between SIGTERM and SIGKILL for a borrower
 	// whose units a reservation takes back.
 	ReclaimGrace time.Duration
@@ -258,7 +264,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	requests, cancelRequests := context.WithCancel(context.Background())
 	base := func(net.Listener) context.Context { return requests }
 	srv.BaseContext = base
-	go func() { serveErr <- srv.Serve(server.LimitListener(ln, cfg.MaxConnsPerUID, log)) }()
+	local := server.LimitListener(ln, cfg.MaxConnsPerUID, log)
+	go func() { serveErr <- srv.Serve(local) }()
 	closers = append(closers, func() error {
 		cancelRequests()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -280,16 +287,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}
-		ro := apiServer.ReadOnlyHTTPServer()
+		ro := apiServer.ReadOnlyHTTPServer(cfg.ListenFullDetail)
 		ro.BaseContext = base
-		go func() { serveErr <- ro.Serve(tcp) }()
+		tcpLimited := server.LimitTCPListener(tcp, cfg.ListenMaxConns, cfg.ListenMaxConnsPerAddr, local, log)
+		go func() { serveErr <- ro.Serve(tcpLimited) }()
 		closers = append(closers, func() error {
 			cancelRequests()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			return ro.Shutdown(sctx)
 		})
-		log.Info("serving the read-only endpoints over TCP", "listen", tcp.Addr().String())
+		log.Info("serving the read-only endpoints over TCP", "listen", tcp.Addr().String(), "full_detail", cfg.ListenFullDetail,
+			"max_conns", cfg.ListenMaxConns, "max_conns_per_addr", cfg.ListenMaxConnsPerAddr)
 	}
 	systemd.Ready()
 	snap := a.store.Load().Snapshot
