@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -143,5 +144,47 @@ func TestParseQueryBadValues(t *testing.T) {
 				t.Fatalf("error %q does not name %s", err, tt.param)
 			}
 		})
+	}
+}
+
+// GET /v1/table answers at most MaxTableRows rows; the rest is read a page
+// at a time, each page pointing to the next, the pages together being the
+// whole table in order.
+func TestTablePages(t *testing.T) {
+	st := NewStore(time.Minute, nil)
+	for n := range 30 {
+		st.Apply(testSnapshot(fmt.Sprintf("n%02d", n), "b", 1, n%7, 4))
+	}
+	s := NewServer(st, nil)
+	s.MaxTableRows = 50
+	for _, order := range []string{"", "&order=most_free", "&order=least_free"} {
+		var all []Row
+		offset := 0
+		for page := 0; ; page++ {
+			code, b := do(t, s, "GET", fmt.Sprintf("/v1/table?offset=%d%s", offset, order), nil)
+			var tab Table
+			if code != 200 || json.Unmarshal(b, &tab) != nil || len(tab.Rows) > 50 {
+				t.Fatalf("page %d: %d, %d rows", page, code, len(tab.Rows))
+			}
+			all = append(all, tab.Rows...)
+			if tab.NextOffset == 0 {
+				break
+			}
+			offset = tab.NextOffset
+		}
+		want := st.Table(Query{Order: strings.TrimPrefix(order, "&order=")}).Rows
+		if len(want) != 120 || rowNames(all) != rowNames(want) {
+			t.Fatalf("order %q: pages hold %d rows, the table %d", order, len(all), len(want))
+		}
+	}
+	code, b := do(t, s, "GET", "/v1/table?limit=20&offset=110&order=most_free", nil)
+	var tab Table
+	if json.Unmarshal(b, &tab); code != 200 || len(tab.Rows) != 10 || tab.NextOffset != 0 {
+		t.Fatalf("the last page: %d, %d rows, next %d", code, len(tab.Rows), tab.NextOffset)
+	}
+	for _, bad := range []string{"offset=-1", "offset=x", "offset=9999999999999", "limit=9999999999999"} {
+		if code, _ := do(t, s, "GET", "/v1/table?"+bad, nil); code != 400 {
+			t.Errorf("%s: %d, want 400", bad, code)
+		}
 	}
 }

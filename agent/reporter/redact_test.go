@@ -137,7 +137,7 @@ func TestPushDoesNotFollowRedirects(t *testing.T) {
 // the push fail where the node shows it.
 func TestDroppedPushIsAFailure(t *testing.T) {
 	rcv := &bodies{answer: func(w http.ResponseWriter) {
-		w.Header().Set(OutcomeHeader, OutcomeDropped)
+		w.Header().Set(api.SnapshotOutcomeHeader, api.SnapshotDropped)
 		w.WriteHeader(http.StatusNoContent)
 	}}
 	srv := httptest.NewServer(rcv)

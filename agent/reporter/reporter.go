@@ -89,17 +89,6 @@ func RedactURL(raw string) string {
 	return u.String()
 }
 
-// OutcomeHeader is the response header in which gpulet-collector says what it
-// did with a snapshot it answered 2xx to. "dropped" means it kept a newer
-// snapshot of this node, one this node did not send if its seq is higher
-// than any it sent: the push counts as failed, so that the node's push state
-// shows it.
-const OutcomeHeader = "Gpulet-Snapshot-Outcome"
-
-// OutcomeDropped is OutcomeHeader's value for a snapshot the receiver did
-// not apply.
-const OutcomeDropped = "dropped"
-
 // fullDetail reports whether the upstream at raw may be pushed the snapshot
 // with its uids and reservation names: it is reached over TLS, or with
 // credentials (a token file, or userinfo in the URL). Others get it
@@ -281,7 +270,7 @@ func (s *Sender) push(ctx context.Context, p *snapshot.Published) error {
 		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-	if strings.EqualFold(resp.Header.Get(OutcomeHeader), OutcomeDropped) {
+	if strings.EqualFold(resp.Header.Get(api.SnapshotOutcomeHeader), api.SnapshotDropped) {
 		return fmt.Errorf("HTTP %d: the upstream dropped the snapshot (seq %d): it holds one of node %q newer than this node sent; is another sender pushing as this node?",
 			resp.StatusCode, p.Snapshot.Seq, p.Snapshot.Node)
 	}

@@ -26,9 +26,14 @@ func main() {
 	fs.StringVar(&cfg.Listen, "listen", "", "TCP address to serve on, e.g. :9410 (required)")
 	fs.DurationVar(&cfg.StaleAfter, "stale-after", collector.DefaultStaleAfter, "a node silent this long is not_working (three of its report intervals)")
 	fs.IntVar(&cfg.MaxNodes, "max-nodes", collector.DefaultMaxNodes, "most nodes the table keeps; snapshots of further nodes get 503")
-	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding the bearer token snapshots must come with (gpuletd --upstream-token-file); none by default")
+	fs.IntVar(&cfg.MaxBytes, "max-bytes", collector.DefaultMaxBytes, "most bytes the table's rows may take (an estimate); snapshots past it get 503")
+	fs.DurationVar(&cfg.ExpireAfter, "expire-after", collector.DefaultExpireAfter, "a node silent this long is forgotten, its room in the table freed (at least --stale-after)")
+	fs.IntVar(&cfg.MaxTableRows, "max-table-rows", collector.DefaultMaxTableRows, "most rows one answer of GET /v1/table holds; more are read a page at a time (offset, next_offset)")
+	fs.StringVar(&cfg.NodeTokensFile, "node-tokens-file", "", "file of per-node tokens, one \"NODE TOKEN\" line each: a node's snapshots are taken only with its token (read again when it changes)")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding one bearer token every node's snapshots must come with (gpuletd --upstream-token-file); it does not tie a node to its name, --node-tokens-file does; none by default")
+	fs.StringVar(&cfg.ReadTokenFile, "read-token-file", "", "file holding the bearer token reads (GET /v1/table, /v1/nodes, /metrics) must come with (read again when it changes); none by default")
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: gpulet-collector --listen ADDR [--stale-after D] [--max-nodes N] [--token-file F]")
+		fmt.Fprintln(fs.Output(), "Usage: gpulet-collector --listen ADDR [--node-tokens-file F] [--read-token-file F] [flags]")
 		fmt.Fprintln(fs.Output(), "Takes the snapshots gpuletd --upstream pushes and serves one table of every node and GPU.")
 		fs.PrintDefaults()
 	}
