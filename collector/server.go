@@ -142,7 +142,6 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-
 func (s *Server) nodes(w http.ResponseWriter, r *http.Request) error {
 	if err := s.checkRead(r.Header.Get("Authorization")); err != nil {
 		return err
