@@ -3,6 +3,7 @@ package collector
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -193,4 +194,25 @@ func FuzzParseNodeTokens(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Without per-node tokens the collector says, at warning level, that
+// anyone may push as any node.
+func TestWarnAuth(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		auth Auth
+		want string
+	}{
+		{"none", Auth{}, "ANYONE who reaches this port may push"},
+		{"shared", Auth{PushToken: tokenFile(t, "x\n")}, "one --token-file for every node"},
+		{"per node", Auth{NodeTokens: tokenFile(t, "x\n"), ReadToken: tokenFile(t, "y\n")}, ""},
+	} {
+		var buf bytes.Buffer
+		warnAuth(slog.New(slog.NewTextHandler(&buf, nil)), tc.auth)
+		got := buf.String()
+		if tc.want == "" && got != "" || tc.want != "" && (!strings.Contains(got, tc.want) || !strings.Contains(got, "level=WARN")) {
+			t.Errorf("%s: logged %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }

@@ -20,7 +20,7 @@ import (
 
 // startCollector runs gpulet-collector on a free loopback port and returns
 // its base URL.
-func startCollector(t *testing.T, staleAfter string) string {
+func startCollector(t *testing.T, staleAfter string, extra ...string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -29,7 +29,7 @@ func startCollector(t *testing.T, staleAfter string) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	log := &e2e.SyncBuffer{}
-	cmd := exec.Command(e2e.Bin("gpulet-collector"), "--listen", addr, "--stale-after", staleAfter)
+	cmd := exec.Command(e2e.Bin("gpulet-collector"), append([]string{"--listen", addr, "--stale-after", staleAfter}, extra...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
