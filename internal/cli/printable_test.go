@@ -117,4 +117,3 @@ func TestHostileTextIsEscaped(t *testing.T) {
 		t.Fatalf("--json changed the values:\n%+v\n%+v", back.Upstreams, want.Upstreams)
 	}
 }
-
