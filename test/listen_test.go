@@ -144,6 +144,11 @@ func TestTCPFloodKeepsTheUnixSocketServed(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	// gpuletd accepts TCP connections at a bounded pace: the rest wait in
+	// the kernel's backlog until it has taken as many as its reserve allows.
+	e2e.Eventually(t, "gpuletd refusing TCP connections at its descriptor reserve", func() bool {
+		return strings.Contains(d.Log.String(), "TCP connection refused: open file descriptors are near the limit")
+	})
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.Pid()))
 	if err != nil {
 		t.Fatal(err)
@@ -160,8 +165,8 @@ func TestTCPFloodKeepsTheUnixSocketServed(t *testing.T) {
 	if _, err := d.Client.Lease(ctx, api.LeaseRequest{Units: 1, TTL: "1m"}); err != nil {
 		t.Fatalf("root's lease under the TCP flood: %v", err)
 	}
-	if log := d.Log.String(); strings.Contains(log, "too many open files") || !strings.Contains(log, "TCP connection refused") {
-		t.Fatalf("want TCP refusals at the reserve and no descriptor exhaustion in the log:\n%.3000s", log)
+	if log := d.Log.String(); strings.Contains(log, "too many open files") {
+		t.Fatalf("descriptors ran out:\n%.3000s", log)
 	}
 }
 

@@ -1,10 +1,13 @@
 package server
 
 import (
+	"context"
 	"log/slog"
 	"net"
 	"net/netip"
 	"sync"
+
+	"golang.org/x/time/rate"
 
 	"github.com/gpulet/gpulet/internal/ratelog"
 )
@@ -14,6 +17,16 @@ import (
 const (
 	DefaultTCPMaxConns        = 512
 	DefaultTCPMaxConnsPerAddr = 32
+)
+
+// TCP connections are accepted at most tcpAcceptsPerSecond a second, in
+// bursts of up to tcpAcceptBurst: pollers connect once and keep their
+// connection, while a flood of connection attempts then waits in the
+// kernel's backlog, costing gpuletd nothing, instead of taking CPU from the
+// Unix socket's callers to be accepted and closed.
+const (
+	tcpAcceptsPerSecond = 500
+	tcpAcceptBurst      = 64
 )
 
 // tcpReserve is the descriptors --listen leaves free: twice what the Unix
@@ -34,6 +47,7 @@ func LimitTCPListener(ln net.Listener, total, perAddr int, local net.Listener, l
 	}
 	return &tcpLimitListener{
 		Listener: ln, total: total, perAddr: perAddr, fdGauge: g,
+		pace:    rate.NewLimiter(tcpAcceptsPerSecond, tcpAcceptBurst),
 		refused: ratelog.New(log, "refused TCP connections", refusalsPerSecond, nil),
 		conns:   map[netip.Addr]int{},
 	}
@@ -43,6 +57,7 @@ type tcpLimitListener struct {
 	net.Listener
 	total, perAddr int
 	refused        *ratelog.Limiter
+	pace           *rate.Limiter
 	*fdGauge
 
 	mu sync.Mutex // guards conns and open
@@ -55,6 +70,8 @@ type tcpLimitListener struct {
 // Accept returns the next connection within the limits, closing the others.
 func (l *tcpLimitListener) Accept() (net.Conn, error) {
 	for {
+		// Never fails: no deadline, and a burst of 1 or more.
+		l.pace.Wait(context.Background())
 		c, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err

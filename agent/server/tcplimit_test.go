@@ -111,3 +111,26 @@ func TestTCPListenerKeepsTheUnixBand(t *testing.T) {
 		t.Fatal("the Unix socket would refuse too: no band between the two")
 	}
 }
+
+// Connections are accepted at a bounded pace, so that a flood of attempts
+// waits in the kernel's backlog instead of taking gpuletd's CPU: 200 take at
+// least the time the pace gives past its burst.
+func TestTCPListenerPacesAccepts(t *testing.T) {
+	const n = 200
+	addr, held := tcpTestListener(t, n+10, n+10, nil)
+	start := time.Now()
+	for range n {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	for range n {
+		(<-held).Close()
+	}
+	elapsed := time.Since(start)
+	if least := time.Duration(n-tcpAcceptBurst) * time.Second / tcpAcceptsPerSecond; elapsed < least*9/10 {
+		t.Fatalf("%d connections accepted in %v, faster than the pace allows (%v)", n, elapsed, least)
+	}
+}
