@@ -89,10 +89,18 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	if err := checkBackend(cfg.Backend); err != nil {
 		return Config{}, err
 	}
+	shown := map[string]bool{}
 	for _, u := range cfg.Upstreams {
 		if err := reporter.CheckURL(u); err != nil {
 			return Config{}, err
 		}
+		// Upstreams are told apart where they are shown (status, metrics)
+		// by their redacted URL.
+		r := reporter.RedactURL(u)
+		if shown[r] {
+			return Config{}, fmt.Errorf("--upstream %s given twice (the URLs differ at most in userinfo or query)", r)
+		}
+		shown[r] = true
 	}
 	if cfg.ReportInterval < 100*time.Millisecond || cfg.ReportInterval > time.Hour {
 		return Config{}, fmt.Errorf("--report-interval %s: must be between 100ms and 1h", cfg.ReportInterval)
