@@ -216,3 +216,26 @@ func TestWarnAuth(t *testing.T) {
 		}
 	}
 }
+
+func TestBearer(t *testing.T) {
+	for header, want := range map[string]string{
+		"Bearer tok": "tok", "bearer tok": "tok", "BEARER  tok": "tok",
+		"Bearer": "", "Bearer ": "", "Basic tok": "", "Bearertok": "", "": "", "tok": "",
+	} {
+		got, ok := bearer(header)
+		if ok != (want != "") || got != want && ok {
+			t.Errorf("bearer(%q) = %q, %v; want %q", header, got, ok, want)
+		}
+	}
+}
+
+func FuzzBearer(f *testing.F) {
+	for _, s := range []string{"Bearer t", "bearer  t", "Basic x", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, header string) {
+		if tok, ok := bearer(header); ok && (tok == "" || !strings.Contains(header, tok) || !strings.EqualFold(header[:6], "bearer")) {
+			t.Fatalf("bearer(%q) = %q", header, tok)
+		}
+	})
+}

@@ -18,7 +18,7 @@ import (
 //	c: GPU0 A100 free 8
 //	d (draining): GPU0 A100 free 8
 //	e (not_working): GPU0 A100 free 8
-func queryStore(t *testing.T) *Store {
+func queryStore(t testing.TB) *Store {
 	t.Helper()
 	clock := newFakeClock()
 	st := NewStore(15*time.Second, clock.Now)
@@ -187,4 +187,26 @@ func TestTablePages(t *testing.T) {
 			t.Errorf("%s: %d, want 400", bad, code)
 		}
 	}
+}
+
+// FuzzParseQuery: no query string makes the parser or the table panic, and
+// an accepted query answers within its limit.
+func FuzzParseQuery(f *testing.F) {
+	for _, s := range []string{"", "limit=3&offset=2", "order=most_free&type=a100", "offset=1073741824&limit=1073741824", "min_free=-1", "node=a&node=b"} {
+		f.Add(s)
+	}
+	st := queryStore(f)
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		q, err := ParseQuery(v)
+		if err != nil {
+			return
+		}
+		if rows := st.Table(q).Rows; q.Limit > 0 && len(rows) > q.Limit {
+			t.Fatalf("%q: %d rows past the limit %d", raw, len(rows), q.Limit)
+		}
+	})
 }
