@@ -83,6 +83,9 @@ type Config struct {
 	ReportInterval    time.Duration
 	UpstreamTokenFile string
 	UpstreamCA        string
+	// UpstreamCert and UpstreamKey are the client certificate presented to
+	// https upstreams; none when empty.
+	UpstreamCert, UpstreamKey string
 	// ConfigPath is the --config file (pools, quotas, task profiles); empty:
 	// none.
 	ConfigPath string
@@ -358,7 +361,7 @@ func (a *Agent) startReporters(ctx context.Context, closers *[]func() error) err
 	// snapshots, and the builder reads the senders.
 	for _, u := range a.cfg.Upstreams {
 		s, err := reporter.New(reporter.Config{URL: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
-			CAFile: a.cfg.UpstreamCA, Logger: a.log, OnStateChange: a.changed}, a)
+			CAFile: a.cfg.UpstreamCA, CertFile: a.cfg.UpstreamCert, KeyFile: a.cfg.UpstreamKey, Logger: a.log, OnStateChange: a.changed}, a)
 		if err != nil {
 			return err
 		}

@@ -56,6 +56,8 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringArrayVar(&cfg.Upstreams, "upstream", nil, "URL (http or https) that receives the node's snapshots by POST; repeatable, each upstream pushed to on its own")
 	fs.DurationVar(&cfg.ReportInterval, "report-interval", 5*time.Second, "longest time between pushes to an upstream (changes go out at once, at most 10 a second)")
 	fs.StringVar(&cfg.UpstreamTokenFile, "upstream-token-file", "", "file holding a bearer token sent to upstreams (read again when it changes)")
+	fs.StringVar(&cfg.UpstreamCert, "upstream-cert", "", "PEM client certificate presented to https upstreams (with --upstream-key): gpulet-collector --client-ca takes the node's snapshots by its name")
+	fs.StringVar(&cfg.UpstreamKey, "upstream-key", "", "PEM key of --upstream-cert")
 	fs.StringVar(&cfg.UpstreamCA, "upstream-ca", "", "PEM file of the CA certificates an https upstream must chain to (default: the system's)")
 	fs.StringVar(&cfg.Listen, "listen", "", "TCP address (host:port) serving only GET /v1/snapshot, /v1/gpus and /metrics, for pollers, redacted (no uids, no reservation names); none by default")
 	fs.BoolVar(&cfg.ListenFullDetail, "listen-full-detail", false, "serve the snapshot over --listen with the uids of GPU users and the reservation names, as the Unix socket does")
@@ -101,6 +103,9 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 			return Config{}, fmt.Errorf("--upstream %s given twice (the URLs differ at most in userinfo or query)", r)
 		}
 		shown[r] = true
+	}
+	if (cfg.UpstreamCert == "") != (cfg.UpstreamKey == "") {
+		return Config{}, fmt.Errorf("--upstream-cert and --upstream-key go together")
 	}
 	if cfg.ReportInterval < 100*time.Millisecond || cfg.ReportInterval > time.Hour {
 		return Config{}, fmt.Errorf("--report-interval %s: must be between 100ms and 1h", cfg.ReportInterval)

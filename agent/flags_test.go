@@ -43,6 +43,8 @@ func TestParseFlags(t *testing.T) {
 			return len(c.Upstreams) == 2 && c.Upstreams[1] == "https://b/y" && c.ReportInterval == 2*time.Second
 		}, ""},
 		{"upstream not a URL", []string{"--upstream", "scheduler:8080"}, nil, "--upstream \"scheduler:8080\": want an http:// or https:// URL"},
+		{"upstream cert without key", []string{"--upstream-cert", "/x.pem"}, nil, "--upstream-cert and --upstream-key go together"},
+		{"upstream cert and key", []string{"--upstream-cert", "/x.pem", "--upstream-key", "/x.key"}, func(c Config) bool { return c.UpstreamCert == "/x.pem" && c.UpstreamKey == "/x.key" }, ""},
 		{"upstream twice but for credentials", []string{"--upstream", "http://u:1@a/x?k=1", "--upstream", "http://u:2@a/x?k=2"}, nil, "--upstream http://redacted@a/x?redacted given twice"},
 		{"upstream secrets not echoed", []string{"--upstream", "ftp://u:pw-SECRET@a/x"}, nil, "--upstream \"ftp://redacted@a/x\": want"},
 		{"report interval too short", []string{"--report-interval", "1ms"}, nil, "--report-interval 1ms: must be between 100ms and 1h"},

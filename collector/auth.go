@@ -6,7 +6,9 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,10 +27,24 @@ type Auth struct {
 	// ReadToken, when set, is the token reads (GET /v1/table, /v1/nodes,
 	// /metrics) must come with (--read-token-file).
 	ReadToken *WatchedFile
+	// ClientCerts says that the server verifies client certificates
+	// (--client-ca): a snapshot of a node may come with a certificate whose
+	// name is the node's, instead of a token.
+	ClientCerts bool
 }
 
 // pushGuarded reports whether pushes need a credential.
-func (a *Auth) pushGuarded() bool { return a.NodeTokens != nil || a.PushToken != nil }
+func (a *Auth) pushGuarded() bool { return a.NodeTokens != nil || a.PushToken != nil || a.ClientCerts }
+
+// certNames are the names of the client certificate r came with, verified
+// against --client-ca: its DNS names and common name. Nil without one.
+func certNames(r *http.Request) []string {
+	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	leaf := r.TLS.VerifiedChains[0][0]
+	return append(slices.Clip(leaf.DNSNames), leaf.Subject.CommonName)
+}
 
 // WatchedFile is a file of tokens read again whenever its size or
 // modification time changes, so that a token can be added or revoked
@@ -163,8 +179,15 @@ func (s *Server) checkRead(header string) error {
 }
 
 // checkPush refuses a snapshot of node without the credential that node
-// must push with: its own token, or else the shared one.
-func (s *Server) checkPush(header, node string) error {
+// must push with: a client certificate of its name, its own token, or else
+// the shared one. names are the client certificate's (certNames).
+func (s *Server) checkPush(header string, names []string, node string) error {
+	if names != nil {
+		if slices.Contains(names, node) {
+			return nil
+		}
+		return api.Errorf(api.ErrForbidden, "snapshot of node %q: the client certificate is for %q, another node", node, names[len(names)-1])
+	}
 	got, _ := bearer(header)
 	if s.Auth.NodeTokens != nil {
 		tokens, err := s.Auth.NodeTokens.current()
@@ -184,6 +207,10 @@ func (s *Server) checkPush(header, node string) error {
 		if !tokenMatches(got, tokens[anyCaller]) {
 			return api.Errorf(api.ErrForbidden, "snapshot: the collector wants Authorization: Bearer and the token of its --token-file (gpuletd --upstream-token-file)")
 		}
+		return nil
+	}
+	if s.Auth.ClientCerts {
+		return api.Errorf(api.ErrForbidden, "snapshot of node %q: the collector wants a client certificate of that name, issued by its --client-ca (gpuletd --upstream-cert)", node)
 	}
 	return nil
 }

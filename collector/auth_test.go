@@ -207,6 +207,8 @@ func TestWarnAuth(t *testing.T) {
 		{"none", Auth{}, "ANYONE who reaches this port may push"},
 		{"shared", Auth{PushToken: tokenFile(t, "x\n")}, "one --token-file for every node"},
 		{"per node", Auth{NodeTokens: tokenFile(t, "x\n"), ReadToken: tokenFile(t, "y\n")}, ""},
+		{"client certificates", Auth{ClientCerts: true, ReadToken: tokenFile(t, "y\n")}, ""},
+		{"client certificates and a shared token", Auth{ClientCerts: true, PushToken: tokenFile(t, "x\n")}, "one --token-file for every node"},
 	} {
 		var buf bytes.Buffer
 		warnAuth(slog.New(slog.NewTextHandler(&buf, nil)), tc.auth)

@@ -8,11 +8,14 @@ package collector
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"time"
 )
 
@@ -50,6 +53,13 @@ type Config struct {
 	// MaxTableRows bounds the rows of one answer of GET /v1/table
 	// (--max-table-rows).
 	MaxTableRows int
+	// TLSCertFile and TLSKeyFile, when set, make the collector serve
+	// HTTPS (--tls-cert, --tls-key).
+	TLSCertFile, TLSKeyFile string
+	// ClientCAFile, when set, holds the CA certificates that client
+	// certificates are verified against (--client-ca); a node's snapshot
+	// may then come with a certificate whose name is the node's.
+	ClientCAFile string
 }
 
 // Run serves the collector on cfg.Listen until ctx ends.
@@ -65,6 +75,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	if cfg.MaxBytes < 1 || cfg.MaxTableRows < 1 || cfg.MaxNodes < 1 {
 		return fmt.Errorf("--max-bytes %d, --max-table-rows %d, --max-nodes %d: each must be above zero", cfg.MaxBytes, cfg.MaxTableRows, cfg.MaxNodes)
+	}
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") || (cfg.ClientCAFile != "" && cfg.TLSCertFile == "") {
+		return errors.New("--tls-cert and --tls-key go together, and --client-ca needs them")
 	}
 	if cfg.TokenFile != "" && cfg.NodeTokensFile != "" {
 		return errors.New("--token-file and --node-tokens-file: give one; the node tokens file holds a token for every node")
@@ -85,11 +98,23 @@ func Run(ctx context.Context, cfg Config) error {
 		ln.Close()
 		return err
 	}
-	warnAuth(log, handler.Auth)
 	srv := HTTPServer(handler)
-	log.Info("gpulet-collector listening", "addr", ln.Addr().String(), "stale_after", cfg.StaleAfter, "expire_after", cfg.ExpireAfter)
+	if srv.TLSConfig, err = serverTLS(cfg); err != nil {
+		ln.Close()
+		return err
+	}
+	handler.Auth.ClientCerts = cfg.ClientCAFile != ""
+	warnAuth(log, handler.Auth)
+	log.Info("gpulet-collector listening", "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil, "client_certs", handler.Auth.ClientCerts,
+		"stale_after", cfg.StaleAfter, "expire_after", cfg.ExpireAfter)
 	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	go func() {
+		if srv.TLSConfig != nil {
+			done <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		done <- srv.Serve(ln)
+	}()
 	expire := time.NewTicker(max(cfg.ExpireAfter/10, time.Second))
 	defer expire.Stop()
 wait:
@@ -136,10 +161,37 @@ func openAuth(cfg Config) (Auth, error) {
 	return a, nil
 }
 
+// serverTLS is the TLS configuration of --tls-cert, --tls-key and
+// --client-ca; nil without them.
+func serverTLS(cfg Config) (*tls.Config, error) {
+	if cfg.TLSCertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if cfg.ClientCAFile != "" {
+		pem, err := os.ReadFile(cfg.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--client-ca: %w", err)
+		}
+		c.ClientCAs = x509.NewCertPool()
+		if !c.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--client-ca %s: no PEM certificate in it", cfg.ClientCAFile)
+		}
+		// Readers and token holders come without a certificate; one that
+		// is given must verify.
+		c.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return c, nil
+}
+
 // warnAuth says loudly what anyone who reaches the collector may do.
 func warnAuth(log *slog.Logger, a Auth) {
 	switch {
-	case a.NodeTokens != nil:
+	case a.NodeTokens != nil, a.ClientCerts && a.PushToken == nil:
 	case a.PushToken != nil:
 		log.Warn("SECURITY: one --token-file for every node: any node (or anyone with its token) may push snapshots as any other node and replace its rows; give each node its own token with --node-tokens-file")
 	default:

@@ -82,12 +82,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
-	auth := r.Header.Get("Authorization")
-	if _, ok := bearer(auth); s.Auth.pushGuarded() && !ok {
+	auth, names := r.Header.Get("Authorization"), certNames(r)
+	if _, ok := bearer(auth); s.Auth.pushGuarded() && !ok && names == nil {
 		// Refused before the body is read; the token itself is checked
 		// against the node the body names.
 		s.rejected.Add(1)
-		return api.Errorf(api.ErrForbidden, "snapshot: the collector wants Authorization: Bearer and the node's token (gpuletd --upstream-token-file)")
+		return api.Errorf(api.ErrForbidden, "snapshot: the collector wants Authorization: Bearer and the node's token (gpuletd --upstream-token-file), or a client certificate")
 	}
 	if r.ContentLength > MaxSnapshotBody {
 		s.rejected.Add(1)
@@ -115,7 +115,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 		s.rejected.Add(1)
 		return err
 	}
-	if err := s.checkPush(auth, snap.Node); err != nil {
+	if err := s.checkPush(auth, names, snap.Node); err != nil {
 		s.rejected.Add(1)
 		return err
 	}

@@ -2,6 +2,8 @@ package test
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"net/http"
 	"os"
@@ -116,5 +118,59 @@ func TestCollectorNodeTokens(t *testing.T) {
 	}
 	if s, _ := n1.Client.Snapshot(e2e.Ctx(t)); len(s.Upstreams) != 1 || s.Upstreams[0].Failures != 0 {
 		t.Fatalf("n1's pushes fail: %+v", s.Upstreams)
+	}
+}
+
+// TestCollectorClientCertificates: over TLS with --client-ca, a node pushes
+// with a client certificate of its name (gpuletd --upstream-cert) and no
+// token; a node whose certificate names another node is refused and sees
+// it in its push state; an outsider without a certificate is refused.
+func TestCollectorClientCertificates(t *testing.T) {
+	ca := e2e.NewCA(t)
+	serverCert, serverKey := ca.Issue(t, "127.0.0.1", false)
+	pem, err := os.ReadFile(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	base := startCollectorWith(t, client, "https", "--tls-cert", serverCert, "--tls-key", serverKey, "--client-ca", ca.File)
+	up := base + "/v1/snapshots"
+	n1Cert, n1Key := ca.Issue(t, "n1", true)
+	n1 := e2e.Start(t, "--upstream", up, "--upstream-ca", ca.File, "--upstream-cert", n1Cert, "--upstream-key", n1Key, "--report-interval", "200ms", "--node-name", "n1")
+	// A node started with n1's certificate but another name.
+	liar := e2e.Start(t, "--upstream", up, "--upstream-ca", ca.File, "--upstream-cert", n1Cert, "--upstream-key", n1Key, "--report-interval", "200ms", "--node-name", "n2")
+	nodes := func() map[string]bool {
+		resp, err := client.Get(base + "/v1/nodes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var l struct{ Nodes []struct{ Node string } }
+		json.NewDecoder(resp.Body).Decode(&l)
+		m := map[string]bool{}
+		for _, n := range l.Nodes {
+			m[n.Node] = true
+		}
+		return m
+	}
+	e2e.Eventually(t, "n1 in the collector", func() bool { return nodes()["n1"] })
+	e2e.Eventually(t, "n2's pushes refused, as it sees", func() bool {
+		s, err := liar.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && len(s.Upstreams) == 1 && s.Upstreams[0].Failures > 0 && strings.Contains(s.Upstreams[0].LastError, "HTTP 403")
+	})
+	s, err := n1.Client.Snapshot(e2e.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(s)
+	resp, err := client.Post(up, "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 || nodes()["n2"] {
+		t.Fatalf("a push without a certificate: %d; nodes %v", resp.StatusCode, nodes())
 	}
 }

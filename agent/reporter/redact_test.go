@@ -1,6 +1,8 @@
 package reporter
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/pem"
 	"io"
 	"net"
@@ -201,5 +203,37 @@ func writePEM(t *testing.T, path string, srv *httptest.Server) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A client certificate is presented to an https upstream that asks for one.
+func TestPushClientCertificate(t *testing.T) {
+	ca := e2e.NewCA(t)
+	rcv := &bodies{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || r.TLS.VerifiedChains[0][0].Subject.CommonName != "n1" {
+			http.Error(w, "who are you", http.StatusForbidden)
+			return
+		}
+		rcv.ServeHTTP(w, r)
+	}))
+	pem, _ := os.ReadFile(ca.File)
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	serverCert, serverKey := ca.Issue(t, "127.0.0.1", false)
+	cert, err := tls.LoadX509KeyPair(serverCert, serverKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
+	srv.StartTLS()
+	defer srv.Close()
+	certFile, keyFile := ca.Issue(t, "n1", true)
+	start(t, Config{URL: srv.URL, Interval: time.Hour, CAFile: ca.File, CertFile: certFile, KeyFile: keyFile}, newSource())
+	without := start(t, Config{URL: srv.URL, Interval: time.Hour, CAFile: ca.File}, newSource())
+	e2e.Eventually(t, "a push with the client certificate", func() bool { return rcv.count() >= 1 })
+	e2e.Eventually(t, "the sender without one failing", func() bool { return without.Status().Failures >= 1 })
+	if _, err := New(Config{URL: srv.URL, CertFile: certFile, KeyFile: serverCert}, newSource()); err == nil {
+		t.Fatal("a key that is no key was accepted")
 	}
 }

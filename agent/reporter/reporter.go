@@ -43,7 +43,11 @@ type Config struct {
 	// CAFile, when set, holds the PEM certificates an https upstream's
 	// certificate must chain to.
 	CAFile string
-	Logger *slog.Logger
+	// CertFile and KeyFile, when set, hold the PEM client certificate and
+	// key presented to an https upstream (a collector with --client-ca
+	// takes the node's snapshots by its certificate's name).
+	CertFile, KeyFile string
+	Logger            *slog.Logger
 	// OnStateChange, when set, is called when pushing starts failing or
 	// works again, so that the snapshot, which shows the push state, is made
 	// anew (not on every push: that would make a snapshot per push).
@@ -91,11 +95,11 @@ func RedactURL(raw string) string {
 
 // fullDetail reports whether the upstream at raw may be pushed the snapshot
 // with its uids and reservation names: it is reached over TLS, or with
-// credentials (a token file, or userinfo in the URL). Others get it
-// redacted.
-func fullDetail(raw, tokenFile string) bool {
+// credentials (a token file or a client certificate, which credentials
+// says, or userinfo in the URL). Others get it redacted.
+func fullDetail(raw string, credentials bool) bool {
 	u, err := url.Parse(raw)
-	return err == nil && (u.Scheme == "https" || u.User != nil || tokenFile != "")
+	return err == nil && (u.Scheme == "https" || u.User != nil || credentials)
 }
 
 // Sender pushes to one upstream.
@@ -140,6 +144,16 @@ func New(cfg Config, src Source) (*Sender, error) {
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
+	if cfg.CertFile != "" || cfg.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream-cert, --upstream-key: %w", err)
+		}
+		if tr.TLSClientConfig == nil {
+			tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		tr.TLSClientConfig.Certificates = []tls.Certificate{cert}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -152,7 +166,7 @@ func New(cfg Config, src Source) (*Sender, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		status: api.UpstreamStatus{URL: shown},
 		shown:  shown,
-		full:   fullDetail(cfg.URL, cfg.TokenFile),
+		full:   fullDetail(cfg.URL, cfg.TokenFile != "" || cfg.CertFile != ""),
 	}, nil
 }
 

@@ -31,6 +31,9 @@ func main() {
 	fs.IntVar(&cfg.MaxTableRows, "max-table-rows", collector.DefaultMaxTableRows, "most rows one answer of GET /v1/table holds; more are read a page at a time (offset, next_offset)")
 	fs.StringVar(&cfg.NodeTokensFile, "node-tokens-file", "", "file of per-node tokens, one \"NODE TOKEN\" line each: a node's snapshots are taken only with its token (read again when it changes)")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding one bearer token every node's snapshots must come with (gpuletd --upstream-token-file); it does not tie a node to its name, --node-tokens-file does; none by default")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key); plain HTTP by default")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM key of --tls-cert")
+	fs.StringVar(&cfg.ClientCAFile, "client-ca", "", "PEM file of the CA certificates client certificates must chain to: a node's snapshots are then also taken with a certificate whose name (DNS name or common name) is the node's (gpuletd --upstream-cert); needs --tls-cert")
 	fs.StringVar(&cfg.ReadTokenFile, "read-token-file", "", "file holding the bearer token reads (GET /v1/table, /v1/nodes, /metrics) must come with (read again when it changes); none by default")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: gpulet-collector --listen ADDR [--node-tokens-file F] [--read-token-file F] [flags]")
