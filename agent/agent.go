@@ -69,6 +69,12 @@ type Config struct {
 	MaxWaitersPerUID int
 	// Listen is the TCP address of the read-only endpoints; empty: none.
 	Listen string
+	// ListenFullDetail serves the snapshot over Listen with its uids and
+	// reservation names; without it they are redacted.
+	ListenFullDetail bool
+	// ListenMaxConns and ListenMaxConnsPerAddr cap the TCP connections
+	// open at once over Listen, in all and from one remote address.
+	ListenMaxConns, ListenMaxConnsPerAddr int
 	// ReclaimGrace is the time between SIGTERM and SIGKILL for a borrower
 	// whose units a reservation takes back.
 	ReclaimGrace time.Duration
@@ -78,6 +84,9 @@ type Config struct {
 	ReportInterval    time.Duration
 	UpstreamTokenFile string
 	UpstreamCA        string
+	// UpstreamCert and UpstreamKey are the client certificate presented to
+	// https upstreams; none when empty.
+	UpstreamCert, UpstreamKey string
 	// ConfigPath is the --config file (pools, quotas, task profiles); empty:
 	// none.
 	ConfigPath string
@@ -268,7 +277,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	requests, cancelRequests := context.WithCancel(context.Background())
 	base := func(net.Listener) context.Context { return requests }
 	srv.BaseContext = base
-	go func() { serveErr <- srv.Serve(server.LimitListener(ln, cfg.MaxConnsPerUID, log)) }()
+	local := server.LimitListener(ln, cfg.MaxConnsPerUID, log)
+	go func() { serveErr <- srv.Serve(local) }()
 	closers = append(closers, func() error {
 		cancelRequests()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -290,16 +300,18 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if err != nil {
 			return fmt.Errorf("--listen: %w", err)
 		}
-		ro := apiServer.ReadOnlyHTTPServer()
+		ro := apiServer.ReadOnlyHTTPServer(cfg.ListenFullDetail)
 		ro.BaseContext = base
-		go func() { serveErr <- ro.Serve(tcp) }()
+		tcpLimited := server.LimitTCPListener(tcp, cfg.ListenMaxConns, cfg.ListenMaxConnsPerAddr, local, log)
+		go func() { serveErr <- ro.Serve(tcpLimited) }()
 		closers = append(closers, func() error {
 			cancelRequests()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			return ro.Shutdown(sctx)
 		})
-		log.Info("serving the read-only endpoints over TCP", "listen", tcp.Addr().String())
+		log.Info("serving the read-only endpoints over TCP", "listen", tcp.Addr().String(), "full_detail", cfg.ListenFullDetail,
+			"max_conns", cfg.ListenMaxConns, "max_conns_per_addr", cfg.ListenMaxConnsPerAddr)
 	}
 	systemd.Ready()
 	snap := a.store.Load().Snapshot
@@ -359,7 +371,7 @@ func (a *Agent) startReporters(ctx context.Context, closers *[]func() error) err
 	// snapshots, and the builder reads the senders.
 	for _, u := range a.cfg.Upstreams {
 		s, err := reporter.New(reporter.Config{URL: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
-			CAFile: a.cfg.UpstreamCA, Logger: a.log, OnStateChange: a.changed}, a)
+			CAFile: a.cfg.UpstreamCA, CertFile: a.cfg.UpstreamCert, KeyFile: a.cfg.UpstreamKey, Logger: a.log, OnStateChange: a.changed}, a)
 		if err != nil {
 			return err
 		}

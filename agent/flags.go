@@ -12,6 +12,7 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/agent/reporter"
+	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/mpsctl"
@@ -56,8 +57,13 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.StringArrayVar(&cfg.Upstreams, "upstream", nil, "URL (http or https) that receives the node's snapshots by POST; repeatable, each upstream pushed to on its own")
 	fs.DurationVar(&cfg.ReportInterval, "report-interval", 5*time.Second, "longest time between pushes to an upstream (changes go out at once, at most 10 a second)")
 	fs.StringVar(&cfg.UpstreamTokenFile, "upstream-token-file", "", "file holding a bearer token sent to upstreams (read again when it changes)")
+	fs.StringVar(&cfg.UpstreamCert, "upstream-cert", "", "PEM client certificate presented to https upstreams (with --upstream-key): gpulet-collector --client-ca takes the node's snapshots by its name")
+	fs.StringVar(&cfg.UpstreamKey, "upstream-key", "", "PEM key of --upstream-cert")
 	fs.StringVar(&cfg.UpstreamCA, "upstream-ca", "", "PEM file of the CA certificates an https upstream must chain to (default: the system's)")
-	fs.StringVar(&cfg.Listen, "listen", "", "TCP address (host:port) serving only GET /v1/snapshot, /v1/gpus and /metrics, for pollers; none by default")
+	fs.StringVar(&cfg.Listen, "listen", "", "TCP address (host:port) serving only GET /v1/snapshot, /v1/gpus and /metrics, for pollers, redacted (no uids, no reservation names); none by default")
+	fs.BoolVar(&cfg.ListenFullDetail, "listen-full-detail", false, "serve the snapshot over --listen with the uids of GPU users and the reservation names, as the Unix socket does")
+	fs.IntVar(&cfg.ListenMaxConns, "listen-max-conns", server.DefaultTCPMaxConns, "most TCP connections open at once over --listen; more are closed at once (the Unix socket keeps descriptors of its own whatever TCP holds)")
+	fs.IntVar(&cfg.ListenMaxConnsPerAddr, "listen-max-conns-per-addr", server.DefaultTCPMaxConnsPerAddr, "most TCP connections open at once over --listen from one remote address")
 	fs.IntVar(&cfg.MaxConnsPerUID, "max-conns-per-uid", 64, "most API connections one uid may hold open; more are closed at once (root is not capped)")
 	fs.IntVar(&cfg.MaxWaitersPerUID, "max-waiters-per-uid", 16, "most lease requests one uid may have waiting for units (\"wait\"); more get too_many_requests (root is not capped)")
 	fs.StringVar(&cfg.MPS, "mps", "auto", "MPS: on (refuse to start when MPS cannot run: no control binary, a run dir too long, no control daemon starting), off, or auto (on where MPS works, else off with the reason logged)")
@@ -92,10 +98,21 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	if err := checkBackend(cfg.Backend); err != nil {
 		return Config{}, err
 	}
+	shown := map[string]bool{}
 	for _, u := range cfg.Upstreams {
 		if err := reporter.CheckURL(u); err != nil {
 			return Config{}, err
 		}
+		// Upstreams are told apart where they are shown (status, metrics)
+		// by their redacted URL.
+		r := reporter.RedactURL(u)
+		if shown[r] {
+			return Config{}, fmt.Errorf("--upstream %s given twice (the URLs differ at most in userinfo or query)", r)
+		}
+		shown[r] = true
+	}
+	if (cfg.UpstreamCert == "") != (cfg.UpstreamKey == "") {
+		return Config{}, fmt.Errorf("--upstream-cert and --upstream-key go together")
 	}
 	if cfg.ReportInterval < 100*time.Millisecond || cfg.ReportInterval > time.Hour {
 		return Config{}, fmt.Errorf("--report-interval %s: must be between 100ms and 1h", cfg.ReportInterval)
@@ -109,7 +126,10 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	for _, f := range []struct {
 		name string
 		v    int
-	}{{"--max-conns-per-uid", cfg.MaxConnsPerUID}, {"--max-waiters-per-uid", cfg.MaxWaitersPerUID}} {
+	}{
+		{"--max-conns-per-uid", cfg.MaxConnsPerUID}, {"--max-waiters-per-uid", cfg.MaxWaitersPerUID},
+		{"--listen-max-conns", cfg.ListenMaxConns}, {"--listen-max-conns-per-addr", cfg.ListenMaxConnsPerAddr},
+	} {
 		if f.v < 1 || f.v > 1<<20 {
 			return Config{}, fmt.Errorf("%s %d: must be from 1 to %d", f.name, f.v, 1<<20)
 		}

@@ -32,10 +32,22 @@ func TestParseFlags(t *testing.T) {
 		{"no connections", []string{"--max-conns-per-uid", "0"}, nil, "--max-conns-per-uid 0: must be from 1"},
 		{"negative waiters", []string{"--max-waiters-per-uid", "-1"}, nil, "--max-waiters-per-uid -1: must be from 1"},
 		{"listen", []string{"--listen", "127.0.0.1:9400"}, func(c Config) bool { return c.Listen == "127.0.0.1:9400" }, ""},
+		{"listen defaults", nil, func(c Config) bool {
+			return !c.ListenFullDetail && c.ListenMaxConns == 512 && c.ListenMaxConnsPerAddr == 32
+		}, ""},
+		{"listen caps", []string{"--listen-full-detail", "--listen-max-conns", "100", "--listen-max-conns-per-addr", "4"}, func(c Config) bool {
+			return c.ListenFullDetail && c.ListenMaxConns == 100 && c.ListenMaxConnsPerAddr == 4
+		}, ""},
+		{"no listen connections", []string{"--listen-max-conns", "0"}, nil, "--listen-max-conns 0: must be from 1"},
+		{"no listen connections per address", []string{"--listen-max-conns-per-addr", "-2"}, nil, "--listen-max-conns-per-addr -2: must be from 1"},
 		{"upstreams", []string{"--upstream", "http://a/x", "--upstream", "https://b/y", "--report-interval", "2s"}, func(c Config) bool {
 			return len(c.Upstreams) == 2 && c.Upstreams[1] == "https://b/y" && c.ReportInterval == 2*time.Second
 		}, ""},
 		{"upstream not a URL", []string{"--upstream", "scheduler:8080"}, nil, "--upstream \"scheduler:8080\": want an http:// or https:// URL"},
+		{"upstream cert without key", []string{"--upstream-cert", "/x.pem"}, nil, "--upstream-cert and --upstream-key go together"},
+		{"upstream cert and key", []string{"--upstream-cert", "/x.pem", "--upstream-key", "/x.key"}, func(c Config) bool { return c.UpstreamCert == "/x.pem" && c.UpstreamKey == "/x.key" }, ""},
+		{"upstream twice but for credentials", []string{"--upstream", "http://u:1@a/x?k=1", "--upstream", "http://u:2@a/x?k=2"}, nil, "--upstream http://redacted@a/x?redacted given twice"},
+		{"upstream secrets not echoed", []string{"--upstream", "ftp://u:pw-SECRET@a/x"}, nil, "--upstream \"ftp://redacted@a/x\": want"},
 		{"report interval too short", []string{"--report-interval", "1ms"}, nil, "--report-interval 1ms: must be between 100ms and 1h"},
 		{"mount follows run dir", []string{"--run-dir", "/tmp/x"}, func(c Config) bool { return c.Mount == "/tmp/x/view" }, ""},
 		{"no view", []string{"--mount", ""}, func(c Config) bool { return c.Mount == "" }, ""},

@@ -8,13 +8,14 @@ package collector
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
-	"strings"
 	"time"
 )
 
@@ -35,8 +36,30 @@ type Config struct {
 	// MaxNodes is the most nodes the table keeps (--max-nodes).
 	MaxNodes int
 	// TokenFile holds the bearer token snapshots must come with
-	// (--token-file); none when empty.
+	// (--token-file); none when empty. It does not tie a snapshot to its
+	// node: NodeTokensFile does.
 	TokenFile string
+	// NodeTokensFile holds a token per node name (--node-tokens-file); a
+	// snapshot of a node is taken only with its token.
+	NodeTokensFile string
+	// ReadTokenFile holds the bearer token reads must come with
+	// (--read-token-file); none when empty.
+	ReadTokenFile string
+	// MaxBytes bounds the table's memory by estimate (--max-bytes).
+	MaxBytes int
+	// ExpireAfter is how long a node may be silent before its rows are
+	// forgotten (--expire-after).
+	ExpireAfter time.Duration
+	// MaxTableRows bounds the rows of one answer of GET /v1/table
+	// (--max-table-rows).
+	MaxTableRows int
+	// TLSCertFile and TLSKeyFile, when set, make the collector serve
+	// HTTPS (--tls-cert, --tls-key).
+	TLSCertFile, TLSKeyFile string
+	// ClientCAFile, when set, holds the CA certificates that client
+	// certificates are verified against (--client-ca); a node's snapshot
+	// may then come with a certificate whose name is the node's.
+	ClientCAFile string
 }
 
 // Run serves the collector on cfg.Listen until ctx ends.
@@ -47,6 +70,18 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.StaleAfter <= 0 {
 		return fmt.Errorf("--stale-after %v: must be above zero", cfg.StaleAfter)
 	}
+	if cfg.ExpireAfter < cfg.StaleAfter {
+		return fmt.Errorf("--expire-after %v: must be at least --stale-after (%v)", cfg.ExpireAfter, cfg.StaleAfter)
+	}
+	if cfg.MaxBytes < 1 || cfg.MaxTableRows < 1 || cfg.MaxNodes < 1 {
+		return fmt.Errorf("--max-bytes %d, --max-table-rows %d, --max-nodes %d: each must be above zero", cfg.MaxBytes, cfg.MaxTableRows, cfg.MaxNodes)
+	}
+	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") || (cfg.ClientCAFile != "" && cfg.TLSCertFile == "") {
+		return errors.New("--tls-cert and --tls-key go together, and --client-ca needs them")
+	}
+	if cfg.TokenFile != "" && cfg.NodeTokensFile != "" {
+		return errors.New("--token-file and --node-tokens-file: give one; the node tokens file holds a token for every node")
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -56,25 +91,44 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 	store := NewStore(cfg.StaleAfter, cfg.Now)
-	store.MaxNodes = cfg.MaxNodes
+	store.MaxNodes, store.MaxBytes = cfg.MaxNodes, cfg.MaxBytes
 	handler := NewServer(store, log)
-	if cfg.TokenFile != "" {
-		b, err := os.ReadFile(cfg.TokenFile)
-		if err != nil {
-			return fmt.Errorf("--token-file: %w", err)
-		}
-		if handler.Token = strings.TrimSpace(string(b)); handler.Token == "" || strings.ContainsAny(handler.Token, "\r\n") {
-			return errors.New("--token-file: want one line holding the token")
-		}
+	handler.MaxTableRows = cfg.MaxTableRows
+	if handler.Auth, err = openAuth(cfg); err != nil {
+		ln.Close()
+		return err
 	}
 	srv := HTTPServer(handler)
-	log.Info("gpulet-collector listening", "addr", ln.Addr().String(), "stale_after", cfg.StaleAfter)
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	select {
-	case err := <-done:
+	if srv.TLSConfig, err = serverTLS(cfg); err != nil {
+		ln.Close()
 		return err
-	case <-ctx.Done():
+	}
+	handler.Auth.ClientCerts = cfg.ClientCAFile != ""
+	warnAuth(log, handler.Auth)
+	log.Info("gpulet-collector listening", "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil, "client_certs", handler.Auth.ClientCerts,
+		"stale_after", cfg.StaleAfter, "expire_after", cfg.ExpireAfter)
+	done := make(chan error, 1)
+	go func() {
+		if srv.TLSConfig != nil {
+			done <- srv.ServeTLS(ln, "", "")
+			return
+		}
+		done <- srv.Serve(ln)
+	}()
+	expire := time.NewTicker(max(cfg.ExpireAfter/10, time.Second))
+	defer expire.Stop()
+wait:
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			break wait
+		case <-expire.C:
+			if n := store.Expire(cfg.ExpireAfter); n > 0 {
+				log.Info("forgot nodes silent for --expire-after", "nodes", n, "expire_after", cfg.ExpireAfter)
+			}
+		}
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -82,6 +136,70 @@ func Run(ctx context.Context, cfg Config) error {
 	<-done
 	log.Info("gpulet-collector stopped")
 	return err
+}
+
+// openAuth opens the token files cfg names.
+func openAuth(cfg Config) (Auth, error) {
+	var a Auth
+	var err error
+	for _, f := range []struct {
+		flag, path string
+		open       func(string) (*WatchedFile, error)
+		into       **WatchedFile
+	}{
+		{"--token-file", cfg.TokenFile, OpenTokenFile, &a.PushToken},
+		{"--node-tokens-file", cfg.NodeTokensFile, OpenNodeTokensFile, &a.NodeTokens},
+		{"--read-token-file", cfg.ReadTokenFile, OpenTokenFile, &a.ReadToken},
+	} {
+		if f.path == "" {
+			continue
+		}
+		if *f.into, err = f.open(f.path); err != nil {
+			return Auth{}, fmt.Errorf("%s: %w", f.flag, err)
+		}
+	}
+	return a, nil
+}
+
+// serverTLS is the TLS configuration of --tls-cert, --tls-key and
+// --client-ca; nil without them.
+func serverTLS(cfg Config) (*tls.Config, error) {
+	if cfg.TLSCertFile == "" {
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)
+	}
+	c := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if cfg.ClientCAFile != "" {
+		pem, err := os.ReadFile(cfg.ClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--client-ca: %w", err)
+		}
+		c.ClientCAs = x509.NewCertPool()
+		if !c.ClientCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--client-ca %s: no PEM certificate in it", cfg.ClientCAFile)
+		}
+		// Readers and token holders come without a certificate; one that
+		// is given must verify.
+		c.ClientAuth = tls.VerifyClientCertIfGiven
+	}
+	return c, nil
+}
+
+// warnAuth says loudly what anyone who reaches the collector may do.
+func warnAuth(log *slog.Logger, a Auth) {
+	switch {
+	case a.NodeTokens != nil, a.ClientCerts && a.PushToken == nil:
+	case a.PushToken != nil:
+		log.Warn("SECURITY: one --token-file for every node: any node (or anyone with its token) may push snapshots as any other node and replace its rows; give each node its own token with --node-tokens-file")
+	default:
+		log.Warn("SECURITY: no credentials for pushes: ANYONE who reaches this port may push snapshots as any node, replace its rows and fill the table; give each node its own token with --node-tokens-file")
+	}
+	if a.ReadToken == nil {
+		log.Warn("SECURITY: no --read-token-file: anyone who reaches this port may read the table and the metrics")
+	}
 }
 
 // HTTPServer returns an http.Server for h with timeouts that keep slow or

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	gojson "github.com/goccy/go-json"
 	"io"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -30,6 +32,11 @@ const MaxSnapshotBody = 1 << 20
 // name the field at fault; a fuzz test holds the two to accepting the same
 // bodies as the same snapshots.
 func DecodeSnapshot(body []byte) (*api.Snapshot, error) {
+	if !utf8.Valid(body) {
+		// encoding/json would take invalid bytes as U+FFFD: a name the
+		// sender did not write.
+		return nil, api.Errorf(api.ErrBadRequest, "snapshot: not valid UTF-8")
+	}
 	var s api.Snapshot
 	if fastDecode(body, &s) != nil {
 		return strictDecode(body)
@@ -40,8 +47,16 @@ func DecodeSnapshot(body []byte) (*api.Snapshot, error) {
 	return &s, nil
 }
 
-// fastDecode decodes body into s as strictly as strictDecode.
+// fastDecode decodes body into s as strictly as strictDecode, or fails.
 func fastDecode(body []byte, s *api.Snapshot) error {
+	if mayOverflow(body) {
+		return errors.New("a number may overflow: left to encoding/json")
+	}
+	// goccy/go-json skips the value of an unknown field without checking
+	// its syntax (it took ["""""]); encoding/json's scanner checks it.
+	if !json.Valid(body) {
+		return errors.New("not valid JSON")
+	}
 	dec := gojson.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(s); err != nil {
 		return err
@@ -50,6 +65,28 @@ func fastDecode(body []byte, s *api.Snapshot) error {
 		return errors.New("data after the JSON object")
 	}
 	return nil
+}
+
+// overflowDigits is the shortest run of digits that may not fit an int64:
+// 2^63 has 19 digits. goccy/go-json wraps such numbers around (2^64+5 is
+// taken as 5) where encoding/json refuses them, so a body holding one is left
+// to encoding/json. No real snapshot holds a number that long.
+const overflowDigits = 19
+
+// mayOverflow reports whether body holds a run of overflowDigits digits or
+// more, in a number or in a string (the latter only costs a slower decode).
+func mayOverflow(body []byte) bool {
+	run := 0
+	for _, c := range body {
+		if c >= '0' && c <= '9' {
+			if run++; run >= overflowDigits {
+				return true
+			}
+		} else {
+			run = 0
+		}
+	}
+	return false
 }
 
 // strictDecode decodes and validates body with encoding/json, for its errors.
@@ -97,9 +134,29 @@ const (
 	MaxGPUs = 256
 )
 
+// checkText refuses what a table reader could not show as it is: invalid
+// UTF-8 (a lone surrogate escape decodes to U+FFFD and passes) and control
+// characters, NUL, escape sequences and the C1 controls among them.
+func checkText(v string) error {
+	if !utf8.ValidString(v) {
+		return errors.New("not valid UTF-8")
+	}
+	for _, r := range v {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("holds the control character %U", r)
+		}
+	}
+	return nil
+}
+
 func validate(s *api.Snapshot) error {
 	bad := func(field, format string, args ...any) error {
 		return api.Errorf(api.ErrBadRequest, "snapshot: field %s: %s", field, fmt.Sprintf(format, args...))
+	}
+	for _, f := range []struct{ name, v string }{{"node", s.Node}, {"boot_id", s.BootID}} {
+		if err := checkText(f.v); err != nil {
+			return bad(f.name, "%v", err)
+		}
 	}
 	switch {
 	case s.Schema != api.SnapshotSchema:
@@ -147,10 +204,18 @@ func validate(s *api.Snapshot) error {
 				return bad(fmt.Sprintf("gpus[%d].%s", i, f.name), "%d is negative", f.v)
 			}
 		}
-		for _, f := range []struct{ name, v string }{{"uuid", g.UUID}, {"name", g.Name}, {"state", g.State}} {
+		for _, f := range []struct{ name, v string }{{"uuid", g.UUID}, {"name", g.Name}} {
 			if len(f.v) > maxText {
 				return bad(fmt.Sprintf("gpus[%d].%s", i, f.name), "longer than %d bytes", maxText)
 			}
+			if err := checkText(f.v); err != nil {
+				return bad(fmt.Sprintf("gpus[%d].%s", i, f.name), "%v", err)
+			}
+		}
+		switch g.State {
+		case api.GPUWorking, api.GPUDegraded, api.GPUFailed:
+		default:
+			return bad(fmt.Sprintf("gpus[%d].state", i), "%q is not working, degraded or failed", g.State)
 		}
 		if seen[g.Index] {
 			return bad(fmt.Sprintf("gpus[%d].index", i), "GPU %d appears twice", g.Index)

@@ -64,6 +64,16 @@ func TestDecodeSnapshot(t *testing.T) {
 		{name: "negative utilization", edit: func(m map[string]any) { gpu0(m)["utilization_pct"] = -5 }, want: "field gpus[0].utilization_pct"},
 		{name: "negative memory total", edit: func(m map[string]any) { gpu0(m)["memory_total_mib"] = -1 }, want: "field gpus.memory_total_mib"},
 		{name: "negative memory used", edit: func(m map[string]any) { gpu0(m)["memory_used_mib"] = -1 }, want: "field gpus.memory_used_mib"},
+		{name: "seq past uint64", raw: `{"schema":"gpulet.snapshot/v1","node":"n","boot_id":"b","seq":18446744073709551621,"state":"working"}`, want: "field seq"},
+		{name: "memory past uint64", edit: func(m map[string]any) { gpu0(m)["memory_total_mib"] = json.Number("18446744073709551716") }, want: "memory_total_mib"},
+		{name: "units_total past int", edit: func(m map[string]any) { m["units_total"] = json.Number("9223372036854775808") }, want: "field units_total"},
+		{name: "unknown gpu state", edit: func(m map[string]any) { gpu0(m)["state"] = "sleeping" }, want: "field gpus[0].state"},
+		{name: "no gpu state", edit: func(m map[string]any) { gpu0(m)["state"] = "" }, want: "field gpus[0].state"},
+		{name: "NUL in node", edit: func(m map[string]any) { m["node"] = "n\x00" }, want: "field node"},
+		{name: "escape in node", edit: func(m map[string]any) { m["node"] = "\x1b]0;PWNED\x07" }, want: "field node"},
+		{name: "C1 control in gpu name", edit: func(m map[string]any) { gpu0(m)["name"] = "A\u009bB" }, want: "field gpus[0].name"},
+		{name: "control in boot_id", edit: func(m map[string]any) { m["boot_id"] = "b\n" }, want: "field boot_id"},
+		{name: "invalid UTF-8", raw: "{\"schema\":\"gpulet.snapshot/v1\",\"node\":\"\xff\",\"boot_id\":\"b\",\"seq\":1,\"state\":\"working\"}", want: "UTF-8"},
 		{name: "a field added by a newer gpuletd", edit: func(m map[string]any) { m["colour"] = "blue"; gpu0(m)["memory_bandwidth_gbps"] = 2039 }},
 		{name: "not an object", raw: `[1,2]`, want: "field (top level)"},
 		{name: "empty", raw: ``, want: "empty body"},
@@ -126,6 +136,17 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		"\ufeff{\"node\":\"x\"," + base + "}",
 		`{"node":"x",` + base + `,"gpus":[{"index":0,"units_free":1.5}]}`,
 		`{"node":"x",` + base + `,"gpus":null,"view":null,"upstreams":[{}]}`,
+		// Numbers past their type: goccy/go-json wrapped these around.
+		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":18446744073709551621,"state":"working"}`,
+		`{"node":"x",` + base + `,"gpus":[{"index":0,"state":"working","memory_total_mib":18446744073709551716}]}`,
+		`{"node":"x",` + base + `,"units_total":9223372036854775808}`,
+		`{"node":"x",` + base + `,"units_free":-9223372036854775809}`,
+		`{"node":"x",` + base + `,"gpus":[{"index":9223372036854775817,"state":"working"}]}`,
+		`{"node":"x",` + base + `,"gpus":[{"index":0,"state":"working","memory_used_mib":18446744073709551615}]}`,
+		// Names and enums a table reader must not be shown.
+		`{"node":"x\u001b]0;PWNED\u0007",` + base + `}`,
+		`{"node":"x",` + base + `,"gpus":[{"index":0,"state":"sleeping"}]}`,
+		`{"node":"x",` + base + `,"gpus":[{"index":0,"state":"working","name":"A\u0085B"}]}`,
 	} {
 		f.Add([]byte(tricky))
 	}
@@ -150,6 +171,15 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		}
 		if s.Node == "" || s.BootID == "" || s.Seq == 0 {
 			t.Fatalf("accepted a snapshot without identity: %+v", s)
+		}
+		texts := []string{s.Node, s.BootID}
+		for _, g := range s.GPUs {
+			texts = append(texts, g.Name, g.UUID)
+		}
+		for _, v := range texts {
+			if checkText(v) != nil {
+				t.Fatalf("accepted the unprintable name %q", v)
+			}
 		}
 		st := NewStore(DefaultStaleAfter, nil)
 		if st.Apply(s) != Applied {

@@ -32,7 +32,18 @@ type Row struct {
 // Table is the body of GET /v1/table.
 type Table struct {
 	Rows []Row `json:"rows"`
+	// NextOffset, present when more rows match than this answer holds, is
+	// the offset parameter that asks for the next ones.
+	NextOffset int `json:"next_offset,omitempty"`
 }
+
+// DefaultMaxTableRows bounds the rows of one answer of GET /v1/table (about
+// 3 MB of JSON): a larger table is read a page at a time, with offset.
+const DefaultMaxTableRows = 10000
+
+// maxQueryCount bounds limit and offset, far above any table's rows, so
+// that their sum cannot overflow.
+const maxQueryCount = 1 << 30
 
 // Orders of a table query.
 const (
@@ -53,8 +64,10 @@ type Query struct {
 	Eligible bool
 	// Order is "", OrderMostFree or OrderLeastFree.
 	Order string
-	// Limit keeps the first Limit rows; 0: all.
+	// Limit keeps the first Limit rows (after Offset); 0: all.
 	Limit int
+	// Offset skips the first Offset rows of the order.
+	Offset int
 }
 
 // ParseQuery reads a table query from URL parameters. Unknown parameters
@@ -96,12 +109,18 @@ func ParseQuery(v url.Values) (Query, error) {
 			q.Order = val
 		case "limit":
 			n, err := strconv.Atoi(val)
-			if err != nil || n < 1 {
-				return q, api.Errorf(api.ErrBadRequest, "query parameter limit: %q is not a whole number ≥ 1", val)
+			if err != nil || n < 1 || n > maxQueryCount {
+				return q, api.Errorf(api.ErrBadRequest, "query parameter limit: %q is not a whole number from 1 to %d", val, maxQueryCount)
 			}
 			q.Limit = n
+		case "offset":
+			n, err := strconv.Atoi(val)
+			if err != nil || n < 0 || n > maxQueryCount {
+				return q, api.Errorf(api.ErrBadRequest, "query parameter offset: %q is not a whole number from 0 to %d", val, maxQueryCount)
+			}
+			q.Offset = n
 		default:
-			return q, api.Errorf(api.ErrBadRequest, "query parameter %s: unknown (known: node, type, min_free, eligible, order, limit)", name)
+			return q, api.Errorf(api.ErrBadRequest, "query parameter %s: unknown (known: node, type, min_free, eligible, order, limit, offset)", name)
 		}
 	}
 	return q, nil
@@ -145,18 +164,24 @@ func (st *Store) Table(q Query) Table {
 	// are met: the scheduler's "best 20 of 80,000" then neither gathers nor
 	// sorts the other 79,980.
 	var ms []match
-	if q.Limit > 0 && q.Limit <= maxTopN {
-		best := topN{n: q.Limit, compare: compare}
-		st.each(recs, now, q, best.offer)
+	matched := 0
+	if end := q.Offset + q.Limit; q.Limit > 0 && end <= maxTopN {
+		best := topN{n: end, compare: compare}
+		st.each(recs, now, q, func(m match) { matched++; best.offer(m) })
 		ms = best.best
 	} else {
 		st.each(recs, now, q, func(m match) { ms = append(ms, m) })
+		matched = len(ms)
 		slices.SortFunc(ms, compare)
-		if q.Limit > 0 && q.Limit < len(ms) {
-			ms = ms[:q.Limit]
-		}
+	}
+	ms = ms[min(q.Offset, len(ms)):]
+	if q.Limit > 0 && q.Limit < len(ms) {
+		ms = ms[:q.Limit]
 	}
 	t := Table{Rows: make([]Row, len(ms))}
+	if next := q.Offset + len(ms); next < matched {
+		t.NextOffset = next
+	}
 	for i, m := range ms {
 		g := m.gpu
 		gpuState := g.state

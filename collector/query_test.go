@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -17,7 +18,7 @@ import (
 //	c: GPU0 A100 free 8
 //	d (draining): GPU0 A100 free 8
 //	e (not_working): GPU0 A100 free 8
-func queryStore(t *testing.T) *Store {
+func queryStore(t testing.TB) *Store {
 	t.Helper()
 	clock := newFakeClock()
 	st := NewStore(15*time.Second, clock.Now)
@@ -144,4 +145,68 @@ func TestParseQueryBadValues(t *testing.T) {
 			}
 		})
 	}
+}
+
+// GET /v1/table answers at most MaxTableRows rows; the rest is read a page
+// at a time, each page pointing to the next, the pages together being the
+// whole table in order.
+func TestTablePages(t *testing.T) {
+	st := NewStore(time.Minute, nil)
+	for n := range 30 {
+		st.Apply(testSnapshot(fmt.Sprintf("n%02d", n), "b", 1, n%7, 4))
+	}
+	s := NewServer(st, nil)
+	s.MaxTableRows = 50
+	for _, order := range []string{"", "&order=most_free", "&order=least_free"} {
+		var all []Row
+		offset := 0
+		for page := 0; ; page++ {
+			code, b := do(t, s, "GET", fmt.Sprintf("/v1/table?offset=%d%s", offset, order), nil)
+			var tab Table
+			if code != 200 || json.Unmarshal(b, &tab) != nil || len(tab.Rows) > 50 {
+				t.Fatalf("page %d: %d, %d rows", page, code, len(tab.Rows))
+			}
+			all = append(all, tab.Rows...)
+			if tab.NextOffset == 0 {
+				break
+			}
+			offset = tab.NextOffset
+		}
+		want := st.Table(Query{Order: strings.TrimPrefix(order, "&order=")}).Rows
+		if len(want) != 120 || rowNames(all) != rowNames(want) {
+			t.Fatalf("order %q: pages hold %d rows, the table %d", order, len(all), len(want))
+		}
+	}
+	code, b := do(t, s, "GET", "/v1/table?limit=20&offset=110&order=most_free", nil)
+	var tab Table
+	if json.Unmarshal(b, &tab); code != 200 || len(tab.Rows) != 10 || tab.NextOffset != 0 {
+		t.Fatalf("the last page: %d, %d rows, next %d", code, len(tab.Rows), tab.NextOffset)
+	}
+	for _, bad := range []string{"offset=-1", "offset=x", "offset=9999999999999", "limit=9999999999999"} {
+		if code, _ := do(t, s, "GET", "/v1/table?"+bad, nil); code != 400 {
+			t.Errorf("%s: %d, want 400", bad, code)
+		}
+	}
+}
+
+// FuzzParseQuery: no query string makes the parser or the table panic, and
+// an accepted query answers within its limit.
+func FuzzParseQuery(f *testing.F) {
+	for _, s := range []string{"", "limit=3&offset=2", "order=most_free&type=a100", "offset=1073741824&limit=1073741824", "min_free=-1", "node=a&node=b"} {
+		f.Add(s)
+	}
+	st := queryStore(f)
+	f.Fuzz(func(t *testing.T, raw string) {
+		v, err := url.ParseQuery(raw)
+		if err != nil {
+			return
+		}
+		q, err := ParseQuery(v)
+		if err != nil {
+			return
+		}
+		if rows := st.Table(q).Rows; q.Limit > 0 && len(rows) > q.Limit {
+			t.Fatalf("%q: %d rows past the limit %d", raw, len(rows), q.Limit)
+		}
+	})
 }

@@ -2,7 +2,6 @@ package collector
 
 import (
 	"bytes"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/ratelog"
 )
 
 // Server is the collector's HTTP API: one route table, one error mapping.
@@ -23,8 +23,14 @@ type Server struct {
 	metrics http.Handler
 
 	applied, dropped, rejected atomic.Uint64
-	// Token, when set, is the bearer token a snapshot must come with.
-	Token string
+	// Auth is who may push and read; set it before serving.
+	Auth Auth
+	// MaxTableRows bounds the rows of one answer of GET /v1/table; the
+	// rest is had by paging (offset). Zero: DefaultMaxTableRows.
+	MaxTableRows int
+	// fileErrors logs, within a budget, the token files that cannot be
+	// read again: every request reads them.
+	fileErrors *ratelog.Limiter
 }
 
 type route struct {
@@ -37,7 +43,7 @@ func NewServer(store *Store, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{store: store, log: log}
+	s := &Server{store: store, log: log, fileErrors: ratelog.New(log, "token file errors", 1, nil)}
 	s.metrics = s.metricsHandler()
 	s.routes = []route{
 		{"GET", "/metrics", s.serveMetrics},
@@ -76,9 +82,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
-	if s.Token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+s.Token)) != 1 {
+	auth, names := r.Header.Get("Authorization"), certNames(r)
+	if _, ok := bearer(auth); s.Auth.pushGuarded() && !ok && names == nil {
+		// Refused before the body is read; the token itself is checked
+		// against the node the body names.
 		s.rejected.Add(1)
-		return api.Errorf(api.ErrForbidden, "snapshot: the collector wants Authorization: Bearer and the token of its --token-file (gpuletd --upstream-token-file)")
+		return api.Errorf(api.ErrForbidden, "snapshot: the collector wants Authorization: Bearer and the node's token (gpuletd --upstream-token-file), or a client certificate")
 	}
 	if r.ContentLength > MaxSnapshotBody {
 		s.rejected.Add(1)
@@ -106,20 +115,37 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 		s.rejected.Add(1)
 		return err
 	}
+	if err := s.checkPush(auth, names, snap.Node); err != nil {
+		s.rejected.Add(1)
+		return err
+	}
+	outcome := "applied"
 	switch s.store.Apply(snap) {
 	case Applied:
 		s.applied.Add(1)
+	case Repeated:
+		// Counted with the dropped, as before: not applied.
+		s.dropped.Add(1)
+		outcome = "repeated"
 	case Dropped:
 		s.dropped.Add(1)
+		outcome = api.SnapshotDropped
 	case Full:
 		s.rejected.Add(1)
-		return api.Errorf(api.ErrUnavailable, "the table holds its most nodes (--max-nodes %d): node %q is not taken", s.store.MaxNodes, snap.Node)
+		return api.Errorf(api.ErrUnavailable, "the table is full (--max-nodes %d, --max-bytes %d): node %q is not taken", s.store.MaxNodes, s.store.MaxBytes, snap.Node)
 	}
+	// The status stays 204 for every outcome (DESIGN section 13); a sender
+	// learns from the header that its snapshot was older than the node's
+	// rows, which its own pushes never are.
+	w.Header().Set(api.SnapshotOutcomeHeader, outcome)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 func (s *Server) nodes(w http.ResponseWriter, r *http.Request) error {
+	if err := s.checkRead(r.Header.Get("Authorization")); err != nil {
+		return err
+	}
 	if len(r.URL.Query()) > 0 {
 		return api.Errorf(api.ErrBadRequest, "/v1/nodes takes no query parameters")
 	}
@@ -127,14 +153,27 @@ func (s *Server) nodes(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *Server) table(w http.ResponseWriter, r *http.Request) error {
+	if err := s.checkRead(r.Header.Get("Authorization")); err != nil {
+		return err
+	}
 	q, err := ParseQuery(r.URL.Query())
 	if err != nil {
 		return err
+	}
+	maxRows := s.MaxTableRows
+	if maxRows <= 0 {
+		maxRows = DefaultMaxTableRows
+	}
+	if q.Limit == 0 || q.Limit > maxRows {
+		q.Limit = maxRows
 	}
 	return writeJSON(w, http.StatusOK, s.store.Table(q))
 }
 
 func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
+	if err := s.checkRead(r.Header.Get("Authorization")); err != nil {
+		return err
+	}
 	s.metrics.ServeHTTP(w, r)
 	return nil
 }

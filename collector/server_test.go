@@ -43,7 +43,7 @@ func TestServerSnapshots(t *testing.T) {
 		t.Fatalf("valid snapshot: %d %s", code, b)
 	}
 	if code, b := post(body(t, testSnapshot("n1", "b1", 2, 1, 2), nil)); code != 204 {
-		t.Fatalf("stale snapshot: %d %s", code, b)
+		t.Fatalf("older snapshot: %d %s", code, b)
 	}
 	code, b := post(body(t, testSnapshot("n1", "b1", 4, 4, 2), func(m map[string]any) { gpu0(m)["units_free"] = -1 }))
 	if msg := errorMessage(t, b); code != 400 || !strings.Contains(msg, "gpus[0].units_free") {
@@ -136,7 +136,7 @@ func TestMaxNodesAndToken(t *testing.T) {
 	st := NewStore(time.Minute, nil)
 	st.MaxNodes = 1
 	s := NewServer(st, nil)
-	s.Token = "sesame"
+	s.Auth.PushToken = tokenFile(t, "sesame\n")
 	post := func(node string, seq uint64, auth string) int {
 		b, _ := json.Marshal(testSnapshot(node, "b", seq, 4, 1))
 		req := httptest.NewRequest("POST", "/v1/snapshots", bytes.NewReader(b))

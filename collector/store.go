@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -29,6 +30,8 @@ type record struct {
 	unitsFree     int
 	unitsReserved int
 	gpus          []gpuRecord
+	// size is recordSize's estimate of the memory the record takes.
+	size int
 }
 
 type gpuRecord struct {
@@ -53,16 +56,32 @@ type Outcome int
 const (
 	// Applied: the snapshot replaced the node's rows (or made them).
 	Applied Outcome = iota
-	// Dropped: the snapshot is not newer than the node's rows (same boot_id,
-	// seq not above the last) and was ignored.
+	// Repeated: the snapshot has the seq of the node's rows (an idle node
+	// resending): the rows stay, the node counts as heard from.
+	Repeated
+	// Dropped: the snapshot is older than the node's rows (same boot_id,
+	// seq below the last) and was ignored. The node's own pushes never go
+	// back, so it is told: someone else may be pushing as it.
 	Dropped
-	// Full: the snapshot is of a node the table has no room for (MaxNodes).
+	// Full: the snapshot is of a node the table has no room for (MaxNodes,
+	// MaxBytes).
 	Full
 )
 
 // DefaultMaxNodes bounds the nodes the table keeps: 100,000 nodes of 8 GPUs
 // take about 170 MiB; a sender of made-up node names can take no more.
 const DefaultMaxNodes = 100000
+
+// DefaultMaxBytes bounds the memory the table's records take, by estimate
+// (recordSize): three times what 100,000 nodes of 8 GPUs take, and a
+// thousandth of what a sender of 100,000 nodes of 256 GPUs with long names
+// would.
+const DefaultMaxBytes = 512 << 20
+
+// DefaultExpireAfter is how long a node may be silent before its rows are
+// forgotten: long enough for a reboot, short enough that made-up nodes do
+// not hold the table's room for long.
+const DefaultExpireAfter = 10 * time.Minute
 
 // Store is the resource table: one record per node. Snapshots are decoded
 // and turned into records before the lock is taken, so the write lock is
@@ -73,12 +92,17 @@ type Store struct {
 	now        func() time.Time
 	names      interner
 
-	// mu guards nodes; the records it points to are immutable.
+	// mu guards nodes and bytes; the records nodes points to are immutable.
 	mu    sync.RWMutex
 	nodes map[string]*record
+	// bytes is the sum of the records' recordSize.
+	bytes int
 	// MaxNodes, when above zero, is the most nodes the table keeps; a
 	// snapshot of another node is refused once it is full.
 	MaxNodes int
+	// MaxBytes, when above zero, bounds the sum of the records' sizes: a
+	// snapshot that would pass it is refused.
+	MaxBytes int
 }
 
 // NewStore returns an empty table in which a node silent for staleAfter is
@@ -105,15 +129,66 @@ func (st *Store) Apply(s *api.Snapshot) Outcome {
 		return Full
 	}
 	if old != nil && old.bootID == rec.bootID && rec.seq <= old.seq {
-		if rec.seq == old.seq {
-			seen := *old
-			seen.received = rec.received
-			st.nodes[rec.node] = &seen
+		if rec.seq < old.seq {
+			return Dropped
 		}
-		return Dropped
+		seen := *old
+		seen.received = rec.received
+		st.nodes[rec.node] = &seen
+		return Repeated
 	}
+	grows := rec.size
+	if old != nil {
+		grows -= old.size
+	}
+	if st.MaxBytes > 0 && grows > 0 && st.bytes+grows > st.MaxBytes {
+		return Full
+	}
+	st.bytes += grows
 	st.nodes[rec.node] = rec
 	return Applied
+}
+
+// Expire forgets the nodes silent for after or longer, and returns how many.
+func (st *Store) Expire(after time.Duration) int {
+	now := st.now()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	n := 0
+	for name, r := range st.nodes {
+		if now.Sub(r.received) >= after {
+			delete(st.nodes, name)
+			st.bytes -= r.size
+			n++
+		}
+	}
+	return n
+}
+
+// Bytes is the estimated memory the records take (what MaxBytes bounds).
+func (st *Store) Bytes() int {
+	st.mu.RLock()
+	defer st.mu.RUnlock()
+	return st.bytes
+}
+
+// Sizes for recordSize: a record and a GPU's, and what a map entry of the
+// table costs besides.
+const (
+	recordBytes   = int(unsafe.Sizeof(record{}))
+	gpuRecordSize = int(unsafe.Sizeof(gpuRecord{}))
+	mapEntryBytes = 64
+)
+
+// recordSize estimates the memory r takes, its strings included (a shared
+// GPU name counted as if it were not: an overestimate bounds safely).
+func recordSize(r *record) int {
+	n := recordBytes + mapEntryBytes + len(r.node) + len(r.bootID) + len(r.gpus)*gpuRecordSize
+	for i := range r.gpus {
+		g := &r.gpus[i]
+		n += len(g.uuid) + len(g.name) + len(g.lowerName)
+	}
+	return n
 }
 
 func (st *Store) recordOf(s *api.Snapshot) *record {
@@ -136,6 +211,7 @@ func (st *Store) recordOf(s *api.Snapshot) *record {
 	// Rows come out by GPU index; sorting here, once per snapshot, keeps
 	// the queries from doing it.
 	slices.SortFunc(rec.gpus, func(a, b gpuRecord) int { return cmp.Compare(a.index, b.index) })
+	rec.size = recordSize(rec)
 	return rec
 }
 

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -66,7 +67,7 @@ func TestApplyReplaceStaleBoot(t *testing.T) {
 	}{
 		{"first", "b1", 5, 4, Applied, 5, 4},
 		{"newer", "b1", 6, 3, Applied, 6, 3},
-		{"same seq", "b1", 6, 8, Dropped, 6, 3},
+		{"same seq", "b1", 6, 8, Repeated, 6, 3},
 		{"older (reordered)", "b1", 2, 8, Dropped, 6, 3},
 		{"skips ahead", "b1", 10, 2, Applied, 10, 2},
 		{"new boot, lower seq", "b2", 1, 7, Applied, 1, 7},
@@ -208,8 +209,8 @@ func TestResendOfTheSameSeqKeepsANodeAlive(t *testing.T) {
 	for range 5 {
 		clock.Add(10 * time.Second)
 		resent := testSnapshot("n1", "b", 7, 9, 2) // same seq: its rows must not be taken
-		if got := st.Apply(resent); got != Dropped {
-			t.Fatalf("a resent seq was %v, want dropped", got)
+		if got := st.Apply(resent); got != Repeated {
+			t.Fatalf("a resent seq was %v, want repeated", got)
 		}
 	}
 	n := st.Nodes().Nodes[0]
@@ -225,5 +226,42 @@ func TestResendOfTheSameSeqKeepsANodeAlive(t *testing.T) {
 	clock.Add(6 * time.Second)
 	if s := st.Nodes().Nodes[0].State; s != NotWorking {
 		t.Fatalf("after an old seq only, state %q, want not_working", s)
+	}
+}
+
+// The table's memory is bounded in bytes: a node past MaxBytes is refused,
+// a node already there still updates, and expiry frees the room of nodes
+// silent for long.
+func TestMaxBytesAndExpiry(t *testing.T) {
+	clock := newFakeClock()
+	st := NewStore(15*time.Second, clock.Now)
+	st.Apply(testSnapshot("n0", "b", 1, 4, 8))
+	one := st.Bytes()
+	if one < 8*int(unsafe.Sizeof(gpuRecord{})) {
+		t.Fatalf("a node of 8 GPUs estimated at %d bytes", one)
+	}
+	st.MaxBytes = 3*one + one/2
+	st.Apply(testSnapshot("n1", "b", 1, 4, 8))
+	clock.Add(time.Minute)
+	st.Apply(testSnapshot("n2", "b", 1, 4, 8))
+	if got := st.Apply(testSnapshot("n3", "b", 1, 4, 8)); got != Full {
+		t.Fatalf("a fourth node past --max-bytes: %v, want full", got)
+	}
+	if got := st.Apply(testSnapshot("n2", "b", 2, 3, 8)); got != Applied {
+		t.Fatalf("a node already there: %v", got)
+	}
+	big := testSnapshot("n2", "b", 3, 3, 8)
+	big.GPUs = append(big.GPUs, testSnapshot("x", "b", 1, 1, 64).GPUs[8:]...)
+	if got := st.Apply(big); got != Full {
+		t.Fatalf("a node growing past --max-bytes: %v, want full", got)
+	}
+	if n := st.Expire(30 * time.Second); n != 2 {
+		t.Fatalf("expired %d nodes, want the 2 silent for a minute", n)
+	}
+	if got := st.Apply(testSnapshot("n3", "b", 1, 4, 8)); got != Applied {
+		t.Fatalf("a new node once others expired: %v", got)
+	}
+	if st.Bytes() != 2*one || len(st.Nodes().Nodes) != 2 {
+		t.Fatalf("%d bytes for %d nodes, want %d", st.Bytes(), len(st.Nodes().Nodes), 2*one)
 	}
 }

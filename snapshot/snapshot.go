@@ -31,6 +31,7 @@ type Published struct {
 	metricsOnce sync.Once
 	metrics     []byte
 	render      func(*api.Snapshot) []byte
+	redacted    redacted
 }
 
 // New builds a Published from a snapshot. leases lists the live leases at the

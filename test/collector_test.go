@@ -20,7 +20,14 @@ import (
 
 // startCollector runs gpulet-collector on a free loopback port and returns
 // its base URL.
-func startCollector(t *testing.T, staleAfter string) string {
+func startCollector(t *testing.T, staleAfter string, extra ...string) string {
+	t.Helper()
+	return startCollectorWith(t, http.DefaultClient, "http", append([]string{"--stale-after", staleAfter}, extra...)...)
+}
+
+// startCollectorWith runs gpulet-collector with args on a free loopback port
+// and waits until client reaches it by scheme; it returns its base URL.
+func startCollectorWith(t *testing.T, client *http.Client, scheme string, args ...string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -29,7 +36,7 @@ func startCollector(t *testing.T, staleAfter string) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	log := &e2e.SyncBuffer{}
-	cmd := exec.Command(e2e.Bin("gpulet-collector"), "--listen", addr, "--stale-after", staleAfter)
+	cmd := exec.Command(e2e.Bin("gpulet-collector"), append([]string{"--listen", addr}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -52,9 +59,9 @@ func startCollector(t *testing.T, staleAfter string) string {
 			t.Logf("gpulet-collector log:\n%s", log.String())
 		}
 	})
-	base := "http://" + addr
+	base := scheme + "://" + addr
 	e2e.Eventually(t, "gpulet-collector answers", func() bool {
-		resp, err := http.Get(base + "/v1/nodes")
+		resp, err := client.Get(base + "/v1/nodes")
 		if err != nil {
 			return false
 		}

@@ -1,14 +1,19 @@
 package test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
@@ -97,3 +102,74 @@ func TestListenServesPollersOverTCP(t *testing.T) {
 		t.Fatalf("the stop waited on the long poll:\n%s", d.Log.String())
 	}
 }
+
+// TestTCPFloodKeepsTheUnixSocketServed: with gpuletd's open-file limit cut
+// to 1,024 and --listen's connection caps raised past it, 1,500 TCP long
+// polls once took every descriptor, and leases on the Unix socket (a user's
+// and root's) failed with "accept4: too many open files". Now --listen stops
+// at its own reserve, twice the Unix socket's, and local callers still lease.
+func TestTCPFloodKeepsTheUnixSocketServed(t *testing.T) {
+	needUserTools(t)
+	sock := addGroup(t)
+	user := addUser(t, sock)
+	addr := freePort(t)
+	d := startForUsers(t, sock, "--listen", addr, "--listen-max-conns", "5000", "--listen-max-conns-per-addr", "5000")
+	const limit, flood = 1024, 1500
+	if err := unix.Prlimit(d.Pid(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: limit, Max: limit}, nil); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := d.Client.Snapshot(e2e.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	poll := fmt.Sprintf("GET /v1/snapshot?after=%s-%d&wait=60s HTTP/1.1\r\nHost: x\r\n\r\n", snap.BootID, snap.Seq)
+	conns := make(chan net.Conn, flood)
+	t.Cleanup(func() {
+		close(conns)
+		for c := range conns {
+			c.Close()
+		}
+	})
+	var wg sync.WaitGroup
+	for w := range 20 {
+		wg.Go(func() {
+			for i := w; i < flood; i += 20 {
+				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					continue
+				}
+				c.Write([]byte(poll))
+				conns <- c
+			}
+		})
+	}
+	wg.Wait()
+	// gpuletd accepts TCP connections at a bounded pace: the rest wait in
+	// the kernel's backlog until it has taken as many as its reserve allows.
+	e2e.Eventually(t, "gpuletd refusing TCP connections at its descriptor reserve", func() bool {
+		return strings.Contains(d.Log.String(), "TCP connection refused: open file descriptors are near the limit")
+	})
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.Pid()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d TCP long polls opened; gpuletd holds %d descriptors of %d", len(conns), len(fds), limit)
+	if len(fds) > limit-fdReserveOfUnix {
+		t.Fatalf("gpuletd holds %d descriptors of %d under a TCP flood: the Unix socket's reserve of %d is gone", len(fds), limit, fdReserveOfUnix)
+	}
+	if got := request(t, d, user, "POST", "/v1/leases", `{"units":1,"ttl":"1m"}`); got != "201" {
+		t.Fatalf("a user's lease under the TCP flood: %s", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := d.Client.Lease(ctx, api.LeaseRequest{Units: 1, TTL: "1m"}); err != nil {
+		t.Fatalf("root's lease under the TCP flood: %v", err)
+	}
+	if log := d.Log.String(); strings.Contains(log, "too many open files") {
+		t.Fatalf("descriptors ran out:\n%.3000s", log)
+	}
+}
+
+// fdReserveOfUnix is the descriptors gpuletd keeps for its Unix socket and
+// its own work whatever TCP peers hold (agent/server's reserve).
+const fdReserveOfUnix = 64

@@ -74,3 +74,49 @@ func TestUpstreamReceivesSnapshots(t *testing.T) {
 		t.Fatalf("/metrics lacks the upstream's state")
 	}
 }
+
+// TestUpstreamSecretsStayHidden: an upstream URL's userinfo and query
+// appeared verbatim in gpulet status, over --listen and in the snapshot
+// pushed to every other upstream. Now none of them shows a secret.
+func TestUpstreamSecretsStayHidden(t *testing.T) {
+	var mu sync.Mutex
+	var bodies []string
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		bodies = append(bodies, string(b))
+		mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	secret := strings.Replace(rcv.URL, "http://", "http://user:pw-SECRET@", 1) + "/a?api_key=KEY-SECRET"
+	addr := freePort(t)
+	d := e2e.Start(t, "--upstream", secret, "--upstream", rcv.URL+"/b", "--report-interval", "200ms", "--listen", addr)
+	e2e.Eventually(t, "pushes that show both upstreams", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(bodies) > 2 && strings.Contains(bodies[len(bodies)-1], `"pushes":`)
+	})
+	resp, err := http.Get("http://" + addr + "/v1/snapshot")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overTCP, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	status, _ := gpulet(t, d, "status")
+	local, err := d.Client.SnapshotJSON(e2e.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	pushed := strings.Join(bodies, "\n")
+	mu.Unlock()
+	for name, text := range map[string]string{"gpulet status": status, "--listen": string(overTCP), "the socket's snapshot": string(local), "pushes": pushed} {
+		if strings.Contains(text, "SECRET") {
+			t.Errorf("%s shows a secret of the upstream URL:\n%s", name, text)
+		}
+		if !strings.Contains(text, "redacted@") {
+			t.Errorf("%s does not show the upstream, redacted:\n%s", name, text)
+		}
+	}
+}

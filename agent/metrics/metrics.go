@@ -94,6 +94,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descSeq, float64(s.Seq))
 	gauge(descNodeReserved, float64(s.UnitsReserved))
 	for _, r := range s.Reservations {
+		if r.Name == "" {
+			// A redacted snapshot (--listen) hides the names these
+			// series are told apart by.
+			continue
+		}
 		gauge(descResPending, b2f(r.State == api.ReservationPending), r.Name)
 		gauge(descResStage, float64(r.Stage), r.Name)
 		gauge(descResReserved, float64(r.Reserved), r.Name)

@@ -43,7 +43,11 @@ type Config struct {
 	// CAFile, when set, holds the PEM certificates an https upstream's
 	// certificate must chain to.
 	CAFile string
-	Logger *slog.Logger
+	// CertFile and KeyFile, when set, hold the PEM client certificate and
+	// key presented to an https upstream (a collector with --client-ca
+	// takes the node's snapshots by its certificate's name).
+	CertFile, KeyFile string
+	Logger            *slog.Logger
 	// OnStateChange, when set, is called when pushing starts failing or
 	// works again, so that the snapshot, which shows the push state, is made
 	// anew (not on every push: that would make a snapshot per push).
@@ -65,9 +69,37 @@ const (
 func CheckURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host, such as http://scheduler:8080/v1/snapshots", raw)
+		return fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host, such as http://scheduler:8080/v1/snapshots", RedactURL(raw))
 	}
 	return nil
+}
+
+// RedactURL is raw as it may be shown (status, snapshot, view, logs,
+// metrics): its userinfo and query, where credentials go, replaced by
+// "redacted". A URL that does not parse is shown as "(unparsable URL)".
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	if u.User != nil {
+		u.User = url.User("redacted")
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = "redacted"
+	}
+	u.ForceQuery = false
+	u.Fragment, u.RawFragment = "", ""
+	return u.String()
+}
+
+// fullDetail reports whether the upstream at raw may be pushed the snapshot
+// with its uids and reservation names: it is reached over TLS, or with
+// credentials (a token file or a client certificate, which credentials
+// says, or userinfo in the URL). Others get it redacted.
+func fullDetail(raw string, credentials bool) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "https" || u.User != nil || credentials)
 }
 
 // Sender pushes to one upstream.
@@ -76,6 +108,12 @@ type Sender struct {
 	src    Source
 	client *http.Client
 	log    *slog.Logger
+
+	// shown is the URL as it may be shown (RedactURL).
+	shown string
+	// full: push the snapshot with its uids and reservation names, not
+	// redacted (fullDetail).
+	full bool
 
 	mu     sync.Mutex // guards status and token
 	status api.UpstreamStatus
@@ -106,13 +144,29 @@ func New(cfg Config, src Source) (*Sender, error) {
 		}
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
+	if cfg.CertFile != "" || cfg.KeyFile != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.CertFile, cfg.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--upstream-cert, --upstream-key: %w", err)
+		}
+		if tr.TLSClientConfig == nil {
+			tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		}
+		tr.TLSClientConfig.Certificates = []tls.Certificate{cert}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	shown := RedactURL(cfg.URL)
 	return &Sender{
-		cfg: cfg, src: src, log: cfg.Logger.With("upstream", cfg.URL),
-		client: &http.Client{Transport: tr, Timeout: pushTimeout},
-		status: api.UpstreamStatus{URL: cfg.URL},
+		cfg: cfg, src: src, log: cfg.Logger.With("upstream", shown),
+		client: &http.Client{Transport: tr, Timeout: pushTimeout,
+			// A redirect would re-send the snapshot, and the bearer
+			// token, to wherever the answer points.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
+		status: api.UpstreamStatus{URL: shown},
+		shown:  shown,
+		full:   fullDetail(cfg.URL, cfg.TokenFile != "" || cfg.CertFile != ""),
 	}, nil
 }
 
@@ -206,9 +260,12 @@ func (s *Sender) push(ctx context.Context, p *snapshot.Published) error {
 	if err != nil {
 		return err
 	}
+	if !s.full {
+		p = p.Redacted()
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(p.JSON()))
 	if err != nil {
-		return err
+		return s.redactError(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token != "" {
@@ -216,15 +273,32 @@ func (s *Sender) push(ctx context.Context, p *snapshot.Published) error {
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return err
+		return s.redactError(err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 == 3 {
+		return fmt.Errorf("HTTP %d: the upstream redirects; redirects are not followed (set --upstream to the final URL)", resp.StatusCode)
+	}
 	if resp.StatusCode/100 != 2 {
 		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 		return fmt.Errorf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(msg)))
 	}
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	if strings.EqualFold(resp.Header.Get(api.SnapshotOutcomeHeader), api.SnapshotDropped) {
+		return fmt.Errorf("HTTP %d: the upstream dropped the snapshot (seq %d): it holds one of node %q newer than this node sent; is another sender pushing as this node?",
+			resp.StatusCode, p.Snapshot.Seq, p.Snapshot.Node)
+	}
 	return nil
+}
+
+// redactError takes the URL, with its credentials, out of an error of the
+// HTTP client (which names the URL it tried).
+func (s *Sender) redactError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return &url.Error{Op: ue.Op, URL: s.shown, Err: ue.Err}
+	}
+	return err
 }
 
 // readToken returns the bearer token, reading the file again when its size

@@ -5,7 +5,6 @@ import (
 	"net"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -23,18 +22,6 @@ const fdReserve = 64
 // refusalsPerSecond bounds the log lines about refused connections.
 const refusalsPerSecond = 5
 
-// Counting the open descriptors reads /proc/self/fd, about a microsecond a
-// descriptor: too dear for every accept when thousands are open, since a
-// caller decides how often it connects. So a count is reused for a while,
-// moved by the connections accepted and closed since, which are what
-// callers change; the reserve covers what the daemon itself opens meanwhile.
-const (
-	fdCountEvery = 250 * time.Millisecond
-	// fdCountNear is how often to count when the estimate is within twice
-	// the reserve of the limit.
-	fdCountNear = 20 * time.Millisecond
-)
-
 // LimitListener wraps the API's listener so that no caller can take the
 // daemon's file descriptors: it closes at once a connection whose uid already
 // has perUID open (root is not capped; 0: no cap), and any connection that
@@ -46,9 +33,8 @@ func LimitListener(ln net.Listener, perUID int, log *slog.Logger) net.Listener {
 	l := &limitListener{
 		Listener: ln, perUID: perUID,
 		refused: ratelog.New(log, "refused connections", refusalsPerSecond, nil),
-		fdUsage: fdUsage, now: time.Now,
-		countEvery: fdCountEvery, countNear: fdCountNear,
-		conns: map[uint32]int{},
+		fdGauge: newFDGauge(),
+		conns:   map[uint32]int{},
 	}
 	l.credOf = l.readCred
 	return l
@@ -58,26 +44,14 @@ type limitListener struct {
 	net.Listener
 	perUID  int
 	refused *ratelog.Limiter
-	// fdUsage returns the open descriptors and the soft limit on them.
-	fdUsage func() (open int, limit uint64, err error)
 	// credOf reads a connection's SO_PEERCRED (readCred; tests change it).
-	credOf                func(*net.UnixConn) (*unix.Ucred, error)
-	now                   func() time.Time
-	countEvery, countNear time.Duration
+	credOf func(*net.UnixConn) (*unix.Ucred, error)
+	// fdGauge counts this listener's connections with --listen's.
+	*fdGauge
 
-	// Accept's own, as it is not called concurrently: the last count of
-	// open descriptors, when it was made, the limit then, and how many
-	// connections were open at that time.
-	counted      time.Time
-	countedOpen  int
-	countedLimit uint64
-	countedConns int
-
-	mu sync.Mutex // guards conns and total
-	// conns counts the open connections of each capped uid; total those of
-	// everyone.
+	mu sync.Mutex // guards conns
+	// conns counts the open connections of each capped uid.
 	conns map[uint32]int
-	total int
 }
 
 // Accept returns the next connection that is within the limits, closing the
@@ -107,29 +81,20 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // fdsLeft reports whether the daemon has more than the reserve of descriptors
 // free, the new connection's included.
 func (l *limitListener) fdsLeft() bool {
-	l.mu.Lock()
-	conns := l.total
-	l.mu.Unlock()
-	// The new connection is open but not yet among conns.
-	open := l.countedOpen + (conns + 1 - l.countedConns)
-	reserve := uint64(min(fdReserve, l.countedLimit/4))
-	age := l.now().Sub(l.counted)
-	if l.counted.IsZero() || age >= l.countEvery || (uint64(open)+2*reserve > l.countedLimit && age >= l.countNear) {
-		n, limit, err := l.fdUsage()
-		if err != nil {
-			// Most likely no descriptor was left to count with.
-			l.refused.Log(slog.LevelWarn, "connection refused: cannot count open file descriptors", "err", err)
-			return false
-		}
-		l.counted, l.countedOpen, l.countedLimit, l.countedConns = l.now(), n-1, limit, conns
-		open, reserve = n, uint64(min(fdReserve, limit/4))
+	ok, open, limit, reserve, err := l.left(unixReserve)
+	switch {
+	case err != nil:
+		// Most likely no descriptor was left to count with.
+		l.refused.Log(slog.LevelWarn, "connection refused: cannot count open file descriptors", "err", err)
+	case !ok:
+		l.refused.Log(slog.LevelWarn, "connection refused: open file descriptors are near the limit, the rest is kept for the daemon's own work", "open", open, "limit", limit, "reserve", reserve)
 	}
-	if uint64(open)+reserve <= l.countedLimit {
-		return true
-	}
-	l.refused.Log(slog.LevelWarn, "connection refused: open file descriptors are near the limit, the rest is kept for the daemon's own work", "open", open, "limit", l.countedLimit, "reserve", reserve)
-	return false
+	return ok
 }
+
+// unixReserve is the descriptors the Unix socket leaves free: fdReserve, or
+// a quarter of a smaller limit.
+func unixReserve(limit uint64) uint64 { return min(fdReserve, limit/4) }
 
 // admit counts c against its uid, or returns nil when the uid is at its cap
 // or the peer cannot be told.
@@ -146,14 +111,14 @@ func (l *limitListener) admit(c *net.UnixConn) *peerConn {
 		l.refused.Log(slog.LevelWarn, "connection refused: the user has as many open connections as one user may (--max-conns-per-uid)", "uid", cred.Uid, "pid", cred.Pid, "max", l.perUID)
 		return nil
 	}
-	l.total++
+	l.add(1)
 	if capped {
 		l.conns[cred.Uid]++
 	}
 	return &peerConn{UnixConn: c, cred: *cred, release: func() {
+		l.add(-1)
 		l.mu.Lock()
 		defer l.mu.Unlock()
-		l.total--
 		if capped {
 			if l.conns[cred.Uid]--; l.conns[cred.Uid] <= 0 {
 				delete(l.conns, cred.Uid)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"log"
 	"net/http"
 	"time"
@@ -8,6 +9,7 @@ import (
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/ratelog"
+	"github.com/gpulet/gpulet/snapshot"
 )
 
 // readOnly serves what pollers read over TCP (--listen): the snapshot (with
@@ -17,9 +19,26 @@ import (
 type readOnly struct {
 	s      *Server
 	routes map[string]handlerFunc
+	// full serves the snapshot as the Unix socket does (--listen-full-detail);
+	// otherwise its redacted form, without uids or reservation names.
+	full bool
+}
+
+// redactKey marks a request whose snapshot is served redacted.
+type redactKey struct{}
+
+// forReader is p as r's reader may see it: redacted when readOnly said so.
+func forReader(r *http.Request, p *snapshot.Published) *snapshot.Published {
+	if redact, _ := r.Context().Value(redactKey{}).(bool); redact {
+		return p.Redacted()
+	}
+	return p
 }
 
 func (ro *readOnly) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if !ro.full {
+		r = r.WithContext(context.WithValue(r.Context(), redactKey{}, true))
+	}
 	h, ok := ro.routes[r.URL.Path]
 	switch {
 	case !ok:
@@ -35,10 +54,11 @@ func (ro *readOnly) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // ReadOnlyHTTPServer returns an http.Server for the read-only endpoints, for
-// a TCP listener. A long poll may wait up to a minute, so writes have no
-// deadline; reads of a request's head have.
-func (s *Server) ReadOnlyHTTPServer() *http.Server {
-	ro := &readOnly{s: s, routes: map[string]handlerFunc{
+// a TCP listener; full serves the snapshot with its uids and reservation
+// names, else it is redacted. A long poll may wait up to a minute, so writes
+// have no deadline; reads of a request's head have.
+func (s *Server) ReadOnlyHTTPServer(full bool) *http.Server {
+	ro := &readOnly{s: s, full: full, routes: map[string]handlerFunc{
 		"/v1/snapshot": s.snapshot,
 		"/v1/gpus":     s.gpus,
 		"/metrics":     s.metrics,

@@ -1,19 +1,25 @@
 package server
 
 import (
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/gpulet/gpulet/agent/metrics"
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/snapshot"
 )
 
 // Over TCP only the read-only endpoints answer; leasing and the admin routes
 // are not there at all.
 func TestReadOnlyOverTCP(t *testing.T) {
 	core := newFakeCore(t)
-	srv := New(core, -1, slog.New(slog.DiscardHandler)).ReadOnlyHTTPServer()
+	srv := New(core, -1, slog.New(slog.DiscardHandler)).ReadOnlyHTTPServer(false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Skip("no loopback TCP here:", err)
@@ -54,5 +60,54 @@ func TestReadOnlyOverTCP(t *testing.T) {
 	}
 	if core.draining || len(core.peers) != 0 {
 		t.Fatal("a request over TCP reached the core's leasing or admin calls")
+	}
+}
+
+// Over TCP the snapshot, the GPUs and the metrics are redacted by default:
+// no uid of a user of the GPUs and no reservation name reaches a network
+// peer; with full detail asked for they do.
+func TestReadOnlyRedactsByDefault(t *testing.T) {
+	uid := uint32(4242)
+	s := &api.Snapshot{Schema: api.SnapshotSchema, Node: "n", BootID: "b", Seq: 1, GPUs: []api.GPU{{
+		Index: 0, UUID: "GPU-x", UnitsOffline: 3, OfflineByUID: map[string]int{"4242": 3},
+		Instances: []api.Instance{{Instance: 0, UID: &uid}},
+	}}, Reservations: []api.ReservationStatus{{Name: "secret-project", Reserved: 4}}}
+	core := newFakeCore(t)
+	core.store.Store(snapshot.New(s, nil, func(s *api.Snapshot) []byte { return metrics.Render(s, metrics.Leases{}) }))
+	srv := New(core, -1, slog.New(slog.DiscardHandler))
+	get := func(h http.Handler, path string) string {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != 200 {
+			t.Fatalf("GET %s: %d %s", path, rec.Code, rec.Body)
+		}
+		return rec.Body.String()
+	}
+	secrets := []string{"4242", "secret-project", "offline_by_uid", `"uid"`}
+	redacted := srv.ReadOnlyHTTPServer(false).Handler
+	for _, path := range []string{"/v1/snapshot", "/v1/gpus", "/metrics"} {
+		body := get(redacted, path)
+		for _, secret := range secrets {
+			if strings.Contains(body, secret) {
+				t.Errorf("redacted %s shows %s:\n%s", path, secret, body)
+			}
+		}
+	}
+	var got api.Snapshot
+	if err := json.Unmarshal([]byte(get(redacted, "/v1/snapshot")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.GPUs[0].UnitsOffline != 3 || len(got.Reservations) != 1 || got.Reservations[0].Reserved != 4 || len(got.GPUs[0].Instances) != 1 {
+		t.Fatalf("the redacted snapshot lost its counts: %+v", got)
+	}
+	full := get(srv.ReadOnlyHTTPServer(true).Handler, "/v1/snapshot")
+	for _, secret := range secrets {
+		if !strings.Contains(full, secret) {
+			t.Errorf("full detail lacks %s", secret)
+		}
+	}
+	if s.GPUs[0].OfflineByUID == nil || s.GPUs[0].Instances[0].UID == nil || s.Reservations[0].Name == "" {
+		t.Fatal("redacting changed the published snapshot")
 	}
 }

@@ -355,6 +355,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ lease.Peer, 
 		}
 		p = s.newer(r.Context(), p, after, wait)
 	}
+	p = forReader(r, p)
 	tag := etag(p.Snapshot)
 	w.Header().Set("ETag", tag)
 	if noneMatch(r.Header.Get("If-None-Match"), tag) {
@@ -367,19 +368,21 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ lease.Peer, 
 	return nil
 }
 
-func (s *Server) gpus(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
+func (s *Server) gpus(w http.ResponseWriter, r *http.Request, _ lease.Peer, _ []string) error {
 	p, err := s.published()
 	if err != nil {
 		return err
 	}
+	p = forReader(r, p)
 	return writeJSON(w, http.StatusOK, api.GPUList{Backend: p.Snapshot.Backend, MPS: p.Snapshot.MPS, GPUs: p.Snapshot.GPUs})
 }
 
-func (s *Server) metrics(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ lease.Peer, _ []string) error {
 	p, err := s.published()
 	if err != nil {
 		return err
 	}
+	p = forReader(r, p)
 	w.Header().Set("Content-Type", metrics.ContentType)
 	w.Write(p.Metrics())
 	if s.Live != nil {

@@ -184,13 +184,15 @@ func help(args []string, stdout, stderr io.Writer) int {
 
 // describe prints an API error as "CODE: message", anything else as it is.
 func describe(err error) string {
+	// An error's message may quote what a peer sent or another user named.
+	msg := Printable(err.Error())
 	if errors.Is(err, client.ErrNoDaemon) {
-		return err.Error() + "\n  start gpuletd (systemctl start gpuletd), or point --socket or GPULET_SOCKET at its socket"
+		return msg + "\n  start gpuletd (systemctl start gpuletd), or point --socket or GPULET_SOCKET at its socket"
 	}
 	if _, code := api.StatusOf(err); code != api.CodeInternal {
-		return code + ": " + err.Error()
+		return Printable(code) + ": " + msg
 	}
-	return err.Error()
+	return msg
 }
 
 var commands = map[string]command{
@@ -203,7 +205,7 @@ var commands = map[string]command{
 					if err != nil {
 						return err
 					}
-					_, err = e.out.Write(b)
+					_, err = e.out.Write(printableJSON(b))
 					return err
 				}
 				s, err := e.c.Snapshot(ctx)
@@ -284,11 +286,11 @@ var commands = map[string]command{
 						// With several ids, each failure gets its line and the
 						// others are still released.
 						if len(e.args) > 1 {
-							fmt.Fprintln(e.errOut, "gpulet:", id+":", describe(err))
+							fmt.Fprintln(e.errOut, "gpulet:", Printable(id)+":", describe(err))
 						}
 						continue
 					}
-					fmt.Fprintf(e.out, "released %s\n", id)
+					fmt.Fprintf(e.out, "released %s\n", Printable(id))
 				}
 				switch {
 				case len(errs) == 1 && len(e.args) == 1:
@@ -306,7 +308,7 @@ var commands = map[string]command{
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.out, "node %s is %s: no new leases; %d of %d units in use go on\n", s.Node, s.State, s.UnitsTotal-s.UnitsFree-s.UnitsReserved, s.UnitsTotal)
+				fmt.Fprintf(e.out, "node %s is %s: no new leases; %d of %d units in use go on\n", Printable(s.Node), Printable(s.State), s.UnitsTotal-s.UnitsFree-s.UnitsReserved, s.UnitsTotal)
 				return nil
 			}
 		}},
@@ -328,7 +330,7 @@ var commands = map[string]command{
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.out, "node %s is %s: %d of %d units free\n", s.Node, s.State, s.UnitsFree, s.UnitsTotal)
+				fmt.Fprintf(e.out, "node %s is %s: %d of %d units free\n", Printable(s.Node), Printable(s.State), s.UnitsFree, s.UnitsTotal)
 				return nil
 			}
 		}},
@@ -353,7 +355,7 @@ func warnModels(e *env, path string, f *config.File, gpus []api.GPU) {
 	if missing := f.ModelsNotIn(names); len(missing) > 0 {
 		slices.Sort(names)
 		fmt.Fprintf(e.errOut, "gpulet: %s: warning: task profiles name GPU models this node has none of: %s (its GPUs are named %s, as NVML names them)\n",
-			path, quoteAll(missing), quoteAll(slices.Compact(names)))
+			Printable(path), Printable(quoteAll(missing)), Printable(quoteAll(slices.Compact(names))))
 	}
 }
 
@@ -422,9 +424,9 @@ func gpuCleared(w io.Writer, s *api.Snapshot, name string) error {
 		if g.State == api.GPUFailed {
 			return fmt.Errorf("GPU %d (%s) has no Xid fault now but is still failed: %s", g.Index, g.UUID, g.Error)
 		}
-		fmt.Fprintf(w, "GPU %d (%s): no Xid fault now; state %s, eligible %s\n", g.Index, g.UUID, g.State, yesNo(g.Eligible))
+		fmt.Fprintf(w, "GPU %d (%s): no Xid fault now; state %s, eligible %s\n", g.Index, Printable(g.UUID), Printable(g.State), yesNo(g.Eligible))
 		if s.State == api.NodeDraining {
-			fmt.Fprintf(w, "node %s is still draining: gpulet undrain resumes new leases\n", s.Node)
+			fmt.Fprintf(w, "node %s is still draining: gpulet undrain resumes new leases\n", Printable(s.Node))
 		}
 		return nil
 	}
@@ -529,9 +531,9 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 	if backend == api.BackendSimulated {
 		backend = "simulated (no real GPU)"
 	}
-	fmt.Fprintf(w, "node %s  state: %s  backend: %s  mps: %s\n", s.Node, s.State, backend, s.MPS)
+	fmt.Fprintf(w, "node %s  state: %s  backend: %s  mps: %s\n", Printable(s.Node), Printable(s.State), Printable(backend), Printable(s.MPS))
 	if s.Reason != "" {
-		fmt.Fprintf(w, "node %s: %s\n", s.State, s.Reason)
+		fmt.Fprintf(w, "node %s: %s\n", Printable(s.State), Printable(s.Reason))
 	}
 	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "USED/OFFLINE/FREE", "UTIL", "MEMORY (MiB)", "MPS")
 	var notes []string
@@ -563,22 +565,22 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 	}
 	tw.flush()
 	for _, n := range notes {
-		fmt.Fprintln(w, n)
+		fmt.Fprintln(w, Printable(n))
 	}
 	fmt.Fprintf(w, "total: %d units, %d free, %d reserved   (# leased  o offline  r reserved  . free)\n", s.UnitsTotal, s.UnitsFree, s.UnitsReserved)
 	for _, r := range s.Reservations {
 		if r.State == api.ReservationPending {
-			fmt.Fprintf(w, "reservation %s: pending, priority %d, %d unit(s) held for it\n", r.Name, r.Priority, r.Held)
+			fmt.Fprintf(w, "reservation %s: pending, priority %d, %d unit(s) held for it\n", Printable(r.Name), r.Priority, r.Held)
 			continue
 		}
 		fmt.Fprintf(w, "reservation %s: stage %d/%d needs %d of %d reserved; in use %d, lent %d of %d lendable, reclaimed %d\n",
-			r.Name, r.Stage+1, r.Stages, r.Need, r.Reserved, r.InUse, r.Lent, r.Lendable, r.Reclaimed)
+			Printable(r.Name), r.Stage+1, r.Stages, r.Need, r.Reserved, r.InUse, r.Lent, r.Lendable, r.Reclaimed)
 	}
 	if s.View != nil {
 		if s.View.Mounted {
-			fmt.Fprintf(w, "view: %s\n", s.View.Mount)
+			fmt.Fprintf(w, "view: %s\n", Printable(s.View.Mount))
 		} else {
-			fmt.Fprintf(w, "view: not mounted: %s\n", s.View.Error)
+			fmt.Fprintf(w, "view: not mounted: %s\n", Printable(s.View.Error))
 		}
 	}
 	for _, u := range s.Upstreams {
@@ -586,9 +588,9 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 		if u.LastSuccess != nil {
 			last = fmt.Sprintf("last push %s (seq %d), %d in all", u.LastSuccess.Format(time.RFC3339), u.LastSeq, u.Pushes)
 		}
-		fmt.Fprintf(w, "upstream %s: %s", u.URL, last)
+		fmt.Fprintf(w, "upstream %s: %s", Printable(u.URL), last)
 		if u.Failures > 0 {
-			fmt.Fprintf(w, "; failing (%d in a row): %s", u.Failures, u.LastError)
+			fmt.Fprintf(w, "; failing (%d in a row): %s", u.Failures, Printable(u.LastError))
 		}
 		fmt.Fprintln(w)
 	}

@@ -72,7 +72,7 @@ func writeAccess(w io.Writer, pools *api.PoolList, quotas *api.QuotaList) {
 	case len(quotas.Quotas) > 0:
 		parts := make([]string, len(quotas.Quotas))
 		for i, q := range quotas.Quotas {
-			parts[i] = fmt.Sprintf("%s %d/%d", q.Quota, q.Held, q.Limit)
+			parts[i] = fmt.Sprintf("%s %d/%d", Printable(q.Quota), q.Held, q.Limit)
 		}
 		fmt.Fprintln(w, "\nyour quotas (held/limit):", strings.Join(parts, ", "))
 	}

@@ -54,10 +54,10 @@ those of lower priority; units that free meanwhile are held for it.`, 1, 1,
 					return writeJSON(e.out, r)
 				}
 				if r.State == api.ReservationPending {
-					fmt.Fprintf(e.out, "%s is pending: it waits for %d unit(s) (%d held so far); gpulet reservations shows it\n", r.Name, slices.Max(r.Needs), r.Held)
+					fmt.Fprintf(e.out, "%s is pending: it waits for %d unit(s) (%d held so far); gpulet reservations shows it\n", Printable(r.Name), slices.Max(r.Needs), r.Held)
 					return nil
 				}
-				fmt.Fprintf(e.out, "reserved %s: %d unit(s) set aside; stage 1 of %d needs %d, lends %d\n", r.Name, r.Reserved, r.Stages, r.Need, r.Lendable)
+				fmt.Fprintf(e.out, "reserved %s: %d unit(s) set aside; stage 1 of %d needs %d, lends %d\n", Printable(r.Name), r.Reserved, r.Stages, r.Need, r.Lendable)
 				return nil
 			}
 		}}
@@ -88,10 +88,10 @@ those of lower priority; units that free meanwhile are held for it.`, 1, 1,
 					return writeJSON(e.out, r)
 				}
 				if r.State == api.ReservationEnded {
-					fmt.Fprintf(e.out, "%s: past its last stage, it ended; its units went back to the node\n", r.Name)
+					fmt.Fprintf(e.out, "%s: past its last stage, it ended; its units went back to the node\n", Printable(r.Name))
 					return nil
 				}
-				fmt.Fprintf(e.out, "%s: stage %d of %d started, needs %d, lends %d", r.Name, r.Stage+1, r.Stages, r.Need, r.Lendable)
+				fmt.Fprintf(e.out, "%s: stage %d of %d started, needs %d, lends %d", Printable(r.Name), r.Stage+1, r.Stages, r.Need, r.Lendable)
 				if r.Reclaimed > 0 {
 					fmt.Fprintf(e.out, "; took back %d lent unit(s) (%d still with borrowers that got SIGTERM)", r.Reclaimed, r.Reclaiming)
 				}
@@ -105,7 +105,7 @@ those of lower priority; units that free meanwhile are held for it.`, 1, 1,
 				if err := e.c.Unreserve(ctx, e.args[0]); err != nil {
 					return err
 				}
-				fmt.Fprintf(e.out, "ended %s; its units went back to the node\n", e.args[0])
+				fmt.Fprintf(e.out, "ended %s; its units went back to the node\n", Printable(e.args[0]))
 				return nil
 			}
 		}}

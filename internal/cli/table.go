@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"encoding/json"
 	"io"
 	"text/tabwriter"
@@ -19,7 +20,9 @@ func (t *table) row(cells ...string) {
 		if i > 0 {
 			io.WriteString(t.tw, "\t")
 		}
-		io.WriteString(t.tw, c)
+		// Cells hold names and errors others chose; an escaped tab keeps
+		// the columns too.
+		io.WriteString(t.tw, Printable(c))
 	}
 	io.WriteString(t.tw, "\n")
 }
@@ -27,7 +30,12 @@ func (t *table) row(cells ...string) {
 func (t *table) flush() { t.tw.Flush() }
 
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(printableJSON(b.Bytes()))
+	return err
 }

@@ -1,0 +1,100 @@
+package collector
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+// tlsClient trusts ca and presents the client certificate of name, if any.
+func tlsClient(t *testing.T, ca *e2e.CA, name string) *http.Client {
+	t.Helper()
+	pem, err := os.ReadFile(ca.File)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(pem)
+	c := &tls.Config{RootCAs: pool}
+	if name != "" {
+		certFile, keyFile := ca.Issue(t, name, true)
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Certificates = []tls.Certificate{cert}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: c}}
+}
+
+// With --client-ca a node's snapshot comes with a client certificate whose
+// name is the node's: another node's certificate, a certificate of another
+// CA or none is refused; readers need none.
+func TestClientCertificates(t *testing.T) {
+	ca, other := e2e.NewCA(t), e2e.NewCA(t)
+	certFile, keyFile := ca.Issue(t, "127.0.0.1", false)
+	cfg := Config{TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: ca.File}
+	st := NewStore(time.Minute, nil)
+	s := NewServer(st, nil)
+	s.Auth.ClientCerts = true
+	srv := httptest.NewUnstartedServer(s)
+	var err error
+	if srv.TLS, err = serverTLS(cfg); err != nil {
+		t.Fatal(err)
+	}
+	srv.StartTLS()
+	defer srv.Close()
+	post := func(c *http.Client, node string, seq uint64) int {
+		t.Helper()
+		b, _ := json.Marshal(testSnapshot(node, "b", seq, 4, 1))
+		resp, err := c.Post(srv.URL+"/v1/snapshots", "application/json", bytes.NewReader(b))
+		if err != nil {
+			return -1 // the handshake refused the certificate
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	n1 := tlsClient(t, ca, "n1")
+	if code := post(n1, "n1", 1); code != 204 {
+		t.Fatalf("n1 with its certificate: %d", code)
+	}
+	if code := post(n1, "n2", 1); code != 403 {
+		t.Fatalf("n1's certificate pushing as n2: %d, want 403", code)
+	}
+	if code := post(tlsClient(t, ca, ""), "n1", 2); code != 403 {
+		t.Fatalf("no certificate, no token: %d, want 403", code)
+	}
+	if code := post(tlsClient(t, other, "n1"), "n1", 3); code == 204 {
+		t.Fatal("a certificate of another CA was taken")
+	}
+	resp, err := tlsClient(t, ca, "").Get(srv.URL + "/v1/table")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a reader without a certificate: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	if n := st.Nodes().Nodes; len(n) != 1 || n[0].Seq != 1 {
+		t.Fatalf("table %+v", n)
+	}
+}
+
+func TestServerTLSConfigErrors(t *testing.T) {
+	ca := e2e.NewCA(t)
+	certFile, keyFile := ca.Issue(t, "127.0.0.1", false)
+	for _, cfg := range []Config{
+		{TLSCertFile: certFile, TLSKeyFile: certFile},
+		{TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: keyFile},
+		{TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: "/nonexistent"},
+	} {
+		if _, err := serverTLS(cfg); err == nil {
+			t.Errorf("%+v accepted", cfg)
+		}
+	}
+}

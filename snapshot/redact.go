@@ -1,0 +1,57 @@
+package snapshot
+
+import (
+	"sync"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// redacted is the Published that Redacted returns, made on first use.
+type redacted struct {
+	once sync.Once
+	p    *Published
+}
+
+// Redacted is p as a reader with no identity on this host may see it (over
+// --listen, or pushed to an upstream reached without TLS or credentials):
+// the same counts, without who holds them. Fields are emptied or left out,
+// never renamed, so that it is still a snapshot of the same schema: no
+// offline_by_uid, no instance uid, no reservation names, no leases. It is
+// made once per snapshot, on first use.
+func (p *Published) Redacted() *Published {
+	p.redacted.once.Do(func() {
+		p.redacted.p = New(Redact(p.Snapshot), nil, p.render)
+	})
+	return p.redacted.p
+}
+
+// Redact returns a copy of s without the uids of its users and the names of
+// its reservations; s is not changed.
+func Redact(s *api.Snapshot) *api.Snapshot {
+	out := *s
+	out.GPUs = make([]api.GPU, len(s.GPUs))
+	for i, g := range s.GPUs {
+		g.OfflineByUID = nil
+		insts := make([]api.Instance, len(g.Instances))
+		for k, in := range g.Instances {
+			in.UID = nil
+			insts[k] = in
+		}
+		if g.Instances == nil {
+			insts = nil
+		}
+		g.Instances = insts
+		out.GPUs[i] = g
+	}
+	if s.GPUs == nil {
+		out.GPUs = nil
+	}
+	if s.Reservations != nil {
+		out.Reservations = make([]api.ReservationStatus, len(s.Reservations))
+		for i, r := range s.Reservations {
+			r.Name = ""
+			out.Reservations[i] = r
+		}
+	}
+	return &out
+}
