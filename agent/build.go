@@ -110,7 +110,14 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 			counts.Measured = append(counts.Measured, metrics.Measured{ID: r.ID, GPU: r.GPU, UID: r.UID, MemoryMiB: r.Usage.MemoryUsedMiB, OverShare: r.Usage.OverShare})
 		}
 	}
-	return snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, counts) })
+	return snapshot.New(s, view.Leases, func(r *api.Snapshot) []byte {
+		c := counts
+		if r != s {
+			// A redacted copy (--listen, a plain upstream) shows no lease.
+			c.Measured = nil
+		}
+		return metrics.Render(r, c)
+	})
 }
 
 // instanceSM is an instance's SM utilization: its MPS servers' figures, as

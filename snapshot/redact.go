@@ -16,8 +16,9 @@ type redacted struct {
 // --listen, or pushed to an upstream reached without TLS or credentials):
 // the same counts, without who holds them. Fields are emptied or left out,
 // never renamed, so that it is still a snapshot of the same schema: no
-// offline_by_uid, no instance uid, no reservation names, no leases. It is
-// made once per snapshot, on first use.
+// offline_by_uid, no instance uid, no MPS server's uid or pid, no claims and
+// no processes beside gpulet (their counts and memory stay), no reservation
+// names, no leases. It is made once per snapshot, on first use.
 func (p *Published) Redacted() *Published {
 	p.redacted.once.Do(func() {
 		p.redacted.p = New(Redact(p.Snapshot), nil, p.render)
@@ -32,9 +33,19 @@ func Redact(s *api.Snapshot) *api.Snapshot {
 	out.GPUs = make([]api.GPU, len(s.GPUs))
 	for i, g := range s.GPUs {
 		g.OfflineByUID = nil
+		// Who claims and what runs beside gpulet go; the counts and the
+		// memory stay (units_offline, outside_memory_mib).
+		g.Claims, g.OutsideProcesses = nil, nil
 		insts := make([]api.Instance, len(g.Instances))
 		for k, in := range g.Instances {
 			in.UID = nil
+			if in.Servers != nil {
+				servers := make([]api.MPSServer, len(in.Servers))
+				for j, srv := range in.Servers {
+					servers[j] = api.MPSServer{Clients: srv.Clients}
+				}
+				in.Servers = servers
+			}
 			insts[k] = in
 		}
 		if g.Instances == nil {

@@ -70,7 +70,9 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 	uid := uint32(4242)
 	s := &api.Snapshot{Schema: api.SnapshotSchema, Node: "n", BootID: "b", Seq: 1, GPUs: []api.GPU{{
 		Index: 0, UUID: "GPU-x", UnitsOffline: 3, OfflineByUID: map[string]int{"4242": 3},
-		Instances: []api.Instance{{Instance: 0, UID: &uid}},
+		Instances:        []api.Instance{{Instance: 0, UID: &uid, Servers: []api.MPSServer{{PID: 5555, UID: &uid, Clients: 1}}}},
+		Claims:           []api.Claim{{Instance: 0, Units: []int{3}, UID: uid, PID: 7777, Usage: &api.Usage{PIDs: []int{7777}}}},
+		OutsideProcesses: []api.GPUProcess{{PID: 6666, MemoryUsedMiB: 100}}, OutsideMemoryMiB: 100,
 	}}, Reservations: []api.ReservationStatus{{Name: "secret-project", Reserved: 4}}}
 	core := newFakeCore(t)
 	core.store.Store(snapshot.New(s, nil, func(s *api.Snapshot) []byte { return metrics.Render(s, metrics.Leases{}) }))
@@ -84,7 +86,7 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 		}
 		return rec.Body.String()
 	}
-	secrets := []string{"4242", "secret-project", "offline_by_uid", `"uid"`}
+	secrets := []string{"4242", "secret-project", "offline_by_uid", `"uid"`, "5555", "6666", "7777"}
 	redacted := srv.ReadOnlyHTTPServer(false).Handler
 	for _, path := range []string{"/v1/snapshot", "/v1/gpus", "/metrics"} {
 		body := get(redacted, path)
@@ -98,7 +100,7 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 	if err := json.Unmarshal([]byte(get(redacted, "/v1/snapshot")), &got); err != nil {
 		t.Fatal(err)
 	}
-	if got.GPUs[0].UnitsOffline != 3 || len(got.Reservations) != 1 || got.Reservations[0].Reserved != 4 || len(got.GPUs[0].Instances) != 1 {
+	if got.GPUs[0].UnitsOffline != 3 || got.GPUs[0].OutsideMemoryMiB != 100 || len(got.GPUs[0].Instances[0].Servers) != 1 || len(got.Reservations) != 1 || got.Reservations[0].Reserved != 4 || len(got.GPUs[0].Instances) != 1 {
 		t.Fatalf("the redacted snapshot lost its counts: %+v", got)
 	}
 	full := get(srv.ReadOnlyHTTPServer(true).Handler, "/v1/snapshot")
