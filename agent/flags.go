@@ -46,7 +46,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&m, "units-per-client", 0, "M: most units one process may hold (default U, a whole GPU; a lease still lies on one MPS instance, U/K units at most)")
 	fs.IntVar(&n, "clients-per-instance", 16, "N: most processes one MPS instance serves at once")
 	fs.IntVar(&k, "instances-per-gpu", 1, "K: MPS control daemons per GPU; more let more users run at once, each instance serving one user at a time")
-	fs.IntVar(&u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K; a unit is 1/U of the GPU's memory and SMs (default 16, or M×N×K when that is less)")
+	fs.IntVar(&u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K; a unit is 1/U of the GPU's memory and SMs (default 16; M×N×K when --units-per-client is given)")
 	fs.IntVar(&cfg.MaxUtilization, "max-utilization", 90, "percent; a GPU busier than this takes no new leases")
 	fs.StringVar(&policy, "policy", string(placement.BestFit), "placement policy: best-fit, first-fit, spread, or score (the strongest card whose free resources are shaped most like the request)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")

@@ -211,7 +211,7 @@ func TestSimControlEndpoint(t *testing.T) {
 		t.Fatalf("lease on busy node: %+v %v", l, err)
 	}
 	_, err = d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, GPU: "0", TTL: "1m"})
-	if !errors.Is(err, client.ErrInsufficientUnits) || !strings.Contains(err.Error(), "95% busy") {
+	if !errors.Is(err, client.ErrInsufficientUnits) || !strings.Contains(err.Error(), "95% of its SMs busy") {
 		t.Fatalf("lease on the busy GPU: %v", err)
 	}
 	st := "failed"
@@ -225,7 +225,8 @@ func TestSimControlEndpoint(t *testing.T) {
 }
 
 func TestRawHTTPErrors(t *testing.T) {
-	d := e2e.Start(t)
+	// M=1: a request for two units is one more than a process may hold.
+	d := e2e.Start(t, "--units-per-client", "1")
 	hc := &http.Client{Transport: e2e.UnixTransport(d.Socket)}
 	for _, tc := range []struct {
 		method, path, body string

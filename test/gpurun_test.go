@@ -86,7 +86,7 @@ func TestGpurunLeaseIsBoundToTheCommand(t *testing.T) {
 }
 
 func TestGpurunFailures(t *testing.T) {
-	d := e2e.Start(t)
+	d := e2e.Start(t, "--units-per-client", "1")
 	plain := filepath.Join(t.TempDir(), "plain-file")
 	os.WriteFile(plain, []byte("not a program\n"), 0o644)
 	garbage := filepath.Join(t.TempDir(), "garbage")
@@ -124,7 +124,7 @@ func TestGpurunFailures(t *testing.T) {
 }
 
 func TestGpurunNoUnitsAndWait(t *testing.T) {
-	d := e2e.Start(t, "--sim-gpus", "1xT4", "--clients-per-instance", "1")
+	d := e2e.Start(t, "--sim-gpus", "1xT4", "--units-per-client", "1", "--clients-per-instance", "1")
 	holder := exec.Command(e2e.Bin("gpurun"), "--", "sleep", "300")
 	holder.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
 	if err := holder.Start(); err != nil {
@@ -159,7 +159,7 @@ func TestGpurunNoUnitsAndWait(t *testing.T) {
 }
 
 func TestGpurunInterruptedWaitLeavesNothing(t *testing.T) {
-	d := e2e.Start(t, "--sim-gpus", "1xT4", "--clients-per-instance", "1")
+	d := e2e.Start(t, "--sim-gpus", "1xT4", "--units-per-client", "1", "--clients-per-instance", "1")
 	holder, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
 	if err != nil {
 		t.Fatal(err)
@@ -232,7 +232,7 @@ func TestGpurunOfflineWhileDaemonIsDown(t *testing.T) {
 // gpuletd is counted at once, never leased, and freed when its command dies;
 // a claim with no unit left fails clearly.
 func TestGpurunOfflineCountedByARunningDaemon(t *testing.T) {
-	d := e2e.Start(t, "--sim-gpus", "1xT4", "--clients-per-instance", "2")
+	d := e2e.Start(t, "--sim-gpus", "1xT4", "--units-per-client", "1", "--clients-per-instance", "2")
 	holder := exec.Command(e2e.Bin("gpurun"), "--offline", "--", "sleep", "300")
 	holder.Env = append(os.Environ(), "GPULET_RUN_DIR="+d.RunDir)
 	if err := holder.Start(); err != nil {

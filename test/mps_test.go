@@ -80,7 +80,7 @@ func answers(pipeDir string) bool {
 }
 
 func TestMPSInstancesLifecycle(t *testing.T) {
-	d, runDir := startMPSDaemon(t, "--instances-per-gpu", "2", "--clients-per-instance", "4")
+	d, runDir := startMPSDaemon(t, "--units-per-client", "1", "--instances-per-gpu", "2", "--clients-per-instance", "4")
 	s, err := d.Client.Snapshot(e2e.Ctx(t))
 	if err != nil {
 		t.Fatal(err)

@@ -38,7 +38,7 @@ func startReserveNode(t *testing.T, extra ...string) *reserveNode {
 	t.Helper()
 	sock := e2e.NewGroup(t)
 	n := &reserveNode{alice: e2e.NewUser(t, sock), bob: e2e.NewUser(t, sock)}
-	n.d = e2e.Start(t, append([]string{"--socket-group", sock.Name, "--sim-gpus", "1xT4", "--clients-per-instance", "8", "--reclaim-grace", "1s"}, extra...)...)
+	n.d = e2e.Start(t, append([]string{"--socket-group", sock.Name, "--sim-gpus", "1xT4", "--units-per-client", "1", "--clients-per-instance", "8", "--reclaim-grace", "1s"}, extra...)...)
 	openToOthers(t, n.d)
 	n.gpurun, n.gpuletCL = copyForOthers(t, e2e.Bin("gpurun")), copyForOthers(t, e2e.Bin("gpulet"))
 	return n
@@ -474,7 +474,7 @@ func TestReservationInViewAndMetrics(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("mounting the view directly needs root; runs as uid", os.Getuid())
 	}
-	d := e2e.Start(t, "--sim-gpus", "1xT4", "--clients-per-instance", "8", "--mount", filepath.Join(t.TempDir(), "view"))
+	d := e2e.Start(t, "--sim-gpus", "1xT4", "--units-per-client", "1", "--clients-per-instance", "8", "--mount", filepath.Join(t.TempDir(), "view"))
 	ctx := e2e.Ctx(t)
 	s, err := d.Client.Snapshot(ctx)
 	if err != nil {

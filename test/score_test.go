@@ -112,7 +112,7 @@ func TestScorePolicyAndMinCC(t *testing.T) {
 	// ... one with min_cc 8.0 fails without a wait, naming both reasons, ...
 	_, err = d.Client.Lease(ctx, api.LeaseRequest{Units: 1, TTL: "1m", MinCC: "8.0"})
 	if !errors.Is(err, client.ErrInsufficientUnits) || strings.Contains(err.Error(), api.NeverFits) ||
-		!strings.Contains(err.Error(), "GPU 0 has compute capability 7.5, below the 8.0 asked; GPU 1 is 95% busy") {
+		!strings.Contains(err.Error(), "GPU 0 has compute capability 7.5, below the 8.0 asked; GPU 1 has 95% of its SMs busy") {
 		t.Fatalf("min_cc 8.0 with the A100 busy: %v", err)
 	}
 	// ... and with a wait (gpurun --min-cc 8.0 --wait) waits for the A100.

@@ -26,8 +26,8 @@ const DefaultUnitsPerGPU = 16
 // hold up to a whole GPU (M=U), N=16 clients an instance, K=1 instance.
 func Default() Model { return Model{16, 16, 1, 16} }
 
-// New builds a Model. u = 0 means DefaultUnitsPerGPU (at least K, at most
-// M×N×K); m = 0 means U, a whole GPU. It refuses values below 1 and a U above
+// New builds a Model. u = 0 means M×N×K when m is given, else
+// DefaultUnitsPerGPU (at least K); m = 0 means U, a whole GPU. It refuses values below 1 and a U above
 // M×N×K, naming both numbers.
 func New(m, n, k, u int) (Model, error) {
 	for _, f := range []struct {
@@ -45,9 +45,10 @@ func New(m, n, k, u int) (Model, error) {
 		return Model{}, fmt.Errorf("unit model too large: M=%d N=%d K=%d U=%d", m, n, k, u)
 	}
 	if u == 0 {
+		// An admin who sets M chose the model: U is M×N×K, as it always was.
 		u = max(DefaultUnitsPerGPU, k)
 		if m > 0 {
-			u = max(min(DefaultUnitsPerGPU, m*n*k), k)
+			u = m * n * k
 		}
 	}
 	if m == 0 {

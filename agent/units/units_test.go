@@ -15,8 +15,9 @@ func TestNew(t *testing.T) {
 		wantM      int
 	}{
 		{"defaults: 16 units, a process may hold the whole GPU", 0, 16, 1, 0, 16, "", 16},
-		{"M given: U is 16 when M×N×K allows", 1, 16, 1, 0, 16, "", 1},
-		{"M given: U is M×N×K below 16", 1, 4, 2, 0, 8, "", 1},
+		{"M given: U is M×N×K", 1, 16, 1, 0, 16, "", 1},
+		{"M given: U is M×N×K, also below 16", 1, 4, 2, 0, 8, "", 1},
+		{"M given: U is M×N×K, also above 16", 2, 16, 2, 0, 64, "", 2},
 		{"U given, M follows it", 0, 16, 2, 32, 32, "", 32},
 		{"K above 16", 0, 16, 20, 0, 20, "", 20},
 		{"explicit U below max", 2, 4, 2, 10, 10, "", 2},
