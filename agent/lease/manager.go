@@ -123,6 +123,8 @@ type Config struct {
 	ReclaimGrace time.Duration
 	// Accounts resolves the names of share members; the system's when nil.
 	Accounts config.Directory
+	// Slurm says where Slurm's cgroups are, for leases of kind slurm.
+	Slurm SlurmConfig
 }
 
 // Manager owns the unit table.
