@@ -17,7 +17,7 @@ func (o *Options) applySlurm(ctx context.Context, getenv func(string) string) er
 	c := &client.Client{Socket: o.Socket}
 	step, err := slurmenv.Read(getenv, func() (int, error) { return UnitsPerGPU(ctx, c) })
 	if err != nil {
-		return fmt.Errorf("Slurm job %s: %w", getenv(slurmenv.EnvJobID), err)
+		return fmt.Errorf("in Slurm job %s: %w", getenv(slurmenv.EnvJobID), err)
 	}
 	o.Slurm = true
 	if !o.unitsGiven && step.Units > 0 {

@@ -60,7 +60,7 @@ func Read(getenv func(string) string, unitsPerGPU func() (int, error)) (Step, er
 	if gpus != "" {
 		list := strings.Split(gpus, ",")
 		if len(list) > 1 {
-			return s, fmt.Errorf("Slurm gave this step GPUs %s: a gpulet lease is units of one GPU; ask for shards of one GPU (--gres=shard:N)", gpus)
+			return s, fmt.Errorf("this step has GPUs %s from Slurm: a gpulet lease is units of one GPU; ask for shards of one GPU (--gres=shard:N)", gpus)
 		}
 		if _, err := strconv.ParseUint(list[0], 10, 16); err != nil {
 			return s, fmt.Errorf("%s=%q: not a GPU index", EnvStepGPUs, gpus)
