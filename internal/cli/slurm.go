@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -43,7 +45,7 @@ var slurmCommand = command{"task-prolog [--batch] | epilog | gres [--dev-prefix 
 		return func(ctx context.Context, e *env) error {
 			switch e.args[0] {
 			case "task-prolog":
-				return taskProlog(ctx, e, os.Getenv, *batch)
+				return printFailure(e.out, taskProlog(ctx, e, os.Getenv, *batch))
 			case "epilog":
 				return slurmEpilog(ctx, e, os.Getenv(slurmenv.EnvJobID))
 			case "gres":
@@ -67,6 +69,16 @@ func taskProlog(ctx context.Context, e *env, getenv func(string) string, batch b
 		return fmt.Errorf("task prolog of job %s: %w", step.JobID, err)
 	}
 	return writeExports(e.out, l)
+}
+
+// printFailure also says err as a TaskProlog "print" line, which slurmstepd
+// writes to the task's output even when the prolog fails: the prolog's stderr
+// reaches no one.
+func printFailure(out io.Writer, err error) error {
+	if err != nil {
+		fmt.Fprintln(out, "print gpulet:", strings.Join(strings.Fields(describe(err)), " "))
+	}
+	return err
 }
 
 // writeExports prints the lease's environment as TaskProlog lines. Slurm
@@ -160,4 +172,21 @@ func slurmLeaseColumns(l api.Lease, task string) (exp, pid, withJob string) {
 		job += " step " + l.Slurm.Step
 	}
 	return "when job ends", "-", strings.TrimSpace(job + " " + task)
+}
+
+// hookNames are the names gpulet answers to as a Slurm hook: slurm.conf's
+// TaskProlog and Epilog name a program and pass it no arguments, so a
+// symbolic link of one of these names to gpulet is the hook.
+var hookNames = map[string][]string{
+	"gpulet-slurm-task-prolog": {"slurm", "task-prolog"},
+	"gpulet-slurm-epilog":      {"slurm", "epilog"},
+}
+
+// HookArgs is the command line gpulet runs when started as argv0 with args:
+// a hook's subcommand when argv0 names one, else args.
+func HookArgs(argv0 string, args []string) []string {
+	if sub, ok := hookNames[filepath.Base(argv0)]; ok {
+		return append(slices.Clone(sub), args...)
+	}
+	return args
 }

@@ -150,3 +150,26 @@ func TestWriteLeasesShowsTheSlurmJob(t *testing.T) {
 		t.Fatalf("lease table:\n%s", s)
 	}
 }
+
+func TestTaskPrologFailureReachesTheTask(t *testing.T) {
+	t.Setenv("SLURM_JOB_ID", "12")
+	t.Setenv("SLURM_STEP_ID", "0")
+	t.Setenv("SLURM_SHARDS_ON_NODE", "4")
+	var out, errb bytes.Buffer
+	code := Run(context.Background(), []string{"--socket", filepath.Join(t.TempDir(), "none"), "slurm", "task-prolog"}, &out, &errb)
+	if code != ExitFailure || !strings.HasPrefix(out.String(), "print gpulet: task prolog of job 12: ") || strings.Count(out.String(), "\n") != 1 || strings.Contains(out.String(), "export") {
+		t.Fatalf("exit %d, stdout %q: want exit 1 and one print line saying why", code, out.String())
+	}
+}
+
+func TestHookArgs(t *testing.T) {
+	if got := HookArgs("/usr/lib/gpulet/gpulet-slurm-task-prolog", nil); !reflect.DeepEqual(got, []string{"slurm", "task-prolog"}) {
+		t.Errorf("task prolog link: %q", got)
+	}
+	if got := HookArgs("gpulet-slurm-epilog", []string{"--socket", "/s"}); !reflect.DeepEqual(got, []string{"slurm", "epilog", "--socket", "/s"}) {
+		t.Errorf("epilog link: %q", got)
+	}
+	if got := HookArgs("/usr/bin/gpulet", []string{"status"}); !reflect.DeepEqual(got, []string{"status"}) {
+		t.Errorf("gpulet: %q", got)
+	}
+}
