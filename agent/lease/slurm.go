@@ -28,7 +28,7 @@ type SlurmConfig struct {
 	// CgroupRoot is where the cgroup hierarchies are mounted; /sys/fs/cgroup
 	// when empty.
 	CgroupRoot string
-	// Poll is how often a job's cgroup is looked at; 200ms when zero.
+	// Poll is how often a job's cgroup is looked at; 100ms when zero.
 	Poll time.Duration
 	// ReadCgroup returns /proc/<pid>/cgroup of the process that started at
 	// startTime, failing when pid names another process by the end of the
@@ -36,7 +36,7 @@ type SlurmConfig struct {
 	ReadCgroup func(pid int, startTime uint64) ([]byte, error)
 }
 
-const defaultSlurmPoll = 200 * time.Millisecond
+const defaultSlurmPoll = 100 * time.Millisecond
 
 func (c SlurmConfig) root() string {
 	if c.CgroupRoot == "" {

@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gpulet/gpulet/internal/procfs"
 )
 
 // ErrNoJob means the process is in no Slurm job's cgroup.
@@ -193,8 +195,10 @@ func CheckMadeBySlurm(dir string) error {
 }
 
 // Ended reports whether the job (or step) whose cgroup is dir has left the
-// node: its folder is gone, or no process is left in it or below it. A v2
-// cgroup says so itself (cgroup.events: "populated 0"); a v1 one is walked.
+// node: its folder is gone, or no process but Slurm's own slurmstepd is left
+// in it or below it. slurmstepd stays in the job's cgroup for a second or so
+// after the job's last process, reporting and cleaning up; it holds no GPU.
+// A v2 cgroup that says "populated 0" (cgroup.events) is not walked.
 func Ended(dir string) (bool, error) {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return true, nil
@@ -206,7 +210,9 @@ func Ended(dir string) (bool, error) {
 		if !ok {
 			return false, fmt.Errorf("%s/cgroup.events has no populated line", dir)
 		}
-		return !populated, nil
+		if !populated {
+			return true, nil
+		}
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return gone(dir, err)
 	}
@@ -228,13 +234,17 @@ func Ended(dir string) (bool, error) {
 		}
 		b, err := os.ReadFile(filepath.Join(p, "cgroup.procs"))
 		if errors.Is(err, fs.ErrNotExist) && p != dir {
-			return fs.SkipDir
+			// Removed while the walk reads it: the walk finds its folders
+			// gone too.
+			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if len(bytes.TrimSpace(b)) > 0 {
-			return found
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err != nil || !IsSlurmstepd(pid) {
+				return found
+			}
 		}
 		return nil
 	})
@@ -246,6 +256,18 @@ func Ended(dir string) (bool, error) {
 		return gone(dir, err)
 	}
 	return true, nil
+}
+
+// IsSlurmstepd reports whether pid is Slurm's step daemon: a process named
+// slurmstepd whose real uid is root's. A job's user can name a process so,
+// even a set-user-ID one, but not give it root's real uid.
+func IsSlurmstepd(pid int) bool {
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil || strings.TrimSpace(string(comm)) != "slurmstepd" {
+		return false
+	}
+	uid, err := procfs.RealUID(pid)
+	return err == nil && uid == 0
 }
 
 // gone answers a read that failed: a folder removed meanwhile has ended.

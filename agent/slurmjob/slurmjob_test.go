@@ -2,8 +2,11 @@ package slurmjob
 
 import (
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 )
 
@@ -116,9 +119,9 @@ func TestEndedV1(t *testing.T) {
 func TestEndedV2(t *testing.T) {
 	job := filepath.Join(t.TempDir(), "system.slice", "slurmstepd.scope", "job_7")
 	write(t, filepath.Join(job, "cgroup.events"), "populated 1\nfrozen 0\n")
-	// cgroup.procs of the job's own folder is empty under v2 (no internal
-	// processes); cgroup.events is what counts.
+	// Under v2 only leaves hold processes (pid 1 stands for the task).
 	write(t, filepath.Join(job, "cgroup.procs"), "")
+	write(t, filepath.Join(job, "step_0", "user", "task_0", "cgroup.procs"), "1\n")
 	if ended, err := Ended(job); err != nil || ended {
 		t.Fatalf("populated 1: ended %v, %v; want running", ended, err)
 	}
@@ -186,4 +189,44 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("Parse(%q): Dir %q leaves the cgroup root", b, j.Dir("/root"))
 		}
 	})
+}
+
+// TestEndedIgnoresSlurmstepd: slurmstepd (root's) lingers in the job's cgroup
+// after the job's last process; a process of the user's named so does not.
+func TestEndedIgnoresSlurmstepd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to run a process named slurmstepd as root and as another user")
+	}
+	dir := t.TempDir()
+	link := filepath.Join(dir, "slurmstepd")
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skip("no sleep:", err)
+	}
+	if err := os.Symlink(sleep, link); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(filepath.Dir(dir), 0o755)
+	os.Chmod(dir, 0o755)
+	start := func(uid uint32) int {
+		cmd := exec.Command(link, "60")
+		if uid != 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		return cmd.Process.Pid
+	}
+	roots, users := start(0), start(4242)
+	job := filepath.Join(dir, "job_3")
+	write(t, filepath.Join(job, "cgroup.procs"), fmt.Sprintf("%d\n", roots))
+	if ended, err := Ended(job); err != nil || !ended {
+		t.Fatalf("only root's slurmstepd left: ended %v, %v; want ended", ended, err)
+	}
+	write(t, filepath.Join(job, "step_0", "cgroup.procs"), fmt.Sprintf("%d\n", users))
+	if ended, err := Ended(job); err != nil || ended {
+		t.Fatalf("a user's process named slurmstepd: ended %v, %v; want running", ended, err)
+	}
 }
