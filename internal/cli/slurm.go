@@ -32,7 +32,8 @@ var slurmCommand = command{"task-prolog [--batch] | epilog | gres [--dev-prefix 
                (its shards, MPS share or whole GPU, on the GPU Slurm chose) and
                print the lease's environment as export lines. The batch
                script's step is skipped unless --batch is given; a step that
-               asked for no GPU gets nothing.
+               asked for no GPU gets nothing. $GPULET_RESERVATION in the job's
+               environment draws the lease on that workflow reservation.
   epilog       for slurm.conf's Epilog (as root): release every lease the job
                ($SLURM_JOB_ID) still holds.
   gres         print the gres.conf and slurm.conf lines of this node: one gpu
@@ -55,6 +56,11 @@ var slurmCommand = command{"task-prolog [--batch] | epilog | gres [--dev-prefix 
 		}
 	}}
 
+// ReservationEnv, in a job's environment (sbatch --export), makes the task
+// prolog draw the job's lease on that workflow reservation; gpuletd checks
+// that the job's user may.
+const ReservationEnv = "GPULET_RESERVATION"
+
 // taskProlog leases for the task's job and prints the export lines.
 func taskProlog(ctx context.Context, e *env, getenv func(string) string, batch bool) error {
 	step, err := slurmenv.Read(getenv, func() (int, error) { return gpurun.UnitsPerGPU(ctx, e.c) })
@@ -64,7 +70,8 @@ func taskProlog(ctx context.Context, e *env, getenv func(string) string, batch b
 	if step.Units == 0 || step.Batch && !batch {
 		return nil
 	}
-	l, err := e.c.Lease(ctx, api.LeaseRequest{Units: step.Units, GPU: step.GPU, Slurm: api.SlurmScopeJob})
+	req := api.LeaseRequest{Units: step.Units, GPU: step.GPU, Slurm: api.SlurmScopeJob, Reservation: getenv(ReservationEnv)}
+	l, err := e.c.Lease(ctx, req)
 	if err != nil {
 		return fmt.Errorf("task prolog of job %s: %w", step.JobID, err)
 	}

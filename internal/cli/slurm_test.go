@@ -76,6 +76,11 @@ func TestTaskProlog(t *testing.T) {
 	if len(d.requests) != 1 || !reflect.DeepEqual(d.requests[0], api.LeaseRequest{Units: 4, GPU: "1", Slurm: "job"}) {
 		t.Fatalf("requests %+v, want 4 units of GPU 1 for the job", d.requests)
 	}
+	// A job may draw on a workflow reservation.
+	withRes := map[string]string{"SLURM_JOB_ID": "12", "SLURM_STEP_ID": "0", "SLURM_SHARDS_ON_NODE": "2", "GPULET_RESERVATION": "wf1"}
+	if _, err := run(withRes, false); err != nil || d.requests[len(d.requests)-1].Reservation != "wf1" {
+		t.Fatalf("with GPULET_RESERVATION: %v, request %+v; want reservation wf1", err, d.requests[len(d.requests)-1])
+	}
 	// The batch step is skipped unless asked; a step with no GPU gets nothing.
 	batch := map[string]string{"SLURM_JOB_ID": "12", "SLURM_STEP_ID": "batch", "SLURM_SHARDS_ON_NODE": "4"}
 	if out, err := run(batch, false); err != nil || out != "" {
