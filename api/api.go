@@ -151,6 +151,9 @@ type Instance struct {
 	// UID is the user whose clients the instance's MPS server serves now; absent
 	// while it serves nobody.
 	UID *uint32 `json:"uid,omitempty"`
+	// SlurmJobs are the Slurm jobs whose leases hold units of the instance,
+	// ascending; absent when none does.
+	SlurmJobs []uint64 `json:"slurm_jobs,omitempty"`
 	// Error says why an instance is down.
 	Error string `json:"error,omitempty"`
 }

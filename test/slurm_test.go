@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -181,6 +182,15 @@ func TestSlurm(t *testing.T) {
 		}
 		if la.Env["CUDA_MPS_PIPE_DIRECTORY"] != "" && la.Env["CUDA_MPS_PIPE_DIRECTORY"] == lb.Env["CUDA_MPS_PIPE_DIRECTORY"] {
 			t.Fatal("both users' leases name one MPS pipe folder")
+		}
+		// The snapshot names each instance's Slurm jobs.
+		s, err := c.d.Client.Snapshot(e2e.Ctx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ins := s.GPUs[la.GPU.Index].Instances
+		if !slices.Contains(ins[la.Instance].SlurmJobs, a) || !slices.Contains(ins[lb.Instance].SlurmJobs, b) {
+			t.Fatalf("snapshot instances %+v; want job %d on instance %d and job %d on instance %d", ins, a, la.Instance, b, lb.Instance)
 		}
 		c.scancel(alice, a)
 		c.scancel(bob, b)

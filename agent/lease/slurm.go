@@ -229,3 +229,12 @@ func (m *Manager) ReleaseSlurmJob(peer Peer, id uint64) ([]string, error) {
 	}
 	return ended, nil
 }
+
+// addSlurmJob adds job to the ascending list jobs, once.
+func addSlurmJob(jobs []uint64, job uint64) []uint64 {
+	i, found := slices.BinarySearch(jobs, job)
+	if found {
+		return jobs
+	}
+	return slices.Insert(jobs, i, job)
+}

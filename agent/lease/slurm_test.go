@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -96,6 +97,9 @@ func TestSlurmLeaseIsTheJobsAndEndsWithIt(t *testing.T) {
 	}
 	if g.Binding != string(KindSlurm) || g.Slurm == nil || g.Slurm.JobID != 12 || g.Slurm.Step != "" || g.Owner.UID != 1000 || g.Owner.PID != 0 || len(g.Units) != 2 {
 		t.Fatalf("lease %+v (slurm %+v): want a 2-unit slurm lease of job 12, uid 1000, bound to no process", g.Lease, g.Slurm)
+	}
+	if jobs := m.View().GPUs[g.GPU.Index].Instances[g.Instance].SlurmJobs; !reflect.DeepEqual(jobs, []uint64{12}) {
+		t.Fatalf("the instance's Slurm jobs are %v, want [12] (the snapshot shows them)", jobs)
 	}
 	// Another task of the job gets the job's lease, not a second one, and
 	// its caller's exit ends nothing.
@@ -253,4 +257,14 @@ func TestSlurmLeaseAcrossRestart(t *testing.T) {
 	}
 	n.endJob(40, 1000)
 	e2e.Eventually(t, "the kept lease to end with its job", func() bool { return len(m2.View().Leases()) == 0 })
+}
+
+func TestAddSlurmJob(t *testing.T) {
+	var jobs []uint64
+	for _, j := range []uint64{7, 3, 7, 12, 3} {
+		jobs = addSlurmJob(jobs, j)
+	}
+	if !reflect.DeepEqual(jobs, []uint64{3, 7, 12}) {
+		t.Fatalf("%v, want [3 7 12]", jobs)
+	}
 }
