@@ -3,15 +3,14 @@ package lease
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/slurmjob"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/procfs"
 )
 
 // This file is the Manager's side of Slurm: leases of kind slurm, which
@@ -55,7 +54,7 @@ func (c SlurmConfig) poll() time.Duration {
 // readProcCgroup is the real ReadCgroup. A live process keeps its pid, so the
 // start time read again after the file shows that the file was that process's.
 func readProcCgroup(pid int, startTime uint64) ([]byte, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cgroup")
+	b, err := procfs.Cgroup(pid)
 	if err != nil {
 		return nil, procwatch.ErrGone
 	}

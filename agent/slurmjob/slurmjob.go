@@ -262,8 +262,7 @@ func Ended(dir string) (bool, error) {
 // slurmstepd whose real uid is root's. A job's user can name a process so,
 // even a set-user-ID one, but not give it root's real uid.
 func IsSlurmstepd(pid int) bool {
-	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
-	if err != nil || strings.TrimSpace(string(comm)) != "slurmstepd" {
+	if comm, err := procfs.Comm(pid); err != nil || comm != "slurmstepd" {
 		return false
 	}
 	uid, err := procfs.RealUID(pid)
