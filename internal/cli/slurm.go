@@ -185,8 +185,9 @@ func slurmLeaseColumns(l api.Lease, task string) (exp, pid, withJob string) {
 // TaskProlog and Epilog name a program and pass it no arguments, so a
 // symbolic link of one of these names to gpulet is the hook.
 var hookNames = map[string][]string{
-	"gpulet-slurm-task-prolog": {"slurm", "task-prolog"},
-	"gpulet-slurm-epilog":      {"slurm", "epilog"},
+	"gpulet-slurm-task-prolog":       {"slurm", "task-prolog"},
+	"gpulet-slurm-task-prolog-batch": {"slurm", "task-prolog", "--batch"},
+	"gpulet-slurm-epilog":            {"slurm", "epilog"},
 }
 
 // HookArgs is the command line gpulet runs when started as argv0 with args:

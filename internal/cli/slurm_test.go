@@ -171,6 +171,9 @@ func TestHookArgs(t *testing.T) {
 	if got := HookArgs("/usr/lib/gpulet/gpulet-slurm-task-prolog", nil); !reflect.DeepEqual(got, []string{"slurm", "task-prolog"}) {
 		t.Errorf("task prolog link: %q", got)
 	}
+	if got := HookArgs("gpulet-slurm-task-prolog-batch", nil); !reflect.DeepEqual(got, []string{"slurm", "task-prolog", "--batch"}) {
+		t.Errorf("task prolog link that leases for the batch step too: %q", got)
+	}
 	if got := HookArgs("gpulet-slurm-epilog", []string{"--socket", "/s"}); !reflect.DeepEqual(got, []string{"slurm", "epilog", "--socket", "/s"}) {
 		t.Errorf("epilog link: %q", got)
 	}
