@@ -73,6 +73,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 			in := api.Instance{
 				Instance: k, State: api.InstanceOff, Clients: iv.Clients,
 				ClientsMax: a.cfg.Model.ClientsPerInstance, Units: a.instanceUnits[k], UID: iv.UID,
+				SlurmJobs: iv.SlurmJobs,
 			}
 			if k < len(mpsStates) {
 				st := mpsStates[k]

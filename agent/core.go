@@ -42,6 +42,11 @@ func (a *Agent) Renew(peer lease.Peer, id string) (api.Lease, error) { return a.
 // Release ends a lease.
 func (a *Agent) Release(peer lease.Peer, id string) error { return a.leases.Release(peer, id) }
 
+// ReleaseSlurmJob ends the leases of a Slurm job.
+func (a *Agent) ReleaseSlurmJob(peer lease.Peer, job uint64) ([]string, error) {
+	return a.leases.ReleaseSlurmJob(peer, job)
+}
+
 // Reserve makes a workflow reservation.
 func (a *Agent) Reserve(peer lease.Peer, spec reserve.Spec) (api.Reservation, error) {
 	return a.leases.Reserve(peer, spec)

@@ -200,6 +200,9 @@ type Instance struct {
 	// Servers are the instance's live MPS servers, idle ones included;
 	// absent when none runs.
 	Servers []MPSServer `json:"servers,omitempty"`
+	// SlurmJobs are the Slurm jobs whose leases hold units of the instance,
+	// ascending; absent when none does.
+	SlurmJobs []uint64 `json:"slurm_jobs,omitempty"`
 	// Error says why an instance is down.
 	Error string `json:"error,omitempty"`
 }
@@ -231,8 +234,9 @@ type Lease struct {
 	Expires  *time.Time `json:"expires,omitempty"`
 	TTL      string     `json:"ttl,omitempty"`
 	// Binding is what ends the lease: "pid" (its process exits), "ttl"
-	// (it is not renewed in time) or "pod" (the kubelet no longer lists its
-	// devices as held by a pod).
+	// (it is not renewed in time), "pod" (the kubelet no longer lists its
+	// devices as held by a pod) or "slurm" (its Slurm job, or step, leaves
+	// the node).
 	Binding     string            `json:"binding,omitempty"`
 	Preemptible bool              `json:"preemptible"`
 	Reservation string            `json:"reservation,omitempty"`
@@ -243,6 +247,9 @@ type Lease struct {
 	// Pod is the Kubernetes container a lease of binding "pod" serves;
 	// absent for other leases.
 	Pod *LeasePod `json:"pod,omitempty"`
+	// Slurm is the Slurm job a lease of binding "slurm" belongs to; absent
+	// for other leases.
+	Slurm *LeaseSlurm `json:"slurm,omitempty"`
 	// Usage is what the lease's processes use of the GPU, as last sampled;
 	// absent before the first sample that saw the lease.
 	Usage *Usage `json:"usage,omitempty"`
@@ -289,6 +296,28 @@ type Claim struct {
 	Usage *Usage `json:"usage,omitempty"`
 }
 
+// LeaseSlurm names the Slurm job (and step) of a lease, as gpuletd read it
+// from the cgroup of the process that asked.
+type LeaseSlurm struct {
+	JobID uint64 `json:"job_id"`
+	// Step is set for a lease bound to one step ("0", "batch"); empty for a
+	// lease of the whole job.
+	Step string `json:"step,omitempty"`
+}
+
+// SlurmScopeJob and SlurmScopeStep are the values of LeaseRequest.Slurm.
+const (
+	SlurmScopeJob  = "job"
+	SlurmScopeStep = "step"
+)
+
+// SlurmRelease is the answer of DELETE /v1/slurm/jobs/{id}: the leases of
+// the job that it ended.
+type SlurmRelease struct {
+	JobID    uint64   `json:"job_id"`
+	Released []string `json:"released"`
+}
+
 // LeasePod is the Kubernetes side of a lease made through the kubelet's
 // device-plugin API: the devices the kubelet allocated and, once the kubelet's
 // pod-resources API has listed them, the container that holds them.
@@ -322,6 +351,10 @@ type LeaseRequest struct {
 	// process told SIGTERM, then SIGKILL) when the reservation takes them
 	// back. A lease naming the reservation consents by naming it.
 	Preemptible bool `json:"preemptible,omitempty"`
+	// Slurm binds the lease to the Slurm job ("job") or step ("step") that
+	// the caller runs in, read from its cgroup; the owner's other live lease
+	// of the same job (or step) is the answer when it has enough units.
+	Slurm string `json:"slurm,omitempty"`
 }
 
 // LeaseList is the body of GET /v1/leases.

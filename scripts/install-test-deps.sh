@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the test suite needs and is missing: the real MPS control daemon
 # (Debian's nvidia-cuda-mps, component non-free), fuse3, Prometheus and promtool
-# (Debian's prometheus) and staticcheck. Only root can
+# (Debian's prometheus), a one-node Slurm (Debian's slurmctld, slurmd, munge and
+# slurm-client) and staticcheck. Only root can
 # install system packages; anyone else gets a note and the tests that need a missing
 # piece skip, saying why.
 set -euo pipefail
@@ -11,6 +12,11 @@ command -v nvidia-cuda-mps-control >/dev/null 2>&1 || need+=(nvidia-cuda-mps)
 command -v fusermount3 >/dev/null 2>&1 || need+=(fuse3)
 # promtool lints gpuletd's /metrics, and a real Prometheus server scrapes it.
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || need+=(prometheus)
+# TestSlurm starts munged, slurmctld and slurmd itself and runs jobs with srun and sbatch.
+command -v munged >/dev/null 2>&1 || need+=(munge)
+command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || need+=(slurmd)
+command -v srun >/dev/null 2>&1 || need+=(slurm-client)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

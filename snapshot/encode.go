@@ -211,6 +211,16 @@ func appendInstance(b []byte, in *api.Instance) []byte {
 		}
 		b = append(b, ']')
 	}
+	if len(in.SlurmJobs) > 0 {
+		b = append(b, `,"slurm_jobs":[`...)
+		for i, j := range in.SlurmJobs {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = strconv.AppendUint(b, j, 10)
+		}
+		b = append(b, ']')
+	}
 	b = jsonenc.OptionalString(b, `,"error":`, in.Error)
 	return append(b, '}')
 }

@@ -109,6 +109,7 @@ func FuzzSnapshotJSONIsWhatJSONMakes(f *testing.F) {
 			}
 			if withUID {
 				in.UID = &uid
+				in.SlurmJobs = []uint64{uint64(uid), uint64(uid) + 1}
 			}
 			g.Instances = append(g.Instances, in)
 		}

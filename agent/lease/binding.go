@@ -146,6 +146,9 @@ func (m *Manager) bindingFor(peer Peer, req Request) (binding, error) {
 	if req.TTL > 0 {
 		return &ttlBinding{ttl: req.TTL}, nil
 	}
+	if req.Slurm != "" {
+		return m.slurmBindingFor(peer, req.Slurm)
+	}
 	pid, admin := peer.PID, peer.Admin || peer.UID == 0
 	var p Process
 	var st uint64

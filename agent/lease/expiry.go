@@ -66,6 +66,9 @@ func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
 		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
 	}
 	b, ok := l.bind.(*ttlBinding)
+	if !ok && l.Slurm != nil {
+		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to Slurm job %d, not to a ttl: it needs no renewal", id, l.Slurm.JobID)
+	}
 	if !ok && l.Binding == string(KindPod) {
 		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to a Kubernetes pod, not to a ttl: it needs no renewal", id)
 	}

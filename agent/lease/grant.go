@@ -101,6 +101,11 @@ func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, e
 		bind.release()
 		return Grant{}, errStopping
 	}
+	if g, found, err := m.slurmReuseLocked(peer, req, bind); found {
+		m.unlock()
+		bind.release()
+		return g, err
+	}
 	l, err := m.tryGrantLocked(peer, req, bind)
 	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) || errors.Is(err, placement.ErrNeverFits) {
 		return m.answerLocked(l, err, bind)
@@ -328,6 +333,9 @@ func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Cho
 		exp := b.deadline
 		l.Expires = &exp
 		l.TTL = b.ttl.String()
+	case *slurmBinding:
+		job := b.job
+		l.Slurm = &job
 	}
 	l.Env = EnvFor(m.cfg.Model, dev, m.cfg.InstanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB)
 	l.encode()

@@ -64,6 +64,8 @@ type journalEntry struct {
 	// Share is the share member a borrowed lease counts toward (its
 	// reservation's share group, as given), for reclaiming by weight.
 	Share string `json:"share,omitempty"`
+	// SlurmCgroup is the cgroup folder of a Slurm lease's job (or step).
+	SlurmCgroup string `json:"slurm_cgroup,omitempty"`
 
 	// leaseJSON, when set, is Lease already encoded: the record is then
 	// assembled around it instead of encoding the lease again.
@@ -154,6 +156,7 @@ func appendLeaseRecord(b []byte, e *journalEntry) []byte {
 		b = strconv.AppendInt(b, e.TTLNanos, 10)
 	}
 	b = jsonenc.OptionalString(b, `,"share":`, e.Share)
+	b = jsonenc.OptionalString(b, `,"slurm_cgroup":`, e.SlurmCgroup)
 	return append(b, "}}"...)
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"path/filepath"
 	"slices"
 	"time"
 )
@@ -257,6 +258,12 @@ func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string
 		// Bound to neither: the kubelet plugin ends it.
 		if e.Deadline != nil || l.Owner.PID != 0 {
 			return "pod lease with a process or a deadline"
+		}
+		return ""
+	}
+	if Kind(l.Binding) == KindSlurm {
+		if e.Deadline != nil || l.Owner.PID != 0 || l.Slurm == nil || !filepath.IsAbs(e.SlurmCgroup) {
+			return "Slurm lease with a process or a deadline, or without its job's cgroup"
 		}
 		return ""
 	}

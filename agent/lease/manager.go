@@ -128,6 +128,8 @@ type Config struct {
 	// its end, as sacct keeps a job's peak. It is called under the lock and
 	// must not call the Manager. Nil: nothing is measured.
 	PeakMemory func(id string) (mib uint64, ok bool)
+	// Slurm says where Slurm's cgroups are, for leases of kind slurm.
+	Slurm SlurmConfig
 }
 
 // Manager owns the unit table.

@@ -33,6 +33,8 @@ func (l *lease) entry() *journalEntry {
 		d := b.deadline
 		e.Deadline = &d
 		e.TTLNanos = int64(b.ttl)
+	case *slurmBinding:
+		e.SlurmCgroup = b.dir
 	}
 	return e
 }

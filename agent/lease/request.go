@@ -76,6 +76,9 @@ func (req *Request) validate() error {
 			return api.Errorf(api.ErrBadRequest, "pid and ttl: a lease is bound to a process or to time, not both")
 		}
 	}
+	if err := validateSlurm(lr); err != nil {
+		return err
+	}
 	if lr.Wait != "" {
 		if req.Wait, err = parseDuration("wait", lr.Wait, 0, maxWait); err != nil {
 			return err

@@ -74,6 +74,8 @@ func (m *Manager) rebind(e journalEntry) (binding, string) {
 			return nil, "lease holder exited while the daemon was down"
 		}
 		return &pidBinding{proc: p, pid: e.Lease.Owner.PID, startTime: e.StartTime}, ""
+	case KindSlurm:
+		return rebindSlurm(e)
 	case KindPod:
 		// Whether its pod still runs is the kubelet's to say: the plugin
 		// ends it once the pod-resources API no longer lists its devices.

@@ -110,6 +110,8 @@ type InstanceView struct {
 	// Reservers are the owners of the reservations that hold units of it,
 	// each once.
 	Reservers []uint32
+	// SlurmJobs are the Slurm jobs of its leases, ascending, each once.
+	SlurmJobs []uint64
 }
 
 // LeaseCount is how many leases are live in the view.
@@ -211,6 +213,9 @@ func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
 						iv.UID = &uid
 					}
 					iv.Users = addUser(iv.Users, uid)
+					if s.lease.Slurm != nil {
+						iv.SlurmJobs = addSlurmJob(iv.SlurmJobs, s.lease.Slurm.JobID)
+					}
 				}
 			}
 		}

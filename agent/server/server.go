@@ -43,6 +43,8 @@ type Core interface {
 	Get(peer lease.Peer, id string) (api.Lease, error)
 	Renew(peer lease.Peer, id string) (api.Lease, error)
 	Release(peer lease.Peer, id string) error
+	// ReleaseSlurmJob ends every lease of a Slurm job (root and admins).
+	ReleaseSlurmJob(peer lease.Peer, job uint64) ([]string, error)
 	// Reserve, Reservations, Reservation, Advance and Unreserve are the
 	// workflow reservations (docs/design.md §12).
 	Reserve(peer lease.Peer, spec reserve.Spec) (api.Reservation, error)
@@ -109,6 +111,7 @@ func New(core Core, adminGID int, log *slog.Logger) *Server {
 	add("GET", "/v1/leases/*", s.getLease)
 	add("DELETE", "/v1/leases/*", s.releaseLease)
 	add("POST", "/v1/leases/*/renew", s.renewLease)
+	add("DELETE", "/v1/slurm/jobs/*", s.releaseSlurmJob)
 	add("GET", "/v1/reservations", s.listReservations)
 	add("POST", "/v1/reservations", s.createReservation)
 	add("GET", "/v1/reservations/*", s.getReservation)

@@ -15,7 +15,7 @@ func main() {
 	// Caught first, so that Ctrl-C ends `gpulet top` (or a slow request)
 	// through its context, with a clean exit.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := cli.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	code := cli.Run(ctx, cli.HookArgs(os.Args[0], os.Args[1:]), os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }

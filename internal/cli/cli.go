@@ -45,6 +45,7 @@ Commands:
   top [--interval D]         the status table, refreshed until Ctrl-C
   leases [--all] [--json]    your leases (--all: every lease gpuletd shows you)
   release ID...              end leases
+  release --slurm-job ID     end every lease of a Slurm job (root and gpuletd's --admin-group)
   drain                      stop new leases on this node (root and gpuletd's --admin-group)
   undrain [--gpu N]          resume new leases; with --gpu, clear that GPU's Xid fault
   reserve NAME --stages N,.. set aside units for a workflow [--share U:W,group:G:W] [--priority N] [--wait]
@@ -52,6 +53,7 @@ Commands:
   advance NAME [--json]      start a reservation's next stage (takes lent units back if needed)
   unreserve NAME             end a reservation; its units go back to the node
   config check FILE          check a gpuletd config file (pools, quotas, task profiles)
+  slurm task-prolog|epilog|gres  Slurm's hooks, and the gres.conf lines of this node
   help [COMMAND]             this text, or a command's
 
 Examples:
@@ -273,9 +275,16 @@ var commands = map[string]command{
 				return nil
 			}
 		}},
-	"release": {"ID...", "End the leases named; their units are free at once.", 1, -1,
+	"release": {"ID... | --slurm-job ID", "End the leases named; their units are free at once. With --slurm-job, end every\nlease of that Slurm job (root and gpuletd's --admin-group).", 0, -1,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
+			job := fs.Uint64("slurm-job", 0, "end every lease of this Slurm job instead")
 			return func(ctx context.Context, e *env) error {
+				if fs.Changed("slurm-job") != (len(e.args) == 0) {
+					return usageErr("wrong number of arguments: gpulet release ID... | --slurm-job ID")
+				}
+				if fs.Changed("slurm-job") {
+					return releaseSlurmJob(ctx, e, *job)
+				}
 				var errs []error
 				for _, id := range e.args {
 					if err := e.c.Release(ctx, id); err != nil {
@@ -334,6 +343,7 @@ var commands = map[string]command{
 				return nil
 			}
 		}},
+	"slurm": slurmCommand,
 	"config": {"check FILE", "Check a gpuletd config file (pools, quotas, task profiles, score weights): its\nform, and the users and groups it names against this machine's user database.\nThe GPUs it names are checked against gpuletd's when gpuletd answers on the\nsocket; otherwise only their form is, and a line on stderr says so. Prints\n\"FILE: ok (...)\" and exits 0, or prints the first problem with its line and\nexits 1.", 2, 2,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			return func(ctx context.Context, e *env) error {
@@ -655,6 +665,9 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 		task := l.Task
 		if l.Pod != nil && l.Pod.Name != "" {
 			task = strings.TrimSpace("pod " + l.Pod.Namespace + "/" + l.Pod.Name + " " + task)
+		}
+		if l.Slurm != nil {
+			exp, pid, task = slurmLeaseColumns(l, task)
 		}
 		if task == "" {
 			task = "-"

@@ -25,6 +25,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/offline"
+	"github.com/gpulet/gpulet/internal/slurmenv"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -76,6 +77,10 @@ type Options struct {
 	Offline     bool
 	// Preemptible consents to borrow units a reservation lends.
 	Preemptible bool
+	// Slurm makes the lease its Slurm job's (set under SLURM_JOB_ID, see
+	// slurm.go); unitsGiven and gpuGiven say the flags chose over Slurm.
+	Slurm                bool
+	unitsGiven, gpuGiven bool
 	// DryRun shows where a lease would go and why, leases nothing and runs
 	// nothing.
 	DryRun  bool
@@ -138,6 +143,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 		return o, err
 	}
 	o.Command = fs.Args()
+	o.unitsGiven, o.gpuGiven = fs.Changed("units"), fs.Changed("gpu")
 	if o.DryRun && o.Offline {
 		return o, errors.New("--dry-run asks gpuletd: it cannot be used with --offline")
 	}
@@ -262,6 +268,12 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpurun: %v\nRun 'gpurun --help' for usage.\n", err)
 		return ExitUsage
 	}
+	if !o.Offline && slurmenv.InJob(os.Getenv) {
+		if err := o.applySlurm(ctx, os.Getenv); err != nil {
+			fmt.Fprintln(stderr, "gpurun:", err)
+			return ExitFailure
+		}
+	}
 	if o.DryRun {
 		return dryRun(ctx, o, stdout, stderr)
 	}
@@ -309,7 +321,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // request is the lease request the flags ask for.
 func (o Options) request() api.LeaseRequest {
-	return api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, MinCC: o.MinCC, Task: o.Task, Reservation: o.Reservation, Preemptible: o.Preemptible}
+	r := api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, MinCC: o.MinCC, Task: o.Task, Reservation: o.Reservation, Preemptible: o.Preemptible}
+	if o.Slurm {
+		r.Slurm = api.SlurmScopeJob
+	}
+	return r
 }
 
 // dryRun asks gpuletd where the lease would go and prints its answer.
@@ -386,6 +402,11 @@ func lease(ctx context.Context, o Options, stderr io.Writer) (map[string]string,
 	env := map[string]string{LeaseIDEnv: l.ID}
 	for k, v := range l.Env {
 		env[k] = v
+	}
+	if o.Slurm {
+		// The job's lease, which another step may share: the job's end
+		// frees it, not this command's failure to start.
+		return env, func() {}, nil
 	}
 	release := func() {
 		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -1,7 +1,9 @@
 // Package procfs is gpulet's one reader of /proc/<pid>: a process's state and
-// start time from its stat file, its real uid from its status file, and its
-// executable; and of the daemon's own open descriptors (/proc/self/fd). Identity of API callers never comes from here (it comes from
-// the socket); this is for watching processes and finding MPS daemons.
+// start time from its stat file, its real uid from its status file, its
+// executable, its cgroups and its name; and of the daemon's own open
+// descriptors (/proc/self/fd). Who an API caller is never comes from here (it comes from
+// the socket); this is for watching processes, finding MPS daemons, and the
+// Slurm job of the process the socket's pidfd holds.
 package procfs
 
 import (

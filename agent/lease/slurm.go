@@ -1,0 +1,239 @@
+package lease
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/procwatch"
+	"github.com/gpulet/gpulet/agent/slurmjob"
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/procfs"
+)
+
+// This file is the Manager's side of Slurm: leases of kind slurm, which
+// belong to the Slurm job (or step) their caller runs in and end when it
+// leaves the node. The job is read from the caller's own cgroup, which
+// slurmstepd makes as root, never from the caller's environment.
+
+// KindSlurm: the lease ends when its Slurm job (or step) has no process left
+// on the node, watched through the job's cgroup.
+const KindSlurm Kind = "slurm"
+
+// SlurmConfig is where the Manager finds Slurm's cgroups.
+type SlurmConfig struct {
+	// CgroupRoot is where the cgroup hierarchies are mounted; /sys/fs/cgroup
+	// when empty.
+	CgroupRoot string
+	// Poll is how often a job's cgroup is looked at; 100ms when zero.
+	Poll time.Duration
+	// ReadCgroup returns /proc/<pid>/cgroup of the process that started at
+	// startTime, failing when pid names another process by the end of the
+	// read; the real /proc when nil.
+	ReadCgroup func(pid int, startTime uint64) ([]byte, error)
+}
+
+const defaultSlurmPoll = 100 * time.Millisecond
+
+func (c SlurmConfig) root() string {
+	if c.CgroupRoot == "" {
+		return "/sys/fs/cgroup"
+	}
+	return c.CgroupRoot
+}
+
+func (c SlurmConfig) poll() time.Duration {
+	if c.Poll <= 0 {
+		return defaultSlurmPoll
+	}
+	return c.Poll
+}
+
+// readProcCgroup is the real ReadCgroup. A live process keeps its pid, so the
+// start time read again after the file shows that the file was that process's.
+func readProcCgroup(pid int, startTime uint64) ([]byte, error) {
+	b, err := procfs.Cgroup(pid)
+	if err != nil {
+		return nil, procwatch.ErrGone
+	}
+	if st, err := procwatch.StartTime(pid); err != nil || st != startTime {
+		return nil, procwatch.ErrGone
+	}
+	return b, nil
+}
+
+// slurmBinding ends a lease when the job's (or step's) cgroup has no process
+// left or is gone.
+type slurmBinding struct {
+	job  api.LeaseSlurm
+	dir  string
+	stop chan struct{}
+	once sync.Once
+}
+
+func newSlurmBinding(job api.LeaseSlurm, dir string) *slurmBinding {
+	return &slurmBinding{job: job, dir: dir, stop: make(chan struct{})}
+}
+
+func (b *slurmBinding) kind() Kind { return KindSlurm }
+
+func (b *slurmBinding) armLocked(m *Manager, l *lease) {
+	id, every := l.ID, m.cfg.Slurm.poll()
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		warned := false
+		for {
+			select {
+			case <-b.stop:
+				return
+			case <-t.C:
+			}
+			ended, err := slurmjob.Ended(b.dir)
+			if err != nil && !warned {
+				// Kept: a cgroup that cannot be read is no proof the job ended;
+				// the epilog's release is the safety net.
+				m.log.Warn("cannot tell whether a Slurm job has ended; its lease stays", "lease", id, "cgroup", b.dir, "err", err)
+				warned = true
+			}
+			if ended {
+				m.end(id, fmt.Sprintf("Slurm job %d left the node", b.job.JobID))
+				return
+			}
+		}
+	}()
+}
+
+func (b *slurmBinding) release() { b.once.Do(func() { close(b.stop) }) }
+
+// validateSlurm checks a request's "slurm" field.
+func validateSlurm(lr *api.LeaseRequest) error {
+	switch lr.Slurm {
+	case "", api.SlurmScopeJob, api.SlurmScopeStep:
+	default:
+		return api.Errorf(api.ErrBadRequest, "slurm: must be %q or %q, got %q", api.SlurmScopeJob, api.SlurmScopeStep, lr.Slurm)
+	}
+	if lr.Slurm != "" && (lr.TTL != "" || lr.PID != 0) {
+		return api.Errorf(api.ErrBadRequest, "slurm: a lease is bound to a Slurm job, a process or a ttl, only one")
+	}
+	return nil
+}
+
+// slurmBindingFor binds a lease to the Slurm job (or step) of the process
+// that connected, read from its cgroup through the pidfd the connection gave
+// (or, on kernels without SO_PEERPIDFD, a process of the caller's user with
+// its pid).
+func (m *Manager) slurmBindingFor(peer Peer, scope string) (binding, error) {
+	var p Process
+	var st uint64
+	var err error
+	if peer.PIDFD != nil {
+		p, st, err = m.cfg.Processes.Adopt(peer.PIDFD, peer.PID)
+	} else {
+		p, st, err = m.cfg.Processes.OpenOwned(peer.PID, peer.UID)
+	}
+	if err != nil {
+		return nil, pidError(peer.PID, false, false, err)
+	}
+	p.Close()
+	read := m.cfg.Slurm.ReadCgroup
+	if read == nil {
+		read = readProcCgroup
+	}
+	b, err := read(peer.PID, st)
+	if err != nil {
+		return nil, pidError(peer.PID, false, false, err)
+	}
+	job, err := slurmjob.Parse(b)
+	if errors.Is(err, slurmjob.ErrNoJob) {
+		return nil, api.Errorf(api.ErrBadRequest, "slurm: process %d runs in no Slurm job's cgroup (run it under srun or sbatch, with ProctrackType=proctrack/cgroup)", peer.PID)
+	}
+	if err != nil {
+		return nil, api.Errorf(api.ErrBadRequest, "slurm: the cgroup of process %d: %v", peer.PID, err)
+	}
+	if job.UID >= 0 && uint32(job.UID) != peer.UID && peer.UID != 0 {
+		return nil, api.Errorf(api.ErrForbidden, "slurm: job %d is uid %d's, not yours", job.ID, job.UID)
+	}
+	root := m.cfg.Slurm.root()
+	ls, dir := api.LeaseSlurm{JobID: job.ID}, job.Dir(root)
+	if scope == api.SlurmScopeStep {
+		if job.Step == "" {
+			return nil, api.Errorf(api.ErrBadRequest, "slurm: process %d is in job %d but in none of its steps", peer.PID, job.ID)
+		}
+		ls.Step, dir = job.Step, job.StepDir(root)
+	}
+	if err := slurmjob.CheckMadeBySlurm(dir); err != nil {
+		return nil, api.Errorf(api.ErrBadRequest, "slurm: the cgroup of job %d: %v", job.ID, err)
+	}
+	return newSlurmBinding(ls, dir), nil
+}
+
+// slurmReuseLocked answers a Slurm request with the lease its job (or step)
+// holds already, when it is the caller's and has units enough: every task
+// and step of a job asks, and the job holds one lease. found is false when
+// there is none.
+func (m *Manager) slurmReuseLocked(peer Peer, req Request, bind binding) (g Grant, found bool, err error) {
+	sb, ok := bind.(*slurmBinding)
+	if !ok {
+		return Grant{}, false, nil
+	}
+	for _, l := range m.leases {
+		if l.Slurm == nil || *l.Slurm != sb.job || l.Owner.UID != peer.UID {
+			continue
+		}
+		if len(l.Units) < req.Units {
+			return Grant{}, true, api.Errorf(api.ErrConflict, "slurm: job %d holds lease %s of %d unit(s) already; %d asked", sb.job.JobID, l.ID, len(l.Units), req.Units)
+		}
+		return l.grant(), true, nil
+	}
+	return Grant{}, false, nil
+}
+
+// rebindSlurm binds a journaled Slurm lease again if its job still runs.
+func rebindSlurm(e journalEntry) (binding, string) {
+	if e.Lease.Slurm == nil || e.SlurmCgroup == "" {
+		return nil, "Slurm lease without its job dropped"
+	}
+	if ended, err := slurmjob.Ended(e.SlurmCgroup); err != nil || ended {
+		return nil, "Slurm job ended while the daemon was down"
+	}
+	if err := slurmjob.CheckMadeBySlurm(e.SlurmCgroup); err != nil {
+		return nil, "Slurm job's cgroup is no longer Slurm's"
+	}
+	return newSlurmBinding(*e.Lease.Slurm, e.SlurmCgroup), ""
+}
+
+// ReleaseSlurmJob ends every lease of Slurm job id (an epilog's safety net,
+// for root and admins) and returns their ids. Like a holder's exit, an end
+// happens even when it cannot be recorded.
+func (m *Manager) ReleaseSlurmJob(peer Peer, id uint64) ([]string, error) {
+	if !peer.Admin && peer.UID != 0 {
+		return nil, api.Errorf(api.ErrForbidden, "releasing a Slurm job's leases is for root and the admin group")
+	}
+	if !m.lockOpen() {
+		return nil, errStopping
+	}
+	defer m.unlock()
+	ended := []string{}
+	for _, l := range m.leases {
+		if l.Slurm != nil && l.Slurm.JobID == id {
+			ended = append(ended, l.ID)
+		}
+	}
+	slices.Sort(ended)
+	for _, lid := range ended {
+		m.dropAndRecordLocked(m.leases[lid], fmt.Sprintf("Slurm job %d released by its epilog", id), true)
+	}
+	return ended, nil
+}
+
+// addSlurmJob adds job to the ascending list jobs, once.
+func addSlurmJob(jobs []uint64, job uint64) []uint64 {
+	i, found := slices.BinarySearch(jobs, job)
+	if found {
+		return jobs
+	}
+	return slices.Insert(jobs, i, job)
+}
