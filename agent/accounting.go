@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/agent/slurmjob"
 	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/procfs"
@@ -94,7 +95,7 @@ func (a *Agent) account(view *lease.View, samples []inventory.Sample, held map[p
 		return
 	}
 	in := usage.Input{Now: time.Now().UTC(), Processes: make([][]inventory.Process, len(samples)), MemoryTotalMiB: make([]uint64, len(a.devs)),
-		Parent: parentOf}
+		Parent: parentOf, JobOf: slurmJobOf}
 	for g, d := range a.devs {
 		in.Processes[g] = samples[g].Processes
 		in.MemoryTotalMiB[g] = d.MemoryTotalMiB
@@ -103,7 +104,11 @@ func (a *Agent) account(view *lease.View, samples []inventory.Sample, held map[p
 			if l.Binding == string(lease.KindPID) {
 				pid = l.Owner.PID
 			}
-			in.Leases = append(in.Leases, usage.Lease{ID: l.ID, GPU: g, UID: l.Owner.UID, PID: pid, ShareMiB: a.shareMiB(g, len(l.Units), l.MemoryMiB)})
+			ul := usage.Lease{ID: l.ID, GPU: g, UID: l.Owner.UID, PID: pid, ShareMiB: a.shareMiB(g, len(l.Units), l.MemoryMiB)}
+			if l.Slurm != nil {
+				ul.SlurmJob = l.Slurm.JobID
+			}
+			in.Leases = append(in.Leases, ul)
 		}
 		for _, c := range groupClaims(g, view.GPUs[g].Claimed, held) {
 			c.ShareMiB = a.shareMiB(g, len(c.Units), 0)
@@ -116,6 +121,19 @@ func (a *Agent) account(view *lease.View, samples []inventory.Sample, held map[p
 		}
 	}
 	a.usage.Update(in)
+}
+
+// slurmJobOf is the Slurm job a process runs in, as its cgroup says.
+func slurmJobOf(pid int) uint64 {
+	b, err := procfs.Cgroup(pid)
+	if err != nil {
+		return 0
+	}
+	job, err := slurmjob.Parse(b)
+	if err != nil {
+		return 0
+	}
+	return job.ID
 }
 
 func parentOf(pid int) int {

@@ -28,8 +28,11 @@ type Lease struct {
 	GPU int
 	UID uint32
 	// PID is the process the lease is bound to; 0 for a lease bound to no
-	// process (ttl, pod), whose processes cannot be told.
-	PID      int
+	// process (ttl, pod, slurm), whose processes cannot be told by it.
+	PID int
+	// SlurmJob is the Slurm job a lease of binding slurm belongs to: every
+	// process of the job is the lease's. 0 for other leases.
+	SlurmJob uint64
 	ShareMiB uint64
 }
 
@@ -61,6 +64,9 @@ type Input struct {
 	Servers        []Server
 	// Parent is the parent of a process, 0 when unknown.
 	Parent func(pid int) int
+	// JobOf is the Slurm job a process runs in, 0 when none or unknown;
+	// asked only of processes no pid tells, and only when a lease has a job.
+	JobOf func(pid int) uint64
 }
 
 // Table is what one round found. It is never modified once published.
@@ -149,6 +155,16 @@ func (a *Accountant) Update(in Input) *Table {
 	for _, s := range in.Servers {
 		byPID[key{s.GPU, s.PID}] = owner{lease: -1, claim: -1, server: true}
 	}
+	type jobKey struct {
+		gpu int
+		job uint64
+	}
+	byJob := map[jobKey]int{}
+	for i, l := range in.Leases {
+		if _, ok := byJob[jobKey{l.GPU, l.SlurmJob}]; l.SlurmJob != 0 && !ok {
+			byJob[jobKey{l.GPU, l.SlurmJob}] = i
+		}
+	}
 	parents := map[int]int{}
 	parent := func(pid int) int {
 		if p, ok := parents[pid]; ok {
@@ -168,6 +184,11 @@ func (a *Accountant) Update(in Input) *Table {
 			o, found := owner{}, false
 			for pid, depth := p.PID, 0; pid > 1 && depth < maxDepth && !found; pid, depth = parent(pid), depth+1 {
 				o, found = byPID[key{g, pid}]
+			}
+			if !found && len(byJob) > 0 && in.JobOf != nil {
+				if i, ok := byJob[jobKey{g, in.JobOf(p.PID)}]; ok {
+					o, found = owner{lease: i, claim: -1}, true
+				}
 			}
 			switch {
 			case !found:

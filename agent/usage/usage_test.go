@@ -84,3 +84,26 @@ func TestOutsideEatsShares(t *testing.T) {
 		t.Fatalf("gpu %+v: 5000 MiB outside where 4000 are free must be flagged", g)
 	}
 }
+
+// TestSlurmJobProcesses: a process of a Slurm job is its lease's, whatever
+// its parents.
+func TestSlurmJobProcesses(t *testing.T) {
+	in := Input{
+		MemoryTotalMiB: []uint64{16000},
+		Processes:      [][]inventory.Process{{{PID: 7, MemoryUsedMiB: 500}, {PID: 8, MemoryUsedMiB: 300}}},
+		Leases:         []Lease{{ID: "job", GPU: 0, SlurmJob: 42, ShareMiB: 4000}},
+		JobOf: func(pid int) uint64 {
+			if pid == 7 {
+				return 42
+			}
+			return 0
+		},
+	}
+	tab := New().Update(in)
+	if u := tab.Leases["job"]; u.MemoryUsedMiB != 500 || !slices.Equal(u.PIDs, []int{7}) {
+		t.Fatalf("job lease usage %+v, want process 7's 500 MiB", u)
+	}
+	if g := tab.GPUs[0]; g.OutsideMiB != 300 {
+		t.Fatalf("outside %d MiB, want process 8's 300", g.OutsideMiB)
+	}
+}
