@@ -1,0 +1,158 @@
+package placement
+
+import "github.com/gpulet/gpulet/pipefile"
+
+// The frag policy (the idea of FGD, "Beware of Fragmentation", USENIX ATC
+// '23): a node's fragmentation for one kind of request is the free units that
+// kind cannot use (on GPUs of another model, in holes smaller than it asks,
+// on GPUs not whole for a whole-GPU request, or all of them when the host
+// lacks the CPU or memory it asks); the expected fragmentation is that, weighed
+// over the recent request mix. Among the choices that fit, the one that
+// raises the expected fragmentation of its node the least wins; ties go as
+// best-fit. docs/placement.md has a worked example that frag_test.go checks.
+
+// Shape is one kind of request of a mix.
+type Shape struct {
+	// Units is a fractional request's units of one GPU; 0 for a whole-GPU
+	// request (GPUs) or one that asks no GPU.
+	Units int
+	GPUs  int
+	Type  string
+	// HostCPUMilli and HostMemoryMiB are what the request asks of the host.
+	HostCPUMilli, HostMemoryMiB uint64
+	// Weight is the shape's share of the mix.
+	Weight float64
+}
+
+// Mix is the recent request mix the frag policy weighs fragmentation over.
+// It is made by a Learner and never changed after: decisions read it.
+type Mix struct {
+	Shapes []Shape
+}
+
+// WithMix returns a copy of e whose frag policy weighs fragmentation over m
+// (nil: no mix, every choice scores 0 and best-fit decides); e itself is not
+// changed, since decisions may be using it.
+func (e *Engine) WithMix(m *Mix) *Engine {
+	c := *e
+	c.mix = m
+	return &c
+}
+
+// fragState is a node's free resources as the frag policy counts them: each
+// GPU's free units (0 for a GPU that takes nothing now) and the host's free
+// CPU and memory. A candidate is scored by changing a copy of it.
+type fragState struct {
+	free             []int
+	cpuFree, memFree uint64
+}
+
+// maxStackGPUs is the GPUs a node may have for its frag state to live on
+// the stack; larger nodes allocate.
+const maxStackGPUs = 16
+
+// newFragState reads n's state into buf.
+func newFragState(n *Node, buf []int) fragState {
+	s := fragState{free: buf[:0]}
+	for gi := range n.GPUs {
+		g := &n.GPUs[gi]
+		f := g.Free
+		if g.Unusable != "" {
+			f = 0
+		}
+		s.free = append(s.free, f)
+	}
+	if n.Host != nil {
+		s.cpuFree, s.memFree = n.Host.CPUMilliFree, n.Host.MemoryMiBFree
+	}
+	return s
+}
+
+// fragmentation is the expected fragmentation of n in state s under m: the
+// weighed sum, over the mix's shapes, of the free units each cannot use.
+func fragmentation(n *Node, m *Mix, s fragState) float64 {
+	total := 0
+	for _, f := range s.free {
+		total += f
+	}
+	out := 0.0
+	for i := range m.Shapes {
+		sh := &m.Shapes[i]
+		out += sh.Weight * float64(unusableFor(n, sh, s, total))
+	}
+	return out
+}
+
+// unusableFor is the free units of n (in state s, total free) that shape sh
+// cannot use.
+func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
+	if n.Host != nil && (sh.HostCPUMilli > s.cpuFree || sh.HostMemoryMiB > s.memFree) {
+		return total
+	}
+	switch {
+	case sh.GPUs > 0:
+		whole, partial := 0, 0
+		for gi := range n.GPUs {
+			g := &n.GPUs[gi]
+			switch {
+			case !pipefile.MatchType(sh.Type, g.Name):
+				partial += s.free[gi]
+			case s.free[gi] == g.Units:
+				whole++
+			default:
+				partial += s.free[gi]
+			}
+		}
+		if whole < sh.GPUs {
+			return total
+		}
+		return partial
+	case sh.Units > 0:
+		lost := 0
+		for gi := range n.GPUs {
+			if f := s.free[gi]; f < sh.Units || !pipefile.MatchType(sh.Type, n.GPUs[gi].Name) {
+				lost += f
+			}
+		}
+		return lost
+	}
+	return 0
+}
+
+// fragScorer scores the choices of one decision under the frag policy: the
+// node's expected fragmentation before, read once, and after each choice.
+type fragScorer struct {
+	n      *Node
+	mix    *Mix
+	before float64
+	buf    [maxStackGPUs]int
+	base   fragState
+}
+
+func newFragScorer(n *Node, m *Mix, r Request) *fragScorer {
+	fs := &fragScorer{n: n, mix: m}
+	if m == nil {
+		return fs
+	}
+	fs.base = newFragState(n, fs.buf[:])
+	fs.before = fragmentation(n, m, fs.base)
+	return fs
+}
+
+// delta is how much taking units of each GPU in gpus (positions in n.GPUs)
+// and r's host resources raises the node's expected fragmentation.
+func (fs *fragScorer) delta(r Request, gpus []int, units int) float64 {
+	if fs.mix == nil {
+		return 0
+	}
+	var buf [maxStackGPUs]int
+	after := fragState{free: append(buf[:0], fs.base.free...), cpuFree: fs.base.cpuFree, memFree: fs.base.memFree}
+	for _, gi := range gpus {
+		after.free[gi] -= units
+	}
+	if fs.n.Host != nil {
+		after.cpuFree -= min(after.cpuFree, r.HostCPUMilli)
+		after.memFree -= min(after.memFree, r.HostMemoryMiB)
+	}
+	return fragmentation(fs.n, fs.mix, after) - fs.before
+}
