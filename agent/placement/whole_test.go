@@ -54,7 +54,9 @@ func TestWholeGPUs(t *testing.T) {
 		{name: "memory per GPU", change: func(n *Node) { n.GPUs[0].MemoryFreeMiB = 1000 }, req: Request{GPUs: 2, MemoryMiB: 2000}, want: []int{2, 3}},
 		{name: "a failed GPU is not whole", change: func(n *Node) { n.GPUs[0].Unusable = "has failed" }, req: Request{GPUs: 2}, want: []int{2, 3}},
 		{name: "naming one GPU is refused", req: Request{GPUs: 2, GPU: "0"}, err: api.ErrBadRequest},
-		{name: "the host's CPU", change: func(n *Node) { n.Host = &Host{CPUMilli: 8000, MemoryMiB: 1 << 20, CPUMilliFree: 1000, MemoryMiBFree: 1 << 20} }, req: Request{GPUs: 1, HostCPUMilli: 2000}, err: api.ErrInsufficientUnits, message: "the host has 1000 millicores free, 2000 asked"},
+		{name: "the host's CPU", change: func(n *Node) {
+			n.Host = &Host{CPUMilli: 8000, MemoryMiB: 1 << 20, CPUMilliFree: 1000, MemoryMiBFree: 1 << 20}
+		}, req: Request{GPUs: 1, HostCPUMilli: 2000}, err: api.ErrInsufficientUnits, message: "the host has 1000 millicores free, 2000 asked"},
 		{name: "the host's memory never", change: func(n *Node) { n.Host = &Host{CPUMilli: 8000, MemoryMiB: 100, CPUMilliFree: 8000, MemoryMiBFree: 100} }, req: Request{GPUs: 1, HostMemoryMiB: 200}, err: api.ErrInsufficientUnits, never: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
