@@ -68,6 +68,17 @@ func newFragState(n *Node, buf []int) fragState {
 	return s
 }
 
+// Fragmentation is the expected fragmentation of n under m, in units: the
+// free units that the mix's requests, weighed by their share, cannot use.
+// Nil m: 0.
+func Fragmentation(n *Node, m *Mix) float64 {
+	if m == nil {
+		return 0
+	}
+	var buf [maxStackGPUs]int
+	return fragmentation(n, m, newFragState(n, buf[:]))
+}
+
 // fragmentation is the expected fragmentation of n in state s under m: the
 // weighed sum, over the mix's shapes, of the free units each cannot use.
 func fragmentation(n *Node, m *Mix, s fragState) float64 {
@@ -155,4 +166,36 @@ func (fs *fragScorer) delta(r Request, gpus []int, units int) float64 {
 		after.memFree -= min(after.memFree, r.HostMemoryMiB)
 	}
 	return fragmentation(fs.n, fs.mix, after) - fs.before
+}
+
+// hostAlign is the cosine similarity of what r asks of n and what n has
+// free, as shares of the node's totals: (host CPU, GPU units). Between
+// nodes whose fragmentation r changes alike, the one whose free CPU and GPU
+// are shaped most like r keeps the other's balance for requests of other
+// shapes: a request heavy on CPU goes where CPU is plentiful, not where it
+// would leave GPUs that no request has the CPU left to use. 0 when n has
+// no Host.
+func hostAlign(n *Node, r Request) float64 {
+	h := n.Host
+	if h == nil || h.CPUMilli == 0 {
+		return 0
+	}
+	units, free := 0, 0
+	for gi := range n.GPUs {
+		g := &n.GPUs[gi]
+		units += g.Units
+		if g.Unusable == "" {
+			free += g.Free
+		}
+	}
+	if units == 0 {
+		return 0
+	}
+	asked := r.Units
+	if r.GPUs > 0 && len(n.GPUs) > 0 {
+		asked = r.GPUs * n.GPUs[0].Units
+	}
+	a := [2]float64{float64(r.HostCPUMilli) / float64(h.CPUMilli), float64(asked) / float64(units)}
+	f := [2]float64{float64(h.CPUMilliFree) / float64(h.CPUMilli), float64(free) / float64(units)}
+	return roundScore(cosine(a, f))
 }

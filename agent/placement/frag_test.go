@@ -134,3 +134,28 @@ func TestLearner(t *testing.T) {
 		t.Errorf("a whole-GPU shape keeps units: %+v", s)
 	}
 }
+
+func TestHostAlign(t *testing.T) {
+	n := fragNode(1000, 1000)
+	n.Host = &Host{CPUMilli: 100000, MemoryMiB: 1 << 20, CPUMilliFree: 100000, MemoryMiBFree: 1 << 20}
+	for _, tc := range []struct {
+		name string
+		req  Request
+		want string
+	}{
+		// Free: (1, 1). A request asking CPU and GPU in the node's
+		// proportion points the same way.
+		{"as shaped as the node", Request{Units: 500, HostCPUMilli: 25000}, "1.0000"},
+		{"GPU only", Request{Units: 500}, "0.7071"},
+		{"CPU only", Request{HostCPUMilli: 1000}, "0.7071"},
+		{"whole GPUs count all their units", Request{GPUs: 2, HostCPUMilli: 100000}, "1.0000"},
+	} {
+		if got := fmt.Sprintf("%.4f", hostAlign(n, tc.req)); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	n.Host = nil
+	if got := hostAlign(n, Request{Units: 1}); got != 0 {
+		t.Errorf("without a host: %v, want 0", got)
+	}
+}

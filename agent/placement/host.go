@@ -36,6 +36,7 @@ func (e *Engine) hostOnly(n *Node, r Request) Decision {
 	d := Decision{Policy: e.policy, Choice: Choice{GPU: -1, Instance: -1}}
 	if e.policy == Frag {
 		d.Best.Frag = roundScore(newFragScorer(n, e.mix, r).delta(r, nil, 0))
+		d.Best.Align = hostAlign(n, r)
 	}
 	return d
 }

@@ -286,6 +286,9 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 	in := &n.GPUs[best.GPU].Instances[best.Instance]
 	d.Choice = Choice{GPU: n.GPUs[best.GPU].Index, Instance: in.Index, Units: append([]int(nil), in.FreeUnits[:r.Units]...)}
 	d.Best = best
+	if fs != nil {
+		d.Best.Align = hostAlign(n, r)
+	}
 	return d, nil
 }
 

@@ -55,6 +55,10 @@ type Candidate struct {
 	// Frag is how much the choice raises its node's expected fragmentation
 	// under the frag policy; 0 under the others.
 	Frag float64
+	// Align is, under the frag policy on a node with a Host, how alike
+	// the request's shape and what the node has free are (hostAlign); it
+	// is the same for every GPU of a node, and orders nodes whose Frag ties.
+	Align float64
 }
 
 // preferring puts the task's faster models first, then the fuller pool,

@@ -71,6 +71,7 @@ func (e *Engine) decideWhole(n *Node, r Request, acc *access) (Decision, error) 
 	d.Best.GPU, d.Best.Free = chosen[0], len(whole)
 	if e.policy == Frag {
 		d.Best.Frag = roundScore(e.wholeDelta(n, r, chosen))
+		d.Best.Align = hostAlign(n, r)
 	}
 	return d, nil
 }
