@@ -60,6 +60,9 @@ type Cluster struct {
 	policy placement.Policy
 	nodes  []*node
 	byName map[string]int
+	// scratch is placeBounded's list of nodes to ask, kept between
+	// placements.
+	scratch []boundCand
 }
 
 type node struct {
@@ -78,6 +81,10 @@ type summary struct {
 	maxFree, whole, free int
 	cpuFree, memFree     uint64
 	models               []string
+	// frees are the usable GPUs' free units, and minUnits and maxUnits
+	// the fewest and most units of a GPU, for bound.
+	frees              []int
+	minUnits, maxUnits int
 }
 
 // New makes an empty cluster whose nodes decide with e.
@@ -114,9 +121,13 @@ func (c *Cluster) Add(s NodeSpec) error {
 func (c *Cluster) Len() int { return len(c.nodes) }
 
 func (n *node) summarize() {
-	s := summary{models: n.sum.models[:0]}
+	s := summary{models: n.sum.models[:0], frees: n.sum.frees[:0]}
 	for gi := range n.model.GPUs {
 		g := &n.model.GPUs[gi]
+		if gi == 0 || g.Units < s.minUnits {
+			s.minUnits = g.Units
+		}
+		s.maxUnits = max(s.maxUnits, g.Units)
 		if !slices.Contains(s.models, g.Name) {
 			s.models = append(s.models, g.Name)
 		}
@@ -124,6 +135,7 @@ func (n *node) summarize() {
 			continue
 		}
 		s.free += g.Free
+		s.frees = append(s.frees, g.Free)
 		s.maxFree = max(s.maxFree, g.Free)
 		if g.Free == g.Units {
 			s.whole++
@@ -185,6 +197,12 @@ func (c *Cluster) ask(n *node, r *Request) cached {
 	useCache := cacheable(r)
 	if useCache {
 		key = cacheKey{r.Units, r.GPUs, r.HostCPUMilli, r.HostMemoryMiB, r.MemoryMiB, r.Type, r.MinCC}
+		if c.policy != placement.Frag {
+			// Only the frag policy's figures depend on the host's part
+			// of a request; a host that cannot give it is left out
+			// before the engine is asked (summary.mayFit).
+			key.cpu, key.mem = 0, 0
+		}
 		if v, ok := n.cache[key]; ok {
 			return v
 		}
@@ -256,12 +274,25 @@ func (c *Cluster) placeByModel(n *node, r *Request) (placement.Decision, error) 
 func (c *Cluster) Place(r Request, limit int) (Answer, error) {
 	limit = max(limit, 1)
 	a := Answer{Nodes: len(c.nodes)}
+	if c.bounded() {
+		c.placeBounded(&r, limit, &a)
+	} else {
+		c.placeAll(&r, limit, &a)
+	}
+	if len(a.Ranked) == 0 {
+		return a, api.Errorf(api.ErrInsufficientUnits, "no node can take the request now (%d of %d nodes could fit it on their free resources; their engines refused)", a.Considered, len(c.nodes))
+	}
+	return a, nil
+}
+
+// placeAll asks every node that may fit r.
+func (c *Cluster) placeAll(r *Request, limit int, a *Answer) {
 	for i, n := range c.nodes {
-		if !n.sum.mayFit(&r) {
+		if !n.sum.mayFit(r) {
 			continue
 		}
 		a.Considered++
-		v := c.ask(n, &r)
+		v := c.ask(n, r)
 		if !v.kept {
 			continue
 		}
@@ -272,10 +303,6 @@ func (c *Cluster) Place(r Request, limit int) (Answer, error) {
 			break
 		}
 	}
-	if len(a.Ranked) == 0 {
-		return a, api.Errorf(api.ErrInsufficientUnits, "no node can take the request now (%d of %d nodes could fit it on their free resources; their engines refused)", a.Considered, len(c.nodes))
-	}
-	return a, nil
 }
 
 // insert puts v among the best limit verdicts, kept in order.

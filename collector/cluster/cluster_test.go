@@ -232,3 +232,50 @@ func TestWithout(t *testing.T) {
 		}
 	}
 }
+
+// Placing by bounds asks fewer engines and answers as asking all of them
+// would, limit after limit.
+func TestBoundedAnswersAsAll(t *testing.T) {
+	for _, p := range []placement.Policy{placement.BestFit, placement.Spread} {
+		t.Run(string(p), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(5, 6))
+			var specs []NodeSpec
+			for i := 0; i < 40; i++ {
+				specs = append(specs, spec(fmt.Sprintf("n%02d", i), "A100", 1+rng.IntN(8), 64000))
+			}
+			c := newCluster(t, p, specs...)
+			asked := 0
+			for i := 0; i < 300; i++ {
+				r := units(1 + rng.IntN(100))
+				switch rng.IntN(10) {
+				case 0:
+					r = Request{Request: placement.Request{GPUs: 1 + rng.IntN(4)}}
+				case 1:
+					r = Request{Request: placement.Request{HostCPUMilli: 1000}}
+				}
+				if rng.IntN(5) == 0 {
+					// A GPU that is failed is known to the engine, not
+					// to the bound: the bound must stay optimistic.
+					n := c.nodes[rng.IntN(len(c.nodes))]
+					n.model.GPUs[0].Unusable = "has failed"
+					n.cache = nil
+				}
+				for _, limit := range []int{1, 3} {
+					var all, bounded Answer
+					c.placeAll(&r, limit, &all)
+					c.placeBounded(&r, limit, &bounded)
+					if fmt.Sprint(names(all.Ranked)) != fmt.Sprint(names(bounded.Ranked)) {
+						t.Fatalf("request %d, limit %d: all %v, bounded %v", i, limit, names(all.Ranked), names(bounded.Ranked))
+					}
+					asked += bounded.Considered
+				}
+				if a, err := c.Place(r, 1); err == nil {
+					if err := c.Commit(r, a.Ranked[0]); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			t.Logf("%s: %d engines asked for 600 answers over 40 nodes", p, asked)
+		})
+	}
+}

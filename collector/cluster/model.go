@@ -39,11 +39,15 @@ func newNode(s NodeSpec) (*placement.Node, error) {
 		clients = s.Units
 	}
 	n := &placement.Node{ClientsPerInstance: clients, Host: &placement.Host{CPUMilli: s.CPUMilli, MemoryMiB: s.MemoryMiB, CPUMilliFree: s.CPUMilli, MemoryMiBFree: s.MemoryMiB}}
+	// Every GPU's free list starts as the same list of all units: the
+	// engine takes the head of a free list, so a GPU's list stays a tail
+	// of it, and 10,000 nodes of 1000 units per GPU share one list
+	// instead of holding 400 MB of their own. Nothing writes into it.
+	units := make([]int, s.Units)
+	for u := range units {
+		units[u] = u
+	}
 	for gi, g := range s.GPUs {
-		units := make([]int, s.Units)
-		for u := range units {
-			units[u] = u
-		}
 		n.GPUs = append(n.GPUs, placement.GPU{
 			Index: gi, UUID: fmt.Sprintf("%s-GPU-%d", s.Name, gi), Name: g.Name,
 			MemoryTotalMiB: g.MemoryTotalMiB, MemoryFreeMiB: g.MemoryTotalMiB,
@@ -97,14 +101,15 @@ func gpuByIndex(n *placement.Node, idx int) *placement.GPU {
 	panic(fmt.Sprintf("cluster: a choice names GPU %d, which the node has not", idx))
 }
 
-// without is free less taken. The engine takes the first free units, so
-// taken is usually free's head, and that case costs nothing; free is never
-// shared with the engine's caller, so it may be changed in place.
+// without is free less taken, leaving free as it is (it may be shared).
+// The engine takes the first free units, so taken is free's head, and that
+// costs nothing: both ascending, the same first and last unit make the
+// same head.
 func without(free, taken []int) []int {
 	if len(taken) <= len(free) && (len(taken) == 0 || free[0] == taken[0] && free[len(taken)-1] == taken[len(taken)-1]) {
 		return free[len(taken):]
 	}
-	out := free[:0]
+	out := make([]int, 0, len(free))
 	j := 0
 	for _, u := range free {
 		if j < len(taken) && u == taken[j] {
