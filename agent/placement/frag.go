@@ -131,13 +131,26 @@ func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
 }
 
 // fragScorer scores the choices of one decision under the frag policy: the
-// node's expected fragmentation before, read once, and after each choice.
+// node's expected fragmentation before, read once with each shape's part of
+// it, so that a choice that changes one GPU is scored in a step per shape
+// (delta), not a pass over the GPUs per shape.
 type fragScorer struct {
 	n      *Node
 	mix    *Mix
 	before float64
 	buf    [maxStackGPUs]int
 	base   fragState
+	total  int
+	shapes []shapeBefore
+}
+
+// shapeBefore is one shape's view of the node before the choice: its GPU
+// part (the free units it cannot use when the host can take it), and for a
+// whole-GPU shape the whole GPUs of its type and the free units of the
+// others.
+type shapeBefore struct {
+	gpuLost        int
+	whole, partial int
 }
 
 func newFragScorer(n *Node, m *Mix, r Request) *fragScorer {
@@ -146,26 +159,101 @@ func newFragScorer(n *Node, m *Mix, r Request) *fragScorer {
 		return fs
 	}
 	fs.base = newFragState(n, fs.buf[:])
-	fs.before = fragmentation(n, m, fs.base)
+	for _, f := range fs.base.free {
+		fs.total += f
+	}
+	fs.shapes = make([]shapeBefore, len(m.Shapes))
+	for i := range m.Shapes {
+		sh := &m.Shapes[i]
+		b := &fs.shapes[i]
+		for gi := range n.GPUs {
+			f := fs.base.free[gi]
+			switch {
+			case sh.GPUs > 0:
+				if f == n.GPUs[gi].Units && pipefile.MatchType(sh.Type, n.GPUs[gi].Name) {
+					b.whole++
+				} else {
+					b.partial += f
+				}
+			case sh.Units > 0:
+				if f < sh.Units || !pipefile.MatchType(sh.Type, n.GPUs[gi].Name) {
+					b.gpuLost += f
+				}
+			}
+		}
+		if sh.GPUs > 0 {
+			b.gpuLost = b.partial
+			if b.whole < sh.GPUs {
+				b.gpuLost = fs.total
+			}
+		}
+		fs.before += sh.Weight * float64(fs.lost(sh, b.gpuLost, fs.total, fs.base.cpuFree, fs.base.memFree))
+	}
 	return fs
 }
 
-// delta is how much taking units of each GPU in gpus (positions in n.GPUs)
-// and r's host resources raises the node's expected fragmentation.
-func (fs *fragScorer) delta(r Request, gpus []int, units int) float64 {
+// lost is what shape sh cannot use of a node whose GPU part for it is
+// gpuLost, total free, and host free cpu and mem.
+func (fs *fragScorer) lost(sh *Shape, gpuLost, total int, cpu, mem uint64) int {
+	if fs.n.Host != nil && (sh.HostCPUMilli > cpu || sh.HostMemoryMiB > mem) {
+		return total
+	}
+	return gpuLost
+}
+
+// delta is how much taking units of GPU gi (a position in n.GPUs; -1: no
+// GPU) and r's host resources raises the node's expected fragmentation: per
+// shape, the GPU's part before is taken out and its part after put in.
+func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 	if fs.mix == nil {
 		return 0
 	}
-	var buf [maxStackGPUs]int
-	after := fragState{free: append(buf[:0], fs.base.free...), cpuFree: fs.base.cpuFree, memFree: fs.base.memFree}
-	for _, gi := range gpus {
-		after.free[gi] -= units
-	}
+	cpu, mem := fs.base.cpuFree, fs.base.memFree
 	if fs.n.Host != nil {
-		after.cpuFree -= min(after.cpuFree, r.HostCPUMilli)
-		after.memFree -= min(after.memFree, r.HostMemoryMiB)
+		cpu -= min(cpu, r.HostCPUMilli)
+		mem -= min(mem, r.HostMemoryMiB)
 	}
-	return fragmentation(fs.n, fs.mix, after) - fs.before
+	if gi < 0 {
+		after := 0.0
+		for i := range fs.mix.Shapes {
+			after += fs.mix.Shapes[i].Weight * float64(fs.lost(&fs.mix.Shapes[i], fs.shapes[i].gpuLost, fs.total, cpu, mem))
+		}
+		return after - fs.before
+	}
+	g := &fs.n.GPUs[gi]
+	f := fs.base.free[gi]
+	after, total := 0.0, fs.total-units
+	for i := range fs.mix.Shapes {
+		sh := &fs.mix.Shapes[i]
+		b := &fs.shapes[i]
+		gpuLost := b.gpuLost
+		switch {
+		case sh.GPUs > 0:
+			whole, partial := b.whole, b.partial
+			if f == g.Units && pipefile.MatchType(sh.Type, g.Name) {
+				// A whole GPU no longer whole: its units left count
+				// among the others'.
+				whole--
+				partial += f - units
+			} else {
+				partial -= units
+			}
+			gpuLost = partial
+			if whole < sh.GPUs {
+				gpuLost = total
+			}
+		case sh.Units > 0:
+			match := pipefile.MatchType(sh.Type, g.Name)
+			if f < sh.Units || !match {
+				gpuLost -= f
+			}
+			if f-units < sh.Units || !match {
+				gpuLost += f - units
+			}
+		}
+		after += sh.Weight * float64(fs.lost(sh, gpuLost, total, cpu, mem))
+	}
+	return after - fs.before
 }
 
 // hostAlign is the cosine similarity of what r asks of n and what n has

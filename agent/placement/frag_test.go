@@ -2,6 +2,7 @@ package placement
 
 import (
 	"fmt"
+	"math"
 	"testing"
 )
 
@@ -50,8 +51,11 @@ func TestFragWorkedExample(t *testing.T) {
 				t.Errorf("fragmentation = %v, want %v", got, tc.frag)
 			}
 			fs := newFragScorer(n, mix, Request{Units: tc.units})
+			if fs.before != tc.frag {
+				t.Errorf("the scorer's fragmentation before = %v, want %v", fs.before, tc.frag)
+			}
 			for gi, want := range tc.after {
-				if got := fs.before + fs.delta(Request{Units: tc.units}, []int{gi}, tc.units); got != want {
+				if got := fs.before + fs.delta(Request{Units: tc.units}, gi, tc.units); got != want {
 					t.Errorf("after GPU %d: %v, want %v", gi, got, want)
 				}
 			}
@@ -157,5 +161,42 @@ func TestHostAlign(t *testing.T) {
 	n.Host = nil
 	if got := hostAlign(n, Request{Units: 1}); got != 0 {
 		t.Errorf("without a host: %v, want 0", got)
+	}
+}
+
+// The scorer's step per shape gives what a pass over the node gives, for
+// every choice of nodes of mixed GPUs, hosts and shapes.
+func TestFragDeltaAsAPass(t *testing.T) {
+	mix := &Mix{Shapes: []Shape{{Units: 200, Weight: 0.3}, {Units: 500, Type: "T4", HostCPUMilli: 3000, Weight: 0.2}, {GPUs: 2, Weight: 0.1}, {GPUs: 1, Type: "A10", Weight: 0.1}, {HostCPUMilli: 6000, HostMemoryMiB: 100, Weight: 0.3}}}
+	for seed := 0; seed < 200; seed++ {
+		free := []int{1000, (seed * 137) % 1001, (seed * 71) % 1001, 1000, (seed * 29) % 1001}
+		n := fragNode(free...)
+		n.GPUs[seed%5].Name = "NVIDIA A10"
+		n.GPUs[(seed+2)%5].Unusable = "has failed"
+		n.Host = &Host{CPUMilli: 16000, MemoryMiB: 1000, CPUMilliFree: uint64(seed * 97 % 16000), MemoryMiBFree: uint64(seed * 13 % 1000)}
+		r := Request{Units: 1 + seed*7%400, HostCPUMilli: uint64(seed * 31 % 5000), HostMemoryMiB: uint64(seed % 50)}
+		fs := newFragScorer(n, mix, r)
+		var buf [maxStackGPUs]int
+		base := newFragState(n, buf[:])
+		if want := fragmentation(n, mix, base); math.Abs(fs.before-want) > 1e-9 {
+			t.Fatalf("seed %d: before %v, a pass says %v", seed, fs.before, want)
+		}
+		for gi := -1; gi < len(free); gi++ {
+			units := r.Units
+			if gi < 0 {
+				units = 0
+			} else if base.free[gi] < units {
+				continue
+			}
+			var abuf [maxStackGPUs]int
+			after := fragState{free: append(abuf[:0], base.free...), cpuFree: base.cpuFree - min(base.cpuFree, r.HostCPUMilli), memFree: base.memFree - min(base.memFree, r.HostMemoryMiB)}
+			if gi >= 0 {
+				after.free[gi] -= units
+			}
+			want := fragmentation(n, mix, after) - fs.before
+			if got := fs.delta(r, gi, units); math.Abs(got-want) > 1e-9 {
+				t.Fatalf("seed %d, GPU %d: delta %v, a pass says %v", seed, gi, got, want)
+			}
+		}
 	}
 }

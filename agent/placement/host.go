@@ -35,7 +35,7 @@ func hostRefusal(n *Node, r Request) error {
 func (e *Engine) hostOnly(n *Node, r Request) Decision {
 	d := Decision{Policy: e.policy, Choice: Choice{GPU: -1, Instance: -1}}
 	if e.policy == Frag {
-		d.Best.Frag = roundScore(newFragScorer(n, e.mix, r).delta(r, nil, 0))
+		d.Best.Frag = roundScore(newFragScorer(n, e.mix, r).delta(r, -1, 0))
 		d.Best.Align = hostAlign(n, r)
 	}
 	return d

@@ -254,7 +254,7 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 			v.kept = true
 			c := Candidate{GPU: gi, Instance: bestK, Free: bestFree, GPUFree: g.Free, Score: score.rank(), PoolFree: poolFree, Rank: modelRank(r.Prefer, g.Name)}
 			if fs != nil {
-				c.Frag = roundScore(fs.delta(r, []int{gi}, r.Units))
+				c.Frag = roundScore(fs.delta(r, gi, r.Units))
 			}
 			if !found || less(c, best) {
 				best, found = c, true
