@@ -256,13 +256,16 @@ func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 	return after - fs.before
 }
 
-// hostAlign is the cosine similarity of what r asks of n and what n has
-// free, as shares of the node's totals: (host CPU, GPU units). Between
-// nodes whose fragmentation r changes alike, the one whose free CPU and GPU
-// are shaped most like r keeps the other's balance for requests of other
-// shapes: a request heavy on CPU goes where CPU is plentiful, not where it
-// would leave GPUs that no request has the CPU left to use. 0 when n has
-// no Host.
+// hostAlign orders nodes whose fragmentation r changes alike, higher
+// first. For a request of GPU it is the cosine similarity of what r asks of
+// n and what n has free, as shares of the node's totals: (host CPU, GPU
+// units); a request heavy on CPU goes where CPU is plentiful, not where it
+// would leave GPUs that no request has the CPU left to use. For a request of
+// no GPU it is 1 less the GPU its CPU strands: the share of the host's free
+// CPU it takes times the share of the node's GPU free, so that it goes
+// where CPU is plentiful for the GPU left (a node of sixteen cores and two
+// free GPUs loses half their CPU to an eight-core request; one of 104 cores,
+// a thirteenth). 0 when n has no Host.
 func hostAlign(n *Node, r Request) float64 {
 	h := n.Host
 	if h == nil || h.CPUMilli == 0 {
@@ -282,6 +285,12 @@ func hostAlign(n *Node, r Request) float64 {
 	asked := r.Units
 	if r.GPUs > 0 && len(n.GPUs) > 0 {
 		asked = r.GPUs * n.GPUs[0].Units
+	}
+	if asked == 0 {
+		if h.CPUMilliFree == 0 {
+			return 0
+		}
+		return roundScore(1 - min(1, float64(r.HostCPUMilli)/float64(h.CPUMilliFree))*float64(free)/float64(units))
 	}
 	a := [2]float64{float64(r.HostCPUMilli) / float64(h.CPUMilli), float64(asked) / float64(units)}
 	f := [2]float64{float64(h.CPUMilliFree) / float64(h.CPUMilli), float64(free) / float64(units)}

@@ -151,12 +151,21 @@ func TestHostAlign(t *testing.T) {
 		// proportion points the same way.
 		{"as shaped as the node", Request{Units: 500, HostCPUMilli: 25000}, "1.0000"},
 		{"GPU only", Request{Units: 500}, "0.7071"},
-		{"CPU only", Request{HostCPUMilli: 1000}, "0.7071"},
+		// No GPU: 1 − 1000/100000 × 2000/2000 of the GPU stranded.
+		{"CPU only", Request{HostCPUMilli: 1000}, "0.9900"},
 		{"whole GPUs count all their units", Request{GPUs: 2, HostCPUMilli: 100000}, "1.0000"},
 	} {
 		if got := fmt.Sprintf("%.4f", hostAlign(n, tc.req)); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
+	}
+	// A node of 16 cores with its two GPUs free loses half their CPU to
+	// an 8-core request; one of 104 cores a thirteenth.
+	n.Host = &Host{CPUMilli: 16000, CPUMilliFree: 16000}
+	small := hostAlign(n, Request{HostCPUMilli: 8000})
+	n.Host = &Host{CPUMilli: 104000, CPUMilliFree: 104000}
+	if big := hostAlign(n, Request{HostCPUMilli: 8000}); small != 0.5 || big <= small {
+		t.Errorf("an 8-core request of no GPU: %v on 16 cores, %v on 104; want 0.5 and more", small, big)
 	}
 	n.Host = nil
 	if got := hostAlign(n, Request{Units: 1}); got != 0 {
