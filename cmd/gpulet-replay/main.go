@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/gpulet/gpulet/internal/replay"
+	"github.com/gpulet/gpulet/replay"
 )
 
 func main() {

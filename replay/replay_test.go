@@ -164,7 +164,7 @@ func write(t *testing.T, path, s string) {
 // The openb trace, when it is beside the project: every pod list is read,
 // and one seed of best-fit on the default list lands where the docs say.
 func TestOpenbTrace(t *testing.T) {
-	dir := filepath.Join("..", "..", "..", "shared", "traces", "openb")
+	dir := filepath.Join("..", "..", "shared", "traces", "openb")
 	if _, err := os.Stat(dir); err != nil {
 		t.Skipf("the openb trace is not at %s (../shared/traces/openb/ beside the project): %v", dir, err)
 	}
