@@ -41,7 +41,7 @@ func publishedFor(pods string) (string, []publishedFigure) {
 // the policies part (below 60% arrived every policy places everything).
 const (
 	plotW, plotH               = 760, 480
-	left, right, top, bottom   = 70, 180, 40, 50
+	left, right, top, bottom   = 70, 200, 40, 50
 	xMin, xMax, yMin, yMax     = 60.0, 130.0, 60.0, 100.0
 	publishedColor, frameColor = "#888", "#333"
 )
@@ -78,8 +78,10 @@ func writeSVG(w io.Writer, results [][]Result, pods string) error {
 		if f.policy != "FGD" && f.policy != "BestFit" {
 			continue
 		}
-		fmt.Fprintf(&b, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-dasharray=\"5 4\"/><text x=\"%.1f\" y=\"%.1f\" fill=\"%s\">%s (paper) %.1f%% at 100%%</text>\n",
-			px(90), py(f.at100), px(xMax), py(f.at100), publishedColor, px(xMax)+6, py(f.at100)+4, publishedColor, f.policy, f.at100)
+		// The label sits inside the frame, left, above its line: the
+		// right margin is the policies' legend.
+		fmt.Fprintf(&b, "<line x1=\"%d\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"%s\" stroke-dasharray=\"5 4\"/><text x=\"%d\" y=\"%.1f\" fill=\"%s\">%s (paper) %.1f%% at 100%%</text>\n",
+			left, py(f.at100), px(xMax), py(f.at100), publishedColor, left+6, py(f.at100)-4, publishedColor, f.policy, f.at100)
 	}
 	for i, per := range results {
 		if len(per) == 0 {
@@ -95,7 +97,7 @@ func writeSVG(w io.Writer, results [][]Result, pods string) error {
 		fmt.Fprintf(&b, "<text x=\"%d\" y=\"%d\" fill=\"%s\">%s %.2f%% at 100%%</text>\n", plotW-right+6, top+14+16*i, color, per[0].Policy, s.alloc[100])
 	}
 	if trace != "" {
-		fmt.Fprintf(&b, "<text x=\"%d\" y=\"%d\" fill=\"%s\">dashed: published (FGD paper, %s)</text>\n", left, plotH-bottom-8, publishedColor, trace)
+		fmt.Fprintf(&b, "<text x=\"%d\" y=\"%d\" fill=\"%s\">dashed: the FGD paper's</text><text x=\"%d\" y=\"%d\" fill=\"%s\">figures (%s)</text>\n", plotW-right+6, plotH-bottom-16, publishedColor, plotW-right+6, plotH-bottom, publishedColor, trace)
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
