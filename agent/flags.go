@@ -47,7 +47,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&k, "instances-per-gpu", 1, "K: MPS control daemons per GPU")
 	fs.IntVar(&u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K (default M×N×K)")
 	fs.IntVar(&cfg.MaxUtilization, "max-utilization", 90, "percent; a GPU busier than this takes no new leases")
-	fs.StringVar(&policy, "policy", string(placement.BestFit), "placement policy: best-fit, first-fit, spread, score (the strongest card whose free resources are shaped most like the request), or frag (the choice that fragments the node least for the recent request mix)")
+	fs.StringVar(&policy, "policy", string(placement.BestFit), "placement policy: best-fit, first-fit, spread, score (the strongest card whose free resources are shaped most like the request), or frag (the choice that fragments the node least over a learned request mix; gpuletd does not learn the mix yet, so it places as best-fit)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")
 	fs.StringVar(&cfg.NodeName, "node-name", host, "the node's name in snapshots")
 	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API (they may use every pool and are bound by no quota)")
