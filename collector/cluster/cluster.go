@@ -178,11 +178,13 @@ type cacheKey struct {
 	minCC               api.ComputeCapability
 }
 
+// cached is an engine's answer as a node keeps it: the choice without its
+// units (up to a GPU's worth of ints for each request kept, on every node),
+// which the answers that win are asked again for (complete).
 type cached struct {
 	kept   bool
 	choice placement.Choice
 	best   placement.Candidate
-	why    string
 }
 
 // cacheable says whether r's answer depends only on its cacheKey: no
@@ -207,25 +209,44 @@ func (c *Cluster) ask(n *node, r *Request) cached {
 			return v
 		}
 	}
-	var v cached
+	d, err := c.decide(n, r)
+	v := cached{kept: err == nil, choice: d.Choice, best: d.Best}
+	if useCache {
+		if n.cache == nil {
+			n.cache = map[cacheKey]cached{}
+		}
+		kept := v
+		kept.choice.Units = nil
+		n.cache[key] = kept
+	}
+	return v
+}
+
+// decide is the engine's decision on n for r.
+func (c *Cluster) decide(n *node, r *Request) (placement.Decision, error) {
 	d, err := c.engine.Place(n.model, r.Request)
 	if err == nil && len(r.Models) > 0 && r.GPUs+r.Units > 0 && !modelsAccept(r.Models, n.model, d.Choice) {
 		// The node has a model asked and one not asked: ask again for
 		// each model asked, and keep the best.
 		d, err = c.placeByModel(n, r)
 	}
-	if err != nil {
-		v.why = err.Error()
-	} else {
-		v = cached{kept: true, choice: d.Choice, best: d.Best}
-	}
-	if useCache {
-		if n.cache == nil {
-			n.cache = map[cacheKey]cached{}
+	return d, err
+}
+
+// complete gives the ranked answers their units, which kept answers lack.
+func (c *Cluster) complete(r *Request, ranked []Verdict) error {
+	for i := range ranked {
+		v := &ranked[i]
+		if v.Choice.Units != nil || r.Units <= 0 || r.GPUs > 0 {
+			continue
 		}
-		n.cache[key] = v
+		d, err := c.decide(c.nodes[v.index], r)
+		if err != nil {
+			return fmt.Errorf("node %s: its engine refused what it had answered: %w", v.Node, err)
+		}
+		v.Choice = d.Choice
 	}
-	return v
+	return nil
 }
 
 // modelsAccept says whether every GPU of choice ch is of a model asked.
@@ -282,7 +303,7 @@ func (c *Cluster) Place(r Request, limit int) (Answer, error) {
 	if len(a.Ranked) == 0 {
 		return a, api.Errorf(api.ErrInsufficientUnits, "no node can take the request now (%d of %d nodes could fit it on their free resources; their engines refused)", a.Considered, len(c.nodes))
 	}
-	return a, nil
+	return a, c.complete(&r, a.Ranked)
 }
 
 // placeAll asks every node that may fit r.
