@@ -38,7 +38,7 @@ func publishedFor(pods string) (string, []publishedFigure) {
 }
 
 // The plot's frame: arrived 60–130% across, allocated 60–100% up, where
-// the policies part (below 60% arrived every policy places everything).
+// the policies part.
 const (
 	plotW, plotH               = 760, 480
 	left, right, top, bottom   = 70, 200, 40, 50
