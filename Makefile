@@ -34,6 +34,7 @@ build:
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpurun ./cmd/gpurun
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpulet ./cmd/gpulet
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpulet-collector ./cmd/gpulet-collector
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpulet-replay ./cmd/gpulet-replay
 
 run: $(if $(NO_BUILD),,build)
 	@./scripts/run.sh run $(BIN) '$(LOCAL)' '$(RUN_DIR)' $(RUN_FLAGS)
@@ -68,7 +69,7 @@ clean:
 
 install: build
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR)
-	install -m 0755 $(BIN)/gpuletd $(BIN)/gpurun $(BIN)/gpulet $(BIN)/gpulet-collector $(DESTDIR)$(BINDIR)/
+	install -m 0755 $(BIN)/gpuletd $(BIN)/gpurun $(BIN)/gpulet $(BIN)/gpulet-collector $(BIN)/gpulet-replay $(DESTDIR)$(BINDIR)/
 	sed 's|/usr/local/bin/gpuletd|$(BINDIR)/gpuletd|' systemd/gpuletd.service > $(DESTDIR)$(UNITDIR)/gpuletd.service
 	install -m 0644 systemd/gpuletd.socket $(DESTDIR)$(UNITDIR)/gpuletd.socket
 	chmod 0644 $(DESTDIR)$(UNITDIR)/gpuletd.service

@@ -59,7 +59,7 @@ func TestParseFlags(t *testing.T) {
 		{"U not a number", []string{"--units-per-gpu", "lots"}, nil, `invalid argument "lots"`},
 		{"bad backend", []string{"--backend", "cuda"}, nil, `--backend "cuda"`},
 		{"bad sim spec", []string{"--sim-gpus", "3xGTX1080"}, nil, `unknown model "GTX1080"`},
-		{"bad policy", []string{"--policy", "random"}, nil, `--policy "random": must be one of best-fit, first-fit, spread, score`},
+		{"bad policy", []string{"--policy", "random"}, nil, `--policy "random": must be one of best-fit, first-fit, spread, score, frag`},
 		{"score policy", []string{"--policy", "score"}, func(c Config) bool { return c.Policy == placement.Score }, ""},
 		{"bad utilization", []string{"--max-utilization", "120"}, nil, "--max-utilization 120"},
 		{"bad interval", []string{"--sample-interval", "1ns"}, nil, "--sample-interval 1ns"},

@@ -49,6 +49,8 @@ const (
 	instanceOtherUser
 	notInPool
 	poolsForbidden
+	notWhole
+	instanceHasClients
 )
 
 func (r reason) String() string {
@@ -83,6 +85,10 @@ func (r reason) String() string {
 		return fmt.Sprintf("is not in pool %s", r.text)
 	case poolsForbidden:
 		return fmt.Sprintf("is only in pools you may not use (%s)", r.text)
+	case notWhole:
+		return fmt.Sprintf("is not whole: %d of its %d unit(s) free", r.have, r.want)
+	case instanceHasClients:
+		return fmt.Sprintf("is not whole: instance %d has %d MPS client(s)", r.instance, r.have)
 	}
 	return ""
 }

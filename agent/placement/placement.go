@@ -31,6 +31,9 @@ type Node struct {
 	// ClientsPerInstance is N: the most clients one instance admits.
 	ClientsPerInstance int
 	GPUs               []GPU
+	// Host is the host's CPU and memory, for a decision that must respect
+	// them (a cluster placement); nil: not looked at.
+	Host *Host
 }
 
 // GPU is one GPU as placement sees it.
@@ -48,6 +51,10 @@ type GPU struct {
 	Units     int
 	Card      Card
 	Instances []Instance
+	// NUMANode is the GPU's NUMA node, for whole-GPU requests: N GPUs of
+	// one NUMA node come first. GPUs whose topology is unknown all read 0,
+	// as GPUs of one NUMA node would.
+	NUMANode int
 }
 
 // Instance is one MPS instance of a GPU.
@@ -68,7 +75,14 @@ type Instance struct {
 
 // Request is what is asked, with the caller's identity.
 type Request struct {
+	// Units is the units of one GPU a fractional request asks; GPUs the
+	// whole GPUs a whole-GPU request asks (Units is then not looked at).
+	// A request with neither asks no GPU: only the host decides.
 	Units int
+	GPUs  int
+	// HostCPUMilli and HostMemoryMiB are what the request asks of the
+	// host, checked when the node has a Host.
+	HostCPUMilli, HostMemoryMiB uint64
 	// GPU is a GPU index or UUID; empty: any.
 	GPU string
 	// Type is a case-insensitive part of the GPU's name; empty: any.
@@ -89,10 +103,13 @@ type Request struct {
 	Prefer []string
 }
 
-// Choice is where a request goes.
+// Choice is where a request goes. A whole-GPU choice names its GPUs, in
+// order, in GPUs (GPU is the first) and takes every unit of each; a choice
+// for a request that asks no GPU has GPU and Instance -1.
 type Choice struct {
 	GPU, Instance int
 	Units         []int
+	GPUs          []int
 }
 
 // Verdict says why one GPU was kept or left out of a decision.
@@ -111,6 +128,9 @@ type Decision struct {
 	Choice   Choice
 	Policy   Policy
 	Verdicts []Verdict
+	// Best is the chosen candidate's figures, so that a cluster placement
+	// can weigh the choices of several nodes as the policy weighs GPUs.
+	Best Candidate
 }
 
 // ErrNeverFits marks a refusal that no change of the node's load could lift:
@@ -125,6 +145,8 @@ type Engine struct {
 	policy  Policy
 	weights Weights
 	pools   pools
+	// mix is the recent request mix the frag policy weighs over.
+	mix *Mix
 }
 
 // New makes an engine with policy p and the default score weights.
@@ -159,6 +181,15 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 	if err != nil {
 		return d, err
 	}
+	if err := hostRefusal(n, r); err != nil {
+		return d, err
+	}
+	switch {
+	case r.GPUs > 0:
+		return e.decideWhole(n, r, acc)
+	case r.Units <= 0:
+		return e.hostOnly(n, r), nil
+	}
 	best, found := Candidate{}, false
 	less := e.policy.less()
 	if acc != nil || len(r.Prefer) > 0 {
@@ -173,6 +204,10 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 	var sc scorer
 	if scoring {
 		sc = newScorer(n, e.weights)
+	}
+	var fs *fragScorer
+	if e.policy == Frag {
+		fs = newFragScorer(n, e.mix, r)
 	}
 	for gi := range n.GPUs {
 		g := &n.GPUs[gi]
@@ -218,6 +253,9 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 		if bestK >= 0 {
 			v.kept = true
 			c := Candidate{GPU: gi, Instance: bestK, Free: bestFree, GPUFree: g.Free, Score: score.rank(), PoolFree: poolFree, Rank: modelRank(r.Prefer, g.Name)}
+			if fs != nil {
+				c.Frag = roundScore(fs.delta(r, gi, r.Units))
+			}
 			if !found || less(c, best) {
 				best, found = c, true
 			}
@@ -247,6 +285,10 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 	}
 	in := &n.GPUs[best.GPU].Instances[best.Instance]
 	d.Choice = Choice{GPU: n.GPUs[best.GPU].Index, Instance: in.Index, Units: append([]int(nil), in.FreeUnits[:r.Units]...)}
+	d.Best = best
+	if fs != nil {
+		d.Best.Align = hostAlign(n, r)
+	}
 	return d, nil
 }
 

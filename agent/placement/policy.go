@@ -15,10 +15,13 @@ const (
 	Spread   Policy = "spread"
 	// Score ranks GPUs by S_card + S_similarity (score.go).
 	Score Policy = "score"
+	// Frag takes the choice that raises its node's expected fragmentation
+	// over the recent request mix the least (frag.go).
+	Frag Policy = "frag"
 )
 
 // Policies lists the accepted policies.
-var Policies = []Policy{BestFit, FirstFit, Spread, Score}
+var Policies = []Policy{BestFit, FirstFit, Spread, Score, Frag}
 
 // ParsePolicy checks a --policy value.
 func ParsePolicy(s string) (Policy, error) {
@@ -49,6 +52,13 @@ type Candidate struct {
 	// through; Rank is where the GPU's model stands in the request's Prefer.
 	PoolFree int
 	Rank     int
+	// Frag is how much the choice raises its node's expected fragmentation
+	// under the frag policy; 0 under the others.
+	Frag float64
+	// Align is, under the frag policy on a node with a Host, how alike
+	// the request's shape and what the node has free are (hostAlign); it
+	// is the same for every GPU of a node, and orders nodes whose Frag ties.
+	Align float64
 }
 
 // preferring puts the task's faster models first, then the fuller pool,
@@ -102,6 +112,15 @@ func (p Policy) less() func(a, b Candidate) bool {
 		return func(a, b Candidate) bool {
 			if a.Score != b.Score {
 				return a.Score > b.Score
+			}
+			return bestFit(a, b)
+		}
+	case Frag:
+		// The least fragmentation added, then as best-fit: when the mix
+		// loses nothing either way, the tighter GPU keeps larger holes.
+		return func(a, b Candidate) bool {
+			if a.Frag != b.Frag {
+				return a.Frag < b.Frag
 			}
 			return bestFit(a, b)
 		}

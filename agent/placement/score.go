@@ -162,4 +162,7 @@ func cosine(a, b [2]float64) float64 {
 const scoreResolution = 1e-9
 
 // rank is the score's total as decisions compare it.
-func (s GPUScore) rank() float64 { return math.Round(s.Total/scoreResolution) * scoreResolution }
+func (s GPUScore) rank() float64 { return roundScore(s.Total) }
+
+// roundScore is v at scoreResolution.
+func roundScore(v float64) float64 { return math.Round(v/scoreResolution) * scoreResolution }

@@ -1,0 +1,298 @@
+package placement
+
+import "github.com/gpulet/gpulet/pipefile"
+
+// The frag policy (the idea of FGD, "Beware of Fragmentation", USENIX ATC
+// '23): a node's fragmentation for one kind of request is the free units that
+// kind cannot use (on GPUs of another model, in holes smaller than it asks,
+// on GPUs not whole for a whole-GPU request, or all of them when the host
+// lacks the CPU or memory it asks); the expected fragmentation is that, weighed
+// over the recent request mix. Among the choices that fit, the one that
+// raises the expected fragmentation of its node the least wins; ties go as
+// best-fit. docs/placement.md has a worked example that frag_test.go checks.
+
+// Shape is one kind of request of a mix.
+type Shape struct {
+	// Units is a fractional request's units of one GPU; 0 for a whole-GPU
+	// request (GPUs) or one that asks no GPU.
+	Units int
+	GPUs  int
+	Type  string
+	// HostCPUMilli and HostMemoryMiB are what the request asks of the host.
+	HostCPUMilli, HostMemoryMiB uint64
+	// Weight is the shape's share of the mix.
+	Weight float64
+}
+
+// Mix is the recent request mix the frag policy weighs fragmentation over.
+// It is made by a Learner and never changed after: decisions read it.
+type Mix struct {
+	Shapes []Shape
+}
+
+// WithMix returns a copy of e whose frag policy weighs fragmentation over m
+// (nil: no mix, every choice scores 0 and best-fit decides); e itself is not
+// changed, since decisions may be using it.
+func (e *Engine) WithMix(m *Mix) *Engine {
+	c := *e
+	c.mix = m
+	return &c
+}
+
+// fragState is a node's free resources as the frag policy counts them: each
+// GPU's free units (0 for a GPU that takes nothing now) and the host's free
+// CPU and memory. A candidate is scored by changing a copy of it.
+type fragState struct {
+	free             []int
+	cpuFree, memFree uint64
+}
+
+// maxStackGPUs is the GPUs a node may have for its frag state to live on
+// the stack; larger nodes allocate.
+const maxStackGPUs = 16
+
+// newFragState reads n's state into buf.
+func newFragState(n *Node, buf []int) fragState {
+	s := fragState{free: buf[:0]}
+	for gi := range n.GPUs {
+		g := &n.GPUs[gi]
+		f := g.Free
+		if g.Unusable != "" {
+			f = 0
+		}
+		s.free = append(s.free, f)
+	}
+	if n.Host != nil {
+		s.cpuFree, s.memFree = n.Host.CPUMilliFree, n.Host.MemoryMiBFree
+	}
+	return s
+}
+
+// Fragmentation is the expected fragmentation of n under m, in units: the
+// free units that the mix's requests, weighed by their share, cannot use.
+// Nil m: 0.
+func Fragmentation(n *Node, m *Mix) float64 {
+	if m == nil {
+		return 0
+	}
+	var buf [maxStackGPUs]int
+	return fragmentation(n, m, newFragState(n, buf[:]))
+}
+
+// fragmentation is the expected fragmentation of n in state s under m: the
+// weighed sum, over the mix's shapes, of the free units each cannot use.
+func fragmentation(n *Node, m *Mix, s fragState) float64 {
+	total := 0
+	for _, f := range s.free {
+		total += f
+	}
+	out := 0.0
+	for i := range m.Shapes {
+		sh := &m.Shapes[i]
+		out += sh.Weight * float64(unusableFor(n, sh, s, total))
+	}
+	return out
+}
+
+// unusableFor is the free units of n (in state s, total free) that shape sh
+// cannot use.
+func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
+	if n.Host != nil && (sh.HostCPUMilli > s.cpuFree || sh.HostMemoryMiB > s.memFree) {
+		return total
+	}
+	switch {
+	case sh.GPUs > 0:
+		whole, partial := 0, 0
+		for gi := range n.GPUs {
+			g := &n.GPUs[gi]
+			switch {
+			case !pipefile.MatchType(sh.Type, g.Name):
+				partial += s.free[gi]
+			case s.free[gi] == g.Units:
+				whole++
+			default:
+				partial += s.free[gi]
+			}
+		}
+		if whole < sh.GPUs {
+			return total
+		}
+		return partial
+	case sh.Units > 0:
+		lost := 0
+		for gi := range n.GPUs {
+			if f := s.free[gi]; f < sh.Units || !pipefile.MatchType(sh.Type, n.GPUs[gi].Name) {
+				lost += f
+			}
+		}
+		return lost
+	}
+	return 0
+}
+
+// fragScorer scores the choices of one decision under the frag policy: the
+// node's expected fragmentation before, read once with each shape's part of
+// it, so that a choice that changes one GPU is scored in a step per shape
+// (delta), not a pass over the GPUs per shape.
+type fragScorer struct {
+	n      *Node
+	mix    *Mix
+	before float64
+	buf    [maxStackGPUs]int
+	base   fragState
+	total  int
+	shapes []shapeBefore
+}
+
+// shapeBefore is one shape's view of the node before the choice: its GPU
+// part (the free units it cannot use when the host can take it), and for a
+// whole-GPU shape the whole GPUs of its type and the free units of the
+// others.
+type shapeBefore struct {
+	gpuLost        int
+	whole, partial int
+}
+
+func newFragScorer(n *Node, m *Mix, r Request) *fragScorer {
+	fs := &fragScorer{n: n, mix: m}
+	if m == nil {
+		return fs
+	}
+	fs.base = newFragState(n, fs.buf[:])
+	for _, f := range fs.base.free {
+		fs.total += f
+	}
+	fs.shapes = make([]shapeBefore, len(m.Shapes))
+	for i := range m.Shapes {
+		sh := &m.Shapes[i]
+		b := &fs.shapes[i]
+		for gi := range n.GPUs {
+			f := fs.base.free[gi]
+			switch {
+			case sh.GPUs > 0:
+				if f == n.GPUs[gi].Units && pipefile.MatchType(sh.Type, n.GPUs[gi].Name) {
+					b.whole++
+				} else {
+					b.partial += f
+				}
+			case sh.Units > 0:
+				if f < sh.Units || !pipefile.MatchType(sh.Type, n.GPUs[gi].Name) {
+					b.gpuLost += f
+				}
+			}
+		}
+		if sh.GPUs > 0 {
+			b.gpuLost = b.partial
+			if b.whole < sh.GPUs {
+				b.gpuLost = fs.total
+			}
+		}
+		fs.before += sh.Weight * float64(fs.lost(sh, b.gpuLost, fs.total, fs.base.cpuFree, fs.base.memFree))
+	}
+	return fs
+}
+
+// lost is what shape sh cannot use of a node whose GPU part for it is
+// gpuLost, total free, and host free cpu and mem.
+func (fs *fragScorer) lost(sh *Shape, gpuLost, total int, cpu, mem uint64) int {
+	if fs.n.Host != nil && (sh.HostCPUMilli > cpu || sh.HostMemoryMiB > mem) {
+		return total
+	}
+	return gpuLost
+}
+
+// delta is how much taking units of GPU gi (a position in n.GPUs; -1: no
+// GPU) and r's host resources raises the node's expected fragmentation: per
+// shape, the GPU's part before is taken out and its part after put in.
+func (fs *fragScorer) delta(r Request, gi, units int) float64 {
+	if fs.mix == nil {
+		return 0
+	}
+	cpu, mem := fs.base.cpuFree, fs.base.memFree
+	if fs.n.Host != nil {
+		cpu -= min(cpu, r.HostCPUMilli)
+		mem -= min(mem, r.HostMemoryMiB)
+	}
+	if gi < 0 {
+		after := 0.0
+		for i := range fs.mix.Shapes {
+			after += fs.mix.Shapes[i].Weight * float64(fs.lost(&fs.mix.Shapes[i], fs.shapes[i].gpuLost, fs.total, cpu, mem))
+		}
+		return after - fs.before
+	}
+	g := &fs.n.GPUs[gi]
+	f := fs.base.free[gi]
+	after, total := 0.0, fs.total-units
+	for i := range fs.mix.Shapes {
+		sh := &fs.mix.Shapes[i]
+		b := &fs.shapes[i]
+		gpuLost := b.gpuLost
+		switch {
+		case sh.GPUs > 0:
+			whole, partial := b.whole, b.partial
+			if f == g.Units && pipefile.MatchType(sh.Type, g.Name) {
+				// A whole GPU no longer whole: its units left count
+				// among the others'.
+				whole--
+				partial += f - units
+			} else {
+				partial -= units
+			}
+			gpuLost = partial
+			if whole < sh.GPUs {
+				gpuLost = total
+			}
+		case sh.Units > 0:
+			match := pipefile.MatchType(sh.Type, g.Name)
+			if f < sh.Units || !match {
+				gpuLost -= f
+			}
+			if f-units < sh.Units || !match {
+				gpuLost += f - units
+			}
+		}
+		after += sh.Weight * float64(fs.lost(sh, gpuLost, total, cpu, mem))
+	}
+	return after - fs.before
+}
+
+// hostAlign orders nodes whose fragmentation r changes alike, higher
+// first. For a request of GPU it is the cosine similarity of what r asks of
+// n and what n has free, as shares of the node's totals: (host CPU, GPU
+// units); a request heavy on CPU goes where CPU is plentiful, not where it
+// would leave GPUs that no request has the CPU left to use. For a request of
+// no GPU it is 1 less the GPU its CPU strands: the share of the host's free
+// CPU it takes times the share of the node's GPU free, so that it goes
+// where CPU is plentiful for the GPU left (a node of sixteen cores and two
+// free GPUs loses half their CPU to an eight-core request; one of 104 cores,
+// a thirteenth). 0 when n has no Host.
+func hostAlign(n *Node, r Request) float64 {
+	h := n.Host
+	if h == nil || h.CPUMilli == 0 {
+		return 0
+	}
+	units, free := 0, 0
+	for gi := range n.GPUs {
+		g := &n.GPUs[gi]
+		units += g.Units
+		if g.Unusable == "" {
+			free += g.Free
+		}
+	}
+	if units == 0 {
+		return 0
+	}
+	asked := r.Units
+	if r.GPUs > 0 && len(n.GPUs) > 0 {
+		asked = r.GPUs * n.GPUs[0].Units
+	}
+	if asked == 0 {
+		if h.CPUMilliFree == 0 {
+			return 0
+		}
+		return roundScore(1 - min(1, float64(r.HostCPUMilli)/float64(h.CPUMilliFree))*float64(free)/float64(units))
+	}
+	a := [2]float64{float64(r.HostCPUMilli) / float64(h.CPUMilli), float64(asked) / float64(units)}
+	f := [2]float64{float64(h.CPUMilliFree) / float64(h.CPUMilli), float64(free) / float64(units)}
+	return roundScore(cosine(a, f))
+}

@@ -1,0 +1,42 @@
+package placement
+
+import "github.com/gpulet/gpulet/api"
+
+// Host is the CPU and memory of the node's host, for a decision that must
+// respect them: a cluster placement over nodes whose CPU and memory run out
+// before their GPUs do. gpuletd leaves Node.Host nil: it leases GPUs only.
+type Host struct {
+	CPUMilli, MemoryMiB         uint64
+	CPUMilliFree, MemoryMiBFree uint64
+}
+
+// hostRefusal says why n's host cannot take r: never (more than it has) or
+// not now (more than it has free); nil when it can or n has no Host.
+func hostRefusal(n *Node, r Request) error {
+	h := n.Host
+	if h == nil || r.HostCPUMilli == 0 && r.HostMemoryMiB == 0 {
+		return nil
+	}
+	switch {
+	case r.HostCPUMilli > h.CPUMilli:
+		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: the host has %d millicores, %d asked", ErrNeverFits, h.CPUMilli, r.HostCPUMilli)}
+	case r.HostMemoryMiB > h.MemoryMiB:
+		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: the host has %d MiB of memory, %d asked", ErrNeverFits, h.MemoryMiB, r.HostMemoryMiB)}
+	case r.HostCPUMilli > h.CPUMilliFree:
+		return api.Errorf(api.ErrInsufficientUnits, "the host has %d millicores free, %d asked", h.CPUMilliFree, r.HostCPUMilli)
+	case r.HostMemoryMiB > h.MemoryMiBFree:
+		return api.Errorf(api.ErrInsufficientUnits, "the host has %d MiB of memory free, %d asked", h.MemoryMiBFree, r.HostMemoryMiB)
+	}
+	return nil
+}
+
+// hostOnly places a request that asks no GPU: the host alone decides, and
+// the choice names no GPU (-1).
+func (e *Engine) hostOnly(n *Node, r Request) Decision {
+	d := Decision{Policy: e.policy, Choice: Choice{GPU: -1, Instance: -1}}
+	if e.policy == Frag {
+		d.Best.Frag = roundScore(newFragScorer(n, e.mix, r).delta(r, -1, 0))
+		d.Best.Align = hostAlign(n, r)
+	}
+	return d
+}

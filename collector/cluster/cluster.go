@@ -1,0 +1,417 @@
+// Package cluster places a request over many nodes: given each node's model
+// (the placement engine's view of it, with its host's CPU and memory), it
+// asks the node's own placement engine (agent/placement), the same that
+// gpuletd decides with, for each node that could take the request, and
+// ranks their answers by the policy. It is the collector's placement code
+// and the replay's (cmd/gpulet-replay): it keeps its nodes in memory, starts
+// no process and opens no socket. A cluster is not safe for concurrent use.
+//
+// It does not decide where a request goes twice: a node's answer is the
+// engine's; the cluster only leaves out the nodes that cannot fit the
+// request without asking their engine, orders the answers, and, when asked
+// to commit, changes the chosen node's model as a lease would.
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/pipefile"
+)
+
+// Request is a request to the cluster: the engine's request, and the GPU
+// models it accepts (any of them; empty: any model), as a pod's GPU
+// specification lists them.
+type Request struct {
+	placement.Request
+	Models []string
+}
+
+// Verdict is one node's answer.
+type Verdict struct {
+	Node string
+	// Kept says the node could take the request; Why says why not.
+	Kept bool
+	Why  string
+	// Choice and Best are the engine's choice on the node and its figures.
+	Choice placement.Choice
+	Best   placement.Candidate
+	// FreeUnits is the node's free units before the request, which breaks
+	// ties between nodes: the fuller first, as best-fit keeps large holes.
+	FreeUnits int
+	index     int
+}
+
+// Answer is where a request goes: the best node first, then the next best,
+// up to the limit asked. Considered counts the nodes whose engine was asked;
+// the others could not fit the request on their summary alone.
+type Answer struct {
+	Ranked     []Verdict
+	Considered int
+	Nodes      int
+}
+
+// Cluster is a set of node models and the engine that decides on each.
+type Cluster struct {
+	engine *placement.Engine
+	policy placement.Policy
+	nodes  []*node
+	byName map[string]int
+	// scratch is placeBounded's list of nodes to ask, kept between
+	// placements.
+	scratch []boundCand
+}
+
+type node struct {
+	name  string
+	model *placement.Node
+	sum   summary
+	// cache holds the engine's answers to requests while the model stays
+	// as it is: a change of the model drops it.
+	cache map[cacheKey]cached
+}
+
+// summary is what decides, without the engine, that a node cannot fit a
+// request: the largest free part of one GPU, the whole GPUs, the host's
+// free CPU and memory, and its GPU models.
+type summary struct {
+	maxFree, whole, free int
+	cpuFree, memFree     uint64
+	models               []string
+	// frees are the usable GPUs' free units, and minUnits and maxUnits
+	// the fewest and most units of a GPU, for bound.
+	frees              []int
+	minUnits, maxUnits int
+}
+
+// New makes an empty cluster whose nodes decide with e.
+func New(e *placement.Engine) *Cluster {
+	return &Cluster{engine: e, policy: e.Policy(), byName: map[string]int{}}
+}
+
+// SetEngine replaces the engine (a new mix for the frag policy); the
+// answers kept for the old one are dropped.
+func (c *Cluster) SetEngine(e *placement.Engine) {
+	c.engine, c.policy = e, e.Policy()
+	for _, n := range c.nodes {
+		n.cache = nil
+	}
+}
+
+// Add adds an empty node of spec s.
+func (c *Cluster) Add(s NodeSpec) error {
+	if _, dup := c.byName[s.Name]; dup {
+		return fmt.Errorf("node %s: added twice", s.Name)
+	}
+	m, err := newNode(s)
+	if err != nil {
+		return err
+	}
+	n := &node{name: s.Name, model: m}
+	n.summarize()
+	c.byName[s.Name] = len(c.nodes)
+	c.nodes = append(c.nodes, n)
+	return nil
+}
+
+// Len is the number of nodes.
+func (c *Cluster) Len() int { return len(c.nodes) }
+
+func (n *node) summarize() {
+	s := summary{models: n.sum.models[:0], frees: n.sum.frees[:0]}
+	for gi := range n.model.GPUs {
+		g := &n.model.GPUs[gi]
+		if gi == 0 || g.Units < s.minUnits {
+			s.minUnits = g.Units
+		}
+		s.maxUnits = max(s.maxUnits, g.Units)
+		if !slices.Contains(s.models, g.Name) {
+			s.models = append(s.models, g.Name)
+		}
+		if g.Unusable != "" {
+			continue
+		}
+		s.free += g.Free
+		s.frees = append(s.frees, g.Free)
+		s.maxFree = max(s.maxFree, g.Free)
+		if g.Free == g.Units {
+			s.whole++
+		}
+	}
+	if h := n.model.Host; h != nil {
+		s.cpuFree, s.memFree = h.CPUMilliFree, h.MemoryMiBFree
+	}
+	n.sum = s
+}
+
+// mayFit says whether a node of summary s could take r now; false is
+// certain, true is for the engine to decide.
+func (s *summary) mayFit(r *Request) bool {
+	switch {
+	case r.HostCPUMilli > s.cpuFree || r.HostMemoryMiB > s.memFree:
+		return false
+	case r.GPUs > 0 && s.whole < r.GPUs:
+		return false
+	case r.GPUs == 0 && r.Units > s.maxFree:
+		return false
+	}
+	if (r.GPUs > 0 || r.Units > 0) && len(r.Models) > 0 {
+		for _, m := range s.models {
+			if slices.ContainsFunc(r.Models, func(want string) bool { return pipefile.MatchType(want, m) }) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// cacheKey is what of a request an engine's answer depends on, for the
+// requests a replay or a collector sees again and again.
+type cacheKey struct {
+	units, gpus         int
+	cpu, mem, memoryMiB uint64
+	typ                 string
+	minCC               api.ComputeCapability
+}
+
+// cached is an engine's answer as a node keeps it: the choice without its
+// units (up to a GPU's worth of ints for each request kept, on every node),
+// which the answers that win are asked again for (complete).
+type cached struct {
+	kept   bool
+	choice placement.Choice
+	best   placement.Candidate
+}
+
+// cacheable says whether r's answer depends only on its cacheKey: no
+// identity, pool, GPU, model list or task of its own.
+func cacheable(r *Request) bool {
+	return r.GPU == "" && r.Pool == "" && len(r.Prefer) == 0 && len(r.Models) == 0 && r.UID == 0 && len(r.GIDs) == 0 && !r.Admin
+}
+
+// ask is the node's engine's answer to r.
+func (c *Cluster) ask(n *node, r *Request) cached {
+	var key cacheKey
+	useCache := cacheable(r)
+	if useCache {
+		key = cacheKey{r.Units, r.GPUs, r.HostCPUMilli, r.HostMemoryMiB, r.MemoryMiB, r.Type, r.MinCC}
+		if c.policy != placement.Frag {
+			// Only the frag policy's figures depend on the host's part
+			// of a request; a host that cannot give it is left out
+			// before the engine is asked (summary.mayFit).
+			key.cpu, key.mem = 0, 0
+		}
+		if v, ok := n.cache[key]; ok {
+			return v
+		}
+	}
+	d, err := c.decide(n, r)
+	v := cached{kept: err == nil, choice: d.Choice, best: d.Best}
+	if useCache {
+		if n.cache == nil {
+			n.cache = map[cacheKey]cached{}
+		}
+		kept := v
+		kept.choice.Units = nil
+		n.cache[key] = kept
+	}
+	return v
+}
+
+// decide is the engine's decision on n for r.
+func (c *Cluster) decide(n *node, r *Request) (placement.Decision, error) {
+	d, err := c.engine.Place(n.model, r.Request)
+	if err == nil && len(r.Models) > 0 && r.GPUs+r.Units > 0 && !modelsAccept(r.Models, n.model, d.Choice) {
+		// The node has a model asked and one not asked: ask again for
+		// each model asked, and keep the best.
+		d, err = c.placeByModel(n, r)
+	}
+	return d, err
+}
+
+// complete gives the ranked answers their units, which kept answers lack.
+func (c *Cluster) complete(r *Request, ranked []Verdict) error {
+	for i := range ranked {
+		v := &ranked[i]
+		if v.Choice.Units != nil || r.Units <= 0 || r.GPUs > 0 {
+			continue
+		}
+		d, err := c.decide(c.nodes[v.index], r)
+		if err != nil {
+			return fmt.Errorf("node %s: its engine refused what it had answered: %w", v.Node, err)
+		}
+		v.Choice = d.Choice
+	}
+	return nil
+}
+
+// modelsAccept says whether every GPU of choice ch is of a model asked.
+func modelsAccept(models []string, m *placement.Node, ch placement.Choice) bool {
+	gpus := ch.GPUs
+	if len(gpus) == 0 {
+		gpus = []int{ch.GPU}
+	}
+	for _, idx := range gpus {
+		for gi := range m.GPUs {
+			if m.GPUs[gi].Index == idx && !slices.ContainsFunc(models, func(want string) bool { return pipefile.MatchType(want, m.GPUs[gi].Name) }) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// placeByModel asks the engine once per model asked (the engine's type
+// filter takes one) and keeps the best answer under the policy.
+func (c *Cluster) placeByModel(n *node, r *Request) (placement.Decision, error) {
+	var best placement.Decision
+	var errs []error
+	found := false
+	for _, m := range r.Models {
+		one := r.Request
+		one.Type = m
+		d, err := c.engine.Place(n.model, one)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if !found || c.before(Verdict{Best: d.Best}, Verdict{Best: best.Best}) {
+			best, found = d, true
+		}
+	}
+	if !found {
+		return best, errors.Join(errs...)
+	}
+	return best, nil
+}
+
+// Place ranks the nodes that can take r now, best first, and returns up to
+// limit of them (at least one). It fails with api.ErrInsufficientUnits when
+// no node can.
+func (c *Cluster) Place(r Request, limit int) (Answer, error) {
+	limit = max(limit, 1)
+	a := Answer{Nodes: len(c.nodes)}
+	if c.bounded() {
+		c.placeBounded(&r, limit, &a)
+	} else {
+		c.placeAll(&r, limit, &a)
+	}
+	if len(a.Ranked) == 0 {
+		return a, api.Errorf(api.ErrInsufficientUnits, "no node can take the request now (%d of %d nodes could fit it on their free resources; their engines refused)", a.Considered, len(c.nodes))
+	}
+	return a, c.complete(&r, a.Ranked)
+}
+
+// placeAll asks every node that may fit r.
+func (c *Cluster) placeAll(r *Request, limit int, a *Answer) {
+	for i, n := range c.nodes {
+		if !n.sum.mayFit(r) {
+			continue
+		}
+		a.Considered++
+		v := c.ask(n, r)
+		if !v.kept {
+			continue
+		}
+		cand := Verdict{Node: n.name, Kept: true, Choice: v.choice, Best: v.best, FreeUnits: n.sum.free, index: i}
+		a.Ranked = c.insert(a.Ranked, cand, limit)
+		if c.policy == placement.FirstFit && len(a.Ranked) == limit {
+			// Nodes come in order: no later one comes before these.
+			break
+		}
+	}
+}
+
+// insert puts v among the best limit verdicts, kept in order.
+func (c *Cluster) insert(ranked []Verdict, v Verdict, limit int) []Verdict {
+	if len(ranked) == limit && !c.before(v, ranked[len(ranked)-1]) {
+		return ranked
+	}
+	i := len(ranked)
+	for i > 0 && c.before(v, ranked[i-1]) {
+		i--
+	}
+	if len(ranked) < limit {
+		ranked = append(ranked, Verdict{})
+	}
+	copy(ranked[i+1:], ranked[i:])
+	ranked[i] = v
+	return ranked
+}
+
+// before orders two nodes' answers under the policy, as the engine orders
+// two GPUs of one node: the policy's figure of each node's choice first,
+// then the fuller node, then the node added first.
+func (c *Cluster) before(a, b Verdict) bool {
+	x, y := a.Best, b.Best
+	switch c.policy {
+	case placement.FirstFit:
+		return a.index < b.index
+	case placement.Score:
+		if x.Score != y.Score {
+			return x.Score > y.Score
+		}
+	case placement.Frag:
+		if x.Frag != y.Frag {
+			return x.Frag < y.Frag
+		}
+		if x.Align != y.Align {
+			return x.Align > y.Align
+		}
+	case placement.Spread:
+		if x.GPUFree != y.GPUFree {
+			return x.GPUFree > y.GPUFree
+		}
+		if a.FreeUnits != b.FreeUnits {
+			return a.FreeUnits > b.FreeUnits
+		}
+		return a.index < b.index
+	}
+	if x.GPUFree != y.GPUFree {
+		return x.GPUFree < y.GPUFree
+	}
+	if a.FreeUnits != b.FreeUnits {
+		return a.FreeUnits < b.FreeUnits
+	}
+	return a.index < b.index
+}
+
+// Commit applies v, an answer of Place to r, to its node's model, as the
+// node's lease would.
+func (c *Cluster) Commit(r Request, v Verdict) error {
+	i, ok := c.byName[v.Node]
+	if !ok {
+		return fmt.Errorf("no node %q", v.Node)
+	}
+	n := c.nodes[i]
+	commit(n.model, r.Request, v.Choice)
+	n.cache = nil
+	n.summarize()
+	return nil
+}
+
+// Fragmentation is the cluster's expected fragmentation under m: the sum
+// of its nodes' (placement.Fragmentation), in units.
+func (c *Cluster) Fragmentation(m *placement.Mix) float64 {
+	out := 0.0
+	for _, n := range c.nodes {
+		out += placement.Fragmentation(n.model, m)
+	}
+	return out
+}
+
+// Totals are the cluster's units and free units, over its usable GPUs.
+func (c *Cluster) Totals() (units, free int) {
+	for _, n := range c.nodes {
+		for gi := range n.model.GPUs {
+			g := &n.model.GPUs[gi]
+			units += g.Units
+		}
+		free += n.sum.free
+	}
+	return units, free
+}

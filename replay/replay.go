@@ -1,0 +1,183 @@
+// Package replay replays a cluster trace in the protocol of the FGD paper
+// ("Beware of Fragmentation", USENIX ATC '23) through gpulet's cluster
+// placement (collector/cluster), over node models in memory: the command
+// gpulet-replay. docs/replay.md has the protocol and the figures.
+package replay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/collector/cluster"
+)
+
+// UnitsPerGPU is U in the replay: a pod's gpu_milli is its units.
+const UnitsPerGPU = 1000
+
+// MaxArrived is the last arrived percent a curve reports.
+const MaxArrived = 130
+
+// The frag policy's learner in a replay: it remembers about the last
+// mixWindow pods, weighs the mixShapes most frequent kinds, and publishes a
+// new mix every mixEvery pods (each new mix makes every node's answers be
+// asked again).
+const (
+	mixWindow = 4096
+	mixShapes = 16
+	mixEvery  = 1024
+)
+
+// Tune is the published protocol's workload at ratio: the pod list in its
+// order, then pods drawn from it at random with replacement (seeded), in the
+// order drawn, for as long as the GPU asked in all stays within ratio times
+// the cluster's capacity (capacity in milli-GPU).
+func Tune(pods []Pod, capacity int64, ratio float64, seed uint64) []Pod {
+	limit := int64(ratio * float64(capacity))
+	out := slices.Clone(pods)
+	var total int64
+	for _, p := range pods {
+		total += int64(p.Milli())
+	}
+	if len(pods) == 0 || total == 0 {
+		return out
+	}
+	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	for {
+		p := pods[rng.IntN(len(pods))]
+		if total+int64(p.Milli()) > limit {
+			return out
+		}
+		total += int64(p.Milli())
+		out = append(out, p)
+	}
+}
+
+// Result is one replay of one policy and one seed.
+type Result struct {
+	Policy placement.Policy
+	Seed   uint64
+	// Alloc[p] is the GPU allocated (percent of the cluster's) when the
+	// arrived GPU first reached p percent of the cluster's; Failed[p] the
+	// pods failed by then, and Frag[p] the fragmented milli-GPU then
+	// (placement.Fragmentation under the mix learned so far).
+	Alloc  [MaxArrived + 1]float64
+	Failed [MaxArrived + 1]int
+	Frag   [MaxArrived + 1]float64
+	// Pods is the pods replayed; FailedPods those no node could take.
+	Pods, FailedPods int
+	// Decisions are the cluster placement's decision times, one per pod.
+	Decisions []time.Duration
+	Wall      time.Duration
+}
+
+// Capacity is the cluster's GPU in milli-GPU.
+func Capacity(nodes []TraceNode) int64 {
+	var c int64
+	for _, n := range nodes {
+		c += int64(n.GPUs) * UnitsPerGPU
+	}
+	return c
+}
+
+// newCluster builds the node models of nodes, empty, deciding with e.
+func newCluster(nodes []TraceNode, e *placement.Engine) (*cluster.Cluster, error) {
+	c := cluster.New(e)
+	for _, n := range nodes {
+		s := cluster.NodeSpec{Name: n.Name, Units: UnitsPerGPU, CPUMilli: n.CPUMilli, MemoryMiB: n.MemoryMiB}
+		for range n.GPUs {
+			s.GPUs = append(s.GPUs, cluster.GPUSpec{Name: n.Model})
+		}
+		if err := c.Add(s); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// request is a pod as the cluster places it.
+func request(p Pod) cluster.Request {
+	r := cluster.Request{Request: placement.Request{HostCPUMilli: p.CPUMilli, HostMemoryMiB: p.MemoryMiB}, Models: p.Models}
+	switch {
+	case p.GPUs == 1:
+		r.Units = p.GPUMilli
+	case p.GPUs > 1:
+		r.GPUs = p.GPUs
+	}
+	return r
+}
+
+// Replay places the pods of work, in order, on an empty cluster of nodes
+// under policy p, none ever leaving. progress, if not nil, is called now and
+// then with the pods placed so far.
+func Replay(ctx context.Context, nodes []TraceNode, work []Pod, p placement.Policy, seed uint64, progress func(done int)) (Result, error) {
+	start := time.Now()
+	res := Result{Policy: p, Seed: seed, Pods: len(work), Decisions: make([]time.Duration, 0, len(work))}
+	learner := placement.NewLearner(mixWindow, mixShapes, mixEvery)
+	base := placement.New(p)
+	c, err := newCluster(nodes, base)
+	if err != nil {
+		return res, err
+	}
+	capacity := float64(Capacity(nodes))
+	if capacity == 0 {
+		return res, errors.New("the node list has no GPU")
+	}
+	var mix *placement.Mix
+	var arrived, allocated int64
+	next := 0 // the next arrived percent to record
+	record := func() {
+		for next <= MaxArrived && float64(arrived)*100 >= float64(next)*capacity {
+			res.Alloc[next] = float64(allocated) * 100 / capacity
+			res.Failed[next] = res.FailedPods
+			res.Frag[next] = c.Fragmentation(mix)
+			next++
+		}
+	}
+	record()
+	for i, pod := range work {
+		if i%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return res, err
+			}
+			if progress != nil {
+				progress(i)
+			}
+		}
+		r := request(pod)
+		learner.Observe(r.Request)
+		if m := learner.Mix(); m != mix {
+			mix = m
+			if p == placement.Frag {
+				c.SetEngine(base.WithMix(mix))
+			}
+		}
+		t0 := time.Now()
+		a, err := c.Place(r, 1)
+		res.Decisions = append(res.Decisions, time.Since(t0))
+		arrived += int64(pod.Milli())
+		if err != nil {
+			res.FailedPods++
+		} else {
+			if err := c.Commit(r, a.Ranked[0]); err != nil {
+				return res, fmt.Errorf("pod %s: %w", pod.Name, err)
+			}
+			allocated += int64(pod.Milli())
+		}
+		record()
+	}
+	// A workload that stops short of the last percents keeps its last
+	// figures there.
+	for ; next <= MaxArrived; next++ {
+		res.Alloc[next], res.Failed[next], res.Frag[next] = float64(allocated)*100/capacity, res.FailedPods, c.Fragmentation(mix)
+	}
+	if progress != nil {
+		progress(len(work))
+	}
+	res.Wall = time.Since(start)
+	return res, nil
+}

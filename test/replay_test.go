@@ -1,0 +1,69 @@
+package test
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/collector/cluster"
+	"github.com/gpulet/gpulet/internal/e2e"
+)
+
+// TestReplayModelAgreesWithGpuletd places the same 200 requests through a
+// real gpuletd (simulated backend, its HTTP API) and through the node model
+// gpulet-replay places on (collector/cluster), under each policy the
+// daemon takes without a learned mix, and gets the same GPU and units for
+// each, and the same refusals once the node is full.
+func TestReplayModelAgreesWithGpuletd(t *testing.T) {
+	for _, p := range []placement.Policy{placement.BestFit, placement.FirstFit, placement.Spread} {
+		t.Run(string(p), func(t *testing.T) {
+			d := e2e.Start(t, "--sim-gpus", "4xA100-80GB,4xT4-16GB", "--policy", string(p),
+				"--units-per-client", "8", "--clients-per-instance", "16", "--units-per-gpu", "64")
+			ctx := e2e.Ctx(t)
+			gl, err := d.Client.GPUs(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := cluster.NodeSpec{Name: "e2e", Units: 64, ClientsPerInstance: 16}
+			for _, g := range gl.GPUs {
+				spec.GPUs = append(spec.GPUs, cluster.GPUSpec{Name: g.Name, MemoryTotalMiB: g.MemoryTotalMiB})
+			}
+			model := cluster.New(placement.New(p))
+			if err := model.Add(spec); err != nil {
+				t.Fatal(err)
+			}
+			rng := rand.New(rand.NewPCG(23, 200))
+			placed, refused := 0, 0
+			for i := 0; i < 200; i++ {
+				units := 1 + rng.IntN(8)
+				l, err := d.Client.Lease(ctx, api.LeaseRequest{Units: units, TTL: "10m"})
+				r := cluster.Request{Request: placement.Request{Units: units}}
+				a, merr := model.Place(r, 1)
+				if (err == nil) != (merr == nil) {
+					t.Fatalf("request %d (%d units): gpuletd %v, the model %v", i, units, err, merr)
+				}
+				if err != nil {
+					if !errors.Is(err, api.ErrInsufficientUnits) {
+						t.Fatalf("request %d: %v", i, err)
+					}
+					refused++
+					continue
+				}
+				c := a.Ranked[0].Choice
+				if l.GPU.Index != c.GPU || fmt.Sprint(l.Units) != fmt.Sprint(c.Units) {
+					t.Fatalf("request %d (%d units): gpuletd GPU %d units %v, the model GPU %d units %v", i, units, l.GPU.Index, l.Units, c.GPU, c.Units)
+				}
+				if err := model.Commit(r, a.Ranked[0]); err != nil {
+					t.Fatal(err)
+				}
+				placed++
+			}
+			if placed < 100 || refused == 0 {
+				t.Fatalf("%d placed, %d refused: the requests should fill the node", placed, refused)
+			}
+		})
+	}
+}
