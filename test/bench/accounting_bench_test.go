@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/gpulet/gpulet/internal/e2e"
 )
 
 // BenchmarkLeaseReleaseAccounting is lease+release at 8 clients on a 16-GPU
@@ -31,6 +33,16 @@ func BenchmarkLeaseReleaseAccounting(b *testing.B) {
 	}
 	holdBoundLeases(b, off.Socket, held, pids)
 	holdBoundLeases(b, on.Socket, held, pids)
+	// The comparison means something only if one side accounts and the
+	// other does not.
+	measured := func(d *e2e.Daemon) bool {
+		ls, err := d.Client.Leases(e2e.Ctx(b))
+		return err == nil && len(ls) == held && ls[0].Usage != nil && len(ls[0].Usage.PIDs) == 1
+	}
+	e2e.Eventually(b, "the held leases measured", func() bool { return measured(on) })
+	if measured(off) {
+		b.Fatal("--accounting=false measured the leases")
+	}
 	alternate(b, 8, side{off.Socket, leaseRelease}, side{on.Socket, leaseRelease}, "accounting-off")
 }
 
