@@ -139,6 +139,9 @@ type Agent struct {
 	profiles *profiles.Store
 	// usage accounts for what leases and claims use; nil with accounting off.
 	usage *usage.Accountant
+	// mix learns the request mix the frag policy weighs; nil under other
+	// policies.
+	mix *placement.Learner
 }
 
 // Run starts gpuletd and serves until ctx ends, then stops cleanly. Parts
@@ -157,6 +160,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	a := &Agent{cfg: cfg, log: log, inv: inv, devs: inv.Devices(), bootID: newBootID()}
 	if cfg.Accounting {
 		a.usage = usage.New()
+	}
+	if cfg.Policy == placement.Frag {
+		a.mix = placement.NewLearner(nodeMixWindow, nodeMixShapes, nodeMixEvery)
 	}
 	for k := range cfg.Model.InstancesPerGPU {
 		a.instanceUnits = append(a.instanceUnits, cfg.Model.InstanceUnits(k))

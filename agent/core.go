@@ -21,6 +21,7 @@ func (a *Agent) Changed() <-chan struct{} { return a.store.Changed() }
 
 // Acquire grants a lease.
 func (a *Agent) Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (lease.Grant, error) {
+	a.observe(req)
 	return a.leases.Acquire(ctx, peer, req)
 }
 

@@ -45,7 +45,33 @@ func (a *Agent) engineFor(r *config.Rules) *placement.Engine {
 	if r != nil {
 		e = e.WithPools(r.Pools).WithWeights(r.ScoreWeights())
 	}
+	if a.mix != nil {
+		e = e.WithMix(a.mix.Mix())
+	}
 	return e
+}
+
+// Learning the request mix of the frag policy: the last nodeMixWindow
+// requests are remembered (older ones weigh less), the nodeMixShapes most
+// frequent shapes weighed, and a new mix put in force every nodeMixEvery
+// requests, so that the engine is replaced seldom.
+const (
+	nodeMixWindow = 1024
+	nodeMixShapes = 16
+	nodeMixEvery  = 32
+)
+
+// observe counts a lease request in the frag policy's mix, and puts a new
+// engine in force when the mix changed. Nothing happens under other policies.
+func (a *Agent) observe(req lease.Request) {
+	if a.mix == nil {
+		return
+	}
+	before := a.mix.Mix()
+	a.mix.Observe(placement.Request{Units: req.Units, Type: req.Type, MemoryMiB: req.MemoryMiB})
+	if a.mix.Mix() != before {
+		a.leases.SetEngine(a.engineFor(a.rules.Load()))
+	}
 }
 
 // applyRules puts r in force: a new placement engine (pools, score

@@ -150,6 +150,10 @@ func (m *Manager) SetRules(e *placement.Engine, q *Quotas) {
 	m.mu.Unlock()
 }
 
+// SetEngine puts a new placement engine in force, the quotas staying: the
+// frag policy's engine changes as the request mix it weighs is learned.
+func (m *Manager) SetEngine(e *placement.Engine) { m.engine.Store(e) }
+
 // QuotaUse lists the quotas that bind peer and what is held against each;
 // none for admins, whom no quota binds.
 func (m *Manager) QuotaUse(peer Peer) []QuotaUse {
