@@ -72,7 +72,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		for k, iv := range gv.Instances {
 			in := api.Instance{
 				Instance: k, State: api.InstanceOff, Clients: iv.Clients,
-				ClientsMax: a.cfg.Model.ClientsPerInstance, Units: a.instanceUnits[k], UID: iv.UID,
+				ClientsMax: a.cfg.Model.ClientsPerInstance, Units: a.instanceUnits[k], UnitsFree: len(iv.FreeUnits), UID: iv.UID,
 				SlurmJobs: iv.SlurmJobs,
 			}
 			if k < len(mpsStates) {

@@ -190,6 +190,10 @@ type Instance struct {
 	ClientsMax int    `json:"clients_max"`
 	// Units are the unit indices this instance owns.
 	Units []int `json:"units"`
+	// UnitsFree counts the instance's units neither used nor reserved, so
+	// that a scheduler above the node (the collector's placements) can tell
+	// which instance a request fits.
+	UnitsFree int `json:"units_free"`
 	// UID is the user whose clients the instance's MPS server serves now; absent
 	// while it serves nobody (an idle server left by a finished job serves
 	// nobody: the next user's client replaces it).

@@ -134,16 +134,25 @@ func TestSharedTokenReread(t *testing.T) {
 func TestReadToken(t *testing.T) {
 	s := NewServer(NewStore(time.Minute, nil), nil)
 	s.Auth.ReadToken = tokenFile(t, "reader\n")
-	for _, path := range []string{"/v1/table", "/v1/nodes", "/metrics"} {
+	for _, path := range []string{"/v1/table", "/v1/nodes", "/metrics", "/v1/placements"} {
 		for auth, want := range map[string]int{"": 403, "Bearer nope": 403, "Bearer reader": 200, "bearer reader": 200} {
-			req := httptest.NewRequest("GET", path, nil)
+			method, body := "GET", ""
+			if path == "/v1/placements" {
+				// An empty table: the request is read, and refused as no
+				// node can take it, once the token is right.
+				method, body = "POST", `{"units":1}`
+				if want == 200 {
+					want = 409
+				}
+			}
+			req := httptest.NewRequest(method, path, strings.NewReader(body))
 			if auth != "" {
 				req.Header.Set("Authorization", auth)
 			}
 			rec := httptest.NewRecorder()
 			s.ServeHTTP(rec, req)
 			if rec.Code != want {
-				t.Errorf("GET %s with %q: %d, want %d", path, auth, rec.Code, want)
+				t.Errorf("%s %s with %q: %d, want %d", method, path, auth, rec.Code, want)
 			}
 		}
 	}

@@ -17,6 +17,8 @@ import (
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/gpulet/gpulet/agent/placement"
 )
 
 // DefaultStaleAfter is how long a node may be silent before it is
@@ -56,6 +58,9 @@ type Config struct {
 	// TLSCertFile and TLSKeyFile, when set, make the collector serve
 	// HTTPS (--tls-cert, --tls-key).
 	TLSCertFile, TLSKeyFile string
+	// Policy is the placement policy of POST /v1/placements (--policy);
+	// best-fit when empty.
+	Policy placement.Policy
 	// ClientCAFile, when set, holds the CA certificates that client
 	// certificates are verified against (--client-ca); a node's snapshot
 	// may then come with a certificate whose name is the node's.
@@ -94,6 +99,9 @@ func Run(ctx context.Context, cfg Config) error {
 	store.MaxNodes, store.MaxBytes = cfg.MaxNodes, cfg.MaxBytes
 	handler := NewServer(store, log)
 	handler.MaxTableRows = cfg.MaxTableRows
+	if cfg.Policy != "" {
+		handler.SetPolicy(cfg.Policy)
+	}
 	if handler.Auth, err = openAuth(cfg); err != nil {
 		ln.Close()
 		return err

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/ratelog"
 )
@@ -31,6 +32,8 @@ type Server struct {
 	// fileErrors logs, within a budget, the token files that cannot be
 	// read again: every request reads them.
 	fileErrors *ratelog.Limiter
+	// placer answers POST /v1/placements.
+	placer *placer
 }
 
 type route struct {
@@ -43,11 +46,12 @@ func NewServer(store *Store, log *slog.Logger) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{store: store, log: log, fileErrors: ratelog.New(log, "token file errors", 1, nil)}
+	s := &Server{store: store, log: log, fileErrors: ratelog.New(log, "token file errors", 1, nil), placer: newPlacer(placement.BestFit)}
 	s.metrics = s.metricsHandler()
 	s.routes = []route{
 		{"GET", "/metrics", s.serveMetrics},
 		{"GET", "/v1/nodes", s.nodes},
+		{"POST", "/v1/placements", s.placements},
 		{"POST", "/v1/snapshots", s.snapshot},
 		{"GET", "/v1/table", s.table},
 	}
@@ -76,6 +80,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	s.writeError(w, api.Errorf(api.ErrNotFound, "no such endpoint: %s", r.URL.Path))
 }
+
+// SetPolicy sets the placement policy of POST /v1/placements (best-fit
+// when never set); call it before serving.
+func (s *Server) SetPolicy(p placement.Policy) { s.placer = newPlacer(p) }
 
 // bodies recycles the buffers snapshot bodies are read into: at 10,000
 // snapshots a second they would otherwise be most of the garbage.

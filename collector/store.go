@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/api"
 )
 
@@ -48,6 +49,18 @@ type gpuRecord struct {
 	utilizationPct int
 	memoryTotalMiB uint64
 	memoryUsedMiB  uint64
+	// What the placements need beside the table's columns: the card's
+	// figures and each MPS instance's state and free units.
+	card      placement.Card
+	instances []instanceRecord
+}
+
+// instanceRecord is one MPS instance of a GPU: its units are the range
+// [first, first+size), as every instance's are.
+type instanceRecord struct {
+	state               string
+	first, size, free   int
+	clients, clientsMax int
 }
 
 // Outcome is what Store.Apply did with a snapshot.
@@ -92,9 +105,14 @@ type Store struct {
 	now        func() time.Time
 	names      interner
 
-	// mu guards nodes and bytes; the records nodes points to are immutable.
+	// mu guards nodes, bytes and changed; the records nodes points to are
+	// immutable.
 	mu    sync.RWMutex
 	nodes map[string]*record
+	// changed names the nodes whose record changed or went since the
+	// placements last asked (takeChanged); nil until they first do, so a
+	// collector nobody asks for placements keeps no such list.
+	changed map[string]struct{}
 	// bytes is the sum of the records' recordSize.
 	bytes int
 	// MaxNodes, when above zero, is the most nodes the table keeps; a
@@ -135,6 +153,10 @@ func (st *Store) Apply(s *api.Snapshot) Outcome {
 		seen := *old
 		seen.received = rec.received
 		st.nodes[rec.node] = &seen
+		if st.changed != nil {
+			// Heard from: a node judged silent is working again.
+			st.changed[rec.node] = struct{}{}
+		}
 		return Repeated
 	}
 	grows := rec.size
@@ -146,6 +168,9 @@ func (st *Store) Apply(s *api.Snapshot) Outcome {
 	}
 	st.bytes += grows
 	st.nodes[rec.node] = rec
+	if st.changed != nil {
+		st.changed[rec.node] = struct{}{}
+	}
 	return Applied
 }
 
@@ -158,6 +183,9 @@ func (st *Store) Expire(after time.Duration) int {
 	for name, r := range st.nodes {
 		if now.Sub(r.received) >= after {
 			delete(st.nodes, name)
+			if st.changed != nil {
+				st.changed[name] = struct{}{}
+			}
 			st.bytes -= r.size
 			n++
 		}
@@ -177,7 +205,10 @@ func (st *Store) Bytes() int {
 const (
 	recordBytes   = int(unsafe.Sizeof(record{}))
 	gpuRecordSize = int(unsafe.Sizeof(gpuRecord{}))
-	mapEntryBytes = 64
+	// instanceRecordSize counts an instance's record; its state string is
+	// interned.
+	instanceRecordSize = int(unsafe.Sizeof(instanceRecord{}))
+	mapEntryBytes      = 64
 )
 
 // recordSize estimates the memory r takes, its strings included (a shared
@@ -186,7 +217,7 @@ func recordSize(r *record) int {
 	n := recordBytes + mapEntryBytes + len(r.node) + len(r.bootID) + len(r.gpus)*gpuRecordSize
 	for i := range r.gpus {
 		g := &r.gpus[i]
-		n += len(g.uuid) + len(g.name) + len(g.lowerName)
+		n += len(g.uuid) + len(g.name) + len(g.lowerName) + len(g.instances)*instanceRecordSize
 	}
 	return n
 }
@@ -206,6 +237,16 @@ func (st *Store) recordOf(s *api.Snapshot) *record {
 			eligible: g.Eligible, unitsTotal: g.UnitsTotal, unitsUsed: g.UnitsUsed, unitsFree: g.UnitsFree,
 			unitsReserved: g.UnitsReserved, utilizationPct: g.UtilizationPct,
 			memoryTotalMiB: g.MemoryTotalMiB, memoryUsedMiB: g.MemoryUsedMiB,
+			card:      cardOf(g.Capability),
+			instances: make([]instanceRecord, len(g.Instances)),
+		}
+		for k, in := range g.Instances {
+			first := 0
+			if len(in.Units) > 0 {
+				first = in.Units[0]
+			}
+			rec.gpus[i].instances[k] = instanceRecord{state: st.names.state(in.State), first: first, size: len(in.Units),
+				free: min(max(in.UnitsFree, 0), len(in.Units)), clients: in.Clients, clientsMax: in.ClientsMax}
 		}
 	}
 	// Rows come out by GPU index; sorting here, once per snapshot, keeps
@@ -213,6 +254,26 @@ func (st *Store) recordOf(s *api.Snapshot) *record {
 	slices.SortFunc(rec.gpus, func(a, b gpuRecord) int { return cmp.Compare(a.index, b.index) })
 	rec.size = recordSize(rec)
 	return rec
+}
+
+// takeChanged returns the records of the nodes that changed since the last
+// call (nil for a node that went), and starts the next list; all is set on
+// the first call, when every node counts as changed.
+func (st *Store) takeChanged() (changed map[string]*record, all bool) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	all = st.changed == nil
+	out := make(map[string]*record, len(st.changed))
+	if all {
+		for name, r := range st.nodes {
+			out[name] = r
+		}
+	}
+	for name := range st.changed {
+		out[name] = st.nodes[name]
+	}
+	st.changed = map[string]struct{}{}
+	return out, all
 }
 
 // records returns the records of every node, or of the one named, in no

@@ -185,6 +185,8 @@ func appendInstance(b []byte, in *api.Instance) []byte {
 	b = strconv.AppendInt(b, int64(in.ClientsMax), 10)
 	b = append(b, `,"units":`...)
 	b = appendUnits(b, in.Units)
+	b = append(b, `,"units_free":`...)
+	b = strconv.AppendInt(b, int64(in.UnitsFree), 10)
 	if in.UID != nil {
 		b = append(b, `,"uid":`...)
 		b = strconv.AppendUint(b, uint64(*in.UID), 10)

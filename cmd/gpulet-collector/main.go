@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/collector"
 )
 
@@ -34,6 +35,7 @@ func main() {
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key); plain HTTP by default")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM key of --tls-cert")
 	fs.StringVar(&cfg.ClientCAFile, "client-ca", "", "PEM file of the CA certificates client certificates must chain to: a node's snapshots are then also taken with a certificate whose name (DNS name or common name) is the node's (gpuletd --upstream-cert); needs --tls-cert")
+	policy := fs.String("policy", string(placement.BestFit), "placement policy of POST /v1/placements: best-fit, first-fit, spread, score or frag (the same engine gpuletd places with)")
 	fs.StringVar(&cfg.ReadTokenFile, "read-token-file", "", "file holding the bearer token reads (GET /v1/table, /v1/nodes, /metrics) must come with (read again when it changes); none by default")
 	fs.Usage = func() {
 		fmt.Fprintln(fs.Output(), "Usage: gpulet-collector --listen ADDR [--node-tokens-file F] [--read-token-file F] [flags]")
@@ -54,6 +56,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "gpulet-collector: --listen is required")
 		os.Exit(2)
 	}
+	p, err := placement.ParsePolicy(*policy)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpulet-collector:", err)
+		os.Exit(2)
+	}
+	cfg.Policy = p
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	if err := collector.Run(ctx, cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "gpulet-collector:", err)

@@ -415,3 +415,41 @@ func (c *Cluster) Totals() (units, free int) {
 	}
 	return units, free
 }
+
+// Put sets node name's model to m, adding the node if the cluster lacks
+// it: the collector's nodes are what their last snapshots say, not models
+// the cluster changes itself. The cluster keeps m; the caller must not
+// change it afterwards.
+func (c *Cluster) Put(name string, m *placement.Node) {
+	i, ok := c.byName[name]
+	if !ok {
+		i = len(c.nodes)
+		c.byName[name] = i
+		c.nodes = append(c.nodes, &node{name: name})
+	}
+	n := c.nodes[i]
+	n.model, n.cache = m, nil
+	n.summarize()
+}
+
+// Remove drops node name, if the cluster has it.
+func (c *Cluster) Remove(name string) {
+	i, ok := c.byName[name]
+	if !ok {
+		return
+	}
+	last := len(c.nodes) - 1
+	c.nodes[i] = c.nodes[last]
+	c.byName[c.nodes[i].name] = i
+	c.nodes = c.nodes[:last]
+	delete(c.byName, name)
+}
+
+// Names lists the nodes, in the cluster's order.
+func (c *Cluster) Names() []string {
+	out := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		out[i] = n.name
+	}
+	return out
+}

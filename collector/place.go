@@ -1,0 +1,245 @@
+package collector
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/collector/cluster"
+)
+
+// MaxPlacements bounds ?limit= of POST /v1/placements.
+const MaxPlacements = 100
+
+// PlacementRequest is the body of POST /v1/placements: what a node's dry run
+// takes that the collector can judge from snapshots. A pool is a node's own
+// config, which no snapshot carries, so it is refused.
+type PlacementRequest struct {
+	Units     int    `json:"units,omitempty"`
+	GPUs      int    `json:"gpus,omitempty"`
+	MemoryMiB uint64 `json:"memory_mib,omitempty"`
+	Type      string `json:"type,omitempty"`
+	MinCC     string `json:"min_cc,omitempty"`
+	Pool      string `json:"pool,omitempty"`
+}
+
+// Placement is one node's answer: where the request would go there.
+type Placement struct {
+	Node string       `json:"node"`
+	GPU  api.LeaseGPU `json:"gpu"`
+	// GPUs are the whole GPUs of a request of "gpus"; absent otherwise.
+	GPUs     []api.LeaseGPU `json:"gpus,omitempty"`
+	Instance int            `json:"instance"`
+	// FreeUnits is the node's free units before the request.
+	FreeUnits int `json:"free_units"`
+	// Score is the GPU's score under the score policy, 0 otherwise.
+	Score float64 `json:"score"`
+}
+
+// PlacementList is the answer of POST /v1/placements: the best nodes first,
+// how many nodes the engine was asked about (the others could not fit the
+// request on their free resources alone), and how many the table has.
+type PlacementList struct {
+	Policy     string      `json:"policy"`
+	Placements []Placement `json:"placements"`
+	Considered int         `json:"considered"`
+	Nodes      int         `json:"nodes"`
+}
+
+// placer keeps a placement model of every node of the table, made from its
+// last snapshot, and asks the cluster placement (each node's own engine)
+// where a request goes. Placements are advisory: the node decides at lease
+// time.
+type placer struct {
+	mu      sync.Mutex // guards everything below; one placement at a time
+	cluster *cluster.Cluster
+	policy  placement.Policy
+	// modeled is, per node, the record and state its model was made from.
+	modeled map[string]modeledNode
+	// synced is when every node's state was last looked at.
+	synced time.Time
+}
+
+type modeledNode struct {
+	rec   *record
+	state string
+}
+
+func newPlacer(p placement.Policy) *placer {
+	return &placer{cluster: cluster.New(placement.New(p)), policy: p, modeled: map[string]modeledNode{}}
+}
+
+// place brings the models up to date with the table and places r. Only the
+// nodes whose record changed are modeled again, and, once every resync, all
+// of them: a node that went silent changes state without a new record.
+func (p *placer) place(st *Store, r cluster.Request, limit int) (cluster.Answer, map[string]*record, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	changed, all := st.takeChanged()
+	now := st.now()
+	if !all && now.Sub(p.synced) >= resync(st.staleAfter) {
+		// Every node is looked at again for its state.
+		for name, m := range p.modeled {
+			if _, ok := changed[name]; !ok && st.stateAt(m.rec, now) != m.state {
+				changed[name] = m.rec
+			}
+		}
+		p.synced = now
+	}
+	if all {
+		p.synced = now
+	}
+	for name, rec := range changed {
+		if rec == nil {
+			p.cluster.Remove(name)
+			delete(p.modeled, name)
+			continue
+		}
+		state := st.stateAt(rec, now)
+		p.cluster.Put(name, modelOf(rec, state))
+		p.modeled[name] = modeledNode{rec: rec, state: state}
+	}
+	a, err := p.cluster.Place(r, limit)
+	recs := make(map[string]*record, len(a.Ranked))
+	for _, v := range a.Ranked {
+		recs[v.Node] = p.modeled[v.Node].rec
+	}
+	return a, recs, err
+}
+
+// resync is how often the placements look at every node's state: a tenth
+// of the time after which a silent node is not_working.
+func resync(staleAfter time.Duration) time.Duration { return max(staleAfter/10, 100*time.Millisecond) }
+
+// modelOf is the placement engine's view of a node as its snapshot shows
+// it. Which of an instance's units are free a snapshot does not say, only
+// how many: the model takes the last ones of its range, so that the units an
+// answer names are an estimate, and the answer names none. Nobody's uid is
+// known to the collector, so one user per MPS instance is not judged here.
+func modelOf(rec *record, state string) *placement.Node {
+	n := &placement.Node{GPUs: make([]placement.GPU, len(rec.gpus))}
+	for i := range rec.gpus {
+		g := &rec.gpus[i]
+		pg := placement.GPU{Index: g.index, UUID: g.uuid, Name: g.name, MemoryTotalMiB: g.memoryTotalMiB,
+			Free: g.unitsFree, Units: g.unitsTotal, Card: g.card, NUMANode: -1}
+		if g.memoryUsedMiB < g.memoryTotalMiB {
+			pg.MemoryFreeMiB = g.memoryTotalMiB - g.memoryUsedMiB
+		}
+		switch {
+		case state != api.NodeWorking:
+			pg.Unusable = "its node is " + state
+		case !g.eligible:
+			pg.Unusable = "is not eligible (" + g.state + ")"
+		}
+		for k, in := range g.instances {
+			n.ClientsPerInstance = max(n.ClientsPerInstance, in.clientsMax)
+			free := make([]int, in.free)
+			for u := range free {
+				free[u] = in.first + in.size - in.free + u
+			}
+			pi := placement.Instance{Index: k, FreeUnits: free, Size: in.size, Clients: in.clients}
+			if !api.InstanceTakesLeases(in.state) {
+				pi.Down = "is " + in.state
+			}
+			pg.Instances = append(pg.Instances, pi)
+		}
+		n.GPUs[i] = pg
+	}
+	return n
+}
+
+// placements is POST /v1/placements: the best nodes for a request, by the
+// same placement engine the nodes decide with, over their last snapshots.
+func (s *Server) placements(w http.ResponseWriter, r *http.Request) error {
+	if err := s.checkRead(r.Header.Get("Authorization")); err != nil {
+		return err
+	}
+	limit := 1
+	for k, v := range r.URL.Query() {
+		if k != "limit" || len(v) != 1 {
+			return api.Errorf(api.ErrBadRequest, "/v1/placements takes only ?limit=K (1 to %d), once", MaxPlacements)
+		}
+		n, err := strconv.Atoi(v[0])
+		if err != nil || n < 1 || n > MaxPlacements {
+			return api.Errorf(api.ErrBadRequest, "limit %q: a whole number from 1 to %d", v[0], MaxPlacements)
+		}
+		limit = n
+	}
+	req, err := decodePlacementRequest(http.MaxBytesReader(w, r.Body, 64<<10))
+	if err != nil {
+		return err
+	}
+	a, recs, err := s.placer.place(s.store, req, limit)
+	if err != nil {
+		return err
+	}
+	out := PlacementList{Policy: string(s.placer.policy), Placements: make([]Placement, 0, len(a.Ranked)), Considered: a.Considered, Nodes: a.Nodes}
+	for _, v := range a.Ranked {
+		rec := recs[v.Node]
+		p := Placement{Node: v.Node, GPU: leaseGPU(rec, v.Choice.GPU), Instance: v.Choice.Instance, FreeUnits: v.FreeUnits, Score: v.Best.Score}
+		for _, g := range v.Choice.GPUs {
+			p.GPUs = append(p.GPUs, leaseGPU(rec, g))
+		}
+		if len(v.Choice.GPUs) > 0 {
+			p.GPU = p.GPUs[0]
+		}
+		out.Placements = append(out.Placements, p)
+	}
+	return writeJSON(w, http.StatusOK, out)
+}
+
+func leaseGPU(rec *record, index int) api.LeaseGPU {
+	for i := range rec.gpus {
+		if rec.gpus[i].index == index {
+			return api.LeaseGPU{Index: index, UUID: rec.gpus[i].uuid}
+		}
+	}
+	return api.LeaseGPU{Index: index}
+}
+
+// decodePlacementRequest reads and checks a placement request.
+func decodePlacementRequest(body interface{ Read([]byte) (int, error) }) (cluster.Request, error) {
+	var pr PlacementRequest
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&pr); err != nil {
+		return cluster.Request{}, api.Errorf(api.ErrBadRequest, "placement request: %v", err)
+	}
+	if dec.More() {
+		return cluster.Request{}, api.Errorf(api.ErrBadRequest, "placement request: more than one JSON value")
+	}
+	return pr.check()
+}
+
+func (pr PlacementRequest) check() (cluster.Request, error) {
+	switch {
+	case pr.Pool != "":
+		return cluster.Request{}, api.Errorf(api.ErrBadRequest, "pool %q: pools are each node's own config, which the collector does not see; ask the node (POST /v1/placements on its socket)", pr.Pool)
+	case pr.Units < 0 || pr.GPUs < 0:
+		return cluster.Request{}, api.Errorf(api.ErrBadRequest, "units and gpus must not be negative")
+	case (pr.Units > 0) == (pr.GPUs > 0):
+		return cluster.Request{}, api.Errorf(api.ErrBadRequest, "give units (of one GPU) or gpus (whole GPUs), one of them")
+	case len(pr.Type) > 256 || strings.ContainsFunc(pr.Type, func(r rune) bool { return r < ' ' || r == 0x7f }):
+		return cluster.Request{}, api.Errorf(api.ErrBadRequest, "type: at most 256 printable characters")
+	}
+	r := cluster.Request{Request: placement.Request{Units: pr.Units, GPUs: pr.GPUs, MemoryMiB: pr.MemoryMiB, Type: pr.Type}}
+	if pr.MinCC != "" {
+		cc, err := api.ParseComputeCapability(pr.MinCC)
+		if err != nil {
+			return cluster.Request{}, api.Errorf(api.ErrBadRequest, "min_cc: %v", err)
+		}
+		r.MinCC = cc
+	}
+	return r, nil
+}
+
+// cardOf is a GPU's card as the score policy compares cards.
+func cardOf(c api.Capability) placement.Card {
+	cc, _ := api.ParseComputeCapability(c.ComputeCapability)
+	return placement.Card{CC: cc, MemoryBandwidthGBps: c.MemoryBandwidthGBps, SMClockMHz: c.MaxSMClockMHz}
+}
