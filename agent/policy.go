@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/agent/lease"
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"

@@ -18,7 +18,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // DefaultStaleAfter is how long a node may be silent before it is

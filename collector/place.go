@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/collector/cluster"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 )
 

@@ -12,7 +12,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/collector/cluster"
 )
 

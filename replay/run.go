@@ -13,7 +13,7 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // options are gpulet-replay's flags.

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/collector/cluster"
 	"github.com/gpulet/gpulet/internal/e2e"

@@ -29,7 +29,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/clock"

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 )
 

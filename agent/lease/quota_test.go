@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/e2e"

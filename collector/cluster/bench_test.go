@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // BenchmarkPlace10000Nodes places requests on 10,000 nodes (as many 8-GPU

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Under best-fit and spread a node's answer to a fractional request is

@@ -1,6 +1,6 @@
 // Package cluster places a request over many nodes: given each node's model
 // (the placement engine's view of it, with its host's CPU and memory), it
-// asks the node's own placement engine (agent/placement), the same that
+// asks the node's own placement engine (placement), the same that
 // gpuletd decides with, for each node that could take the request, and
 // ranks their answers by the policy. It is the collector's placement code
 // and the replay's (cmd/gpulet-replay): it keeps its nodes in memory, starts
@@ -17,7 +17,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/pipefile"
 )

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 )
 

@@ -3,7 +3,7 @@ package cluster
 import (
 	"fmt"
 
-	"github.com/gpulet/gpulet/agent/placement"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // GPUSpec is one GPU of a node model: what a node's snapshot says of it when

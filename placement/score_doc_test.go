@@ -18,7 +18,7 @@ import (
 // of the score policy. These tests read its tables and check every figure in
 // them against the code, so that the page cannot drift from what gpuletd does.
 
-const placementDoc = "../../docs/placement.md"
+const placementDoc = "../docs/placement.md"
 
 func readDoc(t *testing.T) string {
 	t.Helper()
