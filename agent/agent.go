@@ -30,7 +30,6 @@ import (
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/metrics"
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/agent/reporter"
 	"github.com/gpulet/gpulet/agent/reserve"
@@ -40,6 +39,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/mpsctl"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/snapshot"
 	"github.com/gpulet/gpulet/systemd"
 )

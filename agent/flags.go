@@ -10,12 +10,12 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpulet/gpulet/agent/inventory"
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/reporter"
 	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/mpsctl"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // DefaultRunDir is --run-dir's default (docs/design.md §10).

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/placement"
 )
 
 func TestParseFlags(t *testing.T) {

@@ -5,10 +5,10 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/agent/lease"
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // loadConfig reads, checks and resolves the --config file against this

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/collector/cluster"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // MaxPlacements bounds ?limit= of POST /v1/placements.

@@ -11,9 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/ratelog"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Server is the collector's HTTP API: one route table, one error mapping.

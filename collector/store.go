@@ -9,8 +9,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // NotWorking is the state of a node that has sent nothing for the stale

@@ -12,8 +12,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/collector/cluster"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // UnitsPerGPU is U in the replay: a pod's gpu_milli is its units.

@@ -6,10 +6,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/collector/cluster"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // TestReplayModelAgreesWithGpuletd places the same 200 requests through a

@@ -19,11 +19,11 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/ledger"
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/kubelettest"
+	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/snapshot"
 )
 

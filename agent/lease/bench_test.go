@@ -10,9 +10,9 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // BenchmarkAcquireRelease is the lease engine's part of a lease round trip,

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/placement"
 	"os"
 	"path/filepath"
 	"sync/atomic"

@@ -29,11 +29,11 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/ratelog"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Conditions is what the agent knows of the GPUs beyond units: the manager

@@ -6,8 +6,8 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // This file is the Manager's side of Kubernetes: leases of kind pod, which

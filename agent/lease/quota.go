@@ -3,9 +3,9 @@ package lease
 import (
 	"slices"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Quotas is a set of quotas indexed for a request's check: what one check

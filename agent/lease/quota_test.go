@@ -9,10 +9,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/placement"
 )
 
 func TestQuotas(t *testing.T) {

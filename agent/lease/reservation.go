@@ -23,9 +23,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Bounds on reservations, so that no user can make the daemon keep much.

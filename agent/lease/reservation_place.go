@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // draw says where a lease's units come from when a reservation is involved:

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // TestPriorityAdmission: pending reservations are admitted highest priority

@@ -13,8 +13,8 @@ import (
 
 	"github.com/spf13/pflag"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/collector"
+	"github.com/gpulet/gpulet/placement"
 )
 
 func main() {

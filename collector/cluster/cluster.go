@@ -17,9 +17,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/pipefile"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Request is a request to the cluster: the engine's request, and the GPU

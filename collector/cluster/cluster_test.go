@@ -7,8 +7,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // spec is a node of gpus GPUs of model, 100 units each, with cpu millicores
