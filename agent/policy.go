@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/gpulet/gpulet/agent/lease"
@@ -63,6 +65,19 @@ func (a *Agent) applyRules(r *config.Rules) {
 	a.leases.SetRules(e, quotas)
 	a.profiles.Seed(seeds)
 	a.changed()
+}
+
+// reloadOnHangup reloads the config at each SIGHUP on hangup until ctx
+// ends; reloads run one at a time.
+func (a *Agent) reloadOnHangup(ctx context.Context, hangup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hangup:
+			a.reload()
+		}
+	}
 }
 
 // reload is SIGHUP: the config file read again and, if it is sound, put in

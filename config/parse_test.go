@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -311,6 +312,10 @@ func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	os.WriteFile(good, []byte(designExample), 0o644)
 	os.WriteFile(bad, []byte("quotas:\n  alice: -1\n"), 0o644)
 	if f, err := Load(good); err != nil || len(f.Pools) != 2 {
@@ -320,8 +325,10 @@ func TestLoad(t *testing.T) {
 		{bad, bad + ": line 2: quotas.alice: -1 is negative"},
 		{filepath.Join(dir, "none.yaml"), filepath.Join(dir, "none.yaml") + ": no such file or directory"},
 		{dir, dir + ": is a directory"},
-		// A file that never ends is read no further than the limit.
-		{"/dev/zero", "/dev/zero: larger than 1048576 bytes"},
+		// A device is refused before it is read (one never ends), and so
+		// is a FIFO, whose read would wait for a writer.
+		{"/dev/zero", "/dev/zero: not a regular file (a character device)"},
+		{fifo, fifo + ": not a regular file (a FIFO)"},
 	} {
 		_, err := Load(tc.path)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
