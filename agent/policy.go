@@ -34,6 +34,9 @@ func (a *Agent) loadConfig() (*config.Rules, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", a.cfg.ConfigPath, err)
 	}
+	for _, skipped := range r.Skipped {
+		a.log.Warn("config rule skipped: a name could not be resolved", "config", a.cfg.ConfigPath, "rule", skipped)
+	}
 	if missing := f.ModelsNotIn(names); len(missing) > 0 {
 		a.log.Warn("task profiles name GPU models this node has none of (a typo matches no GPU)", "config", a.cfg.ConfigPath, "models", missing, "node_models", names)
 	}
@@ -124,6 +127,7 @@ func (a *Agent) Pools(peer lease.Peer) api.PoolList {
 			free = append(free, g.UnitsFree)
 		}
 	}
+	out.SkippedRules = r.Skipped
 	gids := append([]uint32{peer.GID}, peer.Groups...)
 	for _, p := range r.Pools {
 		ap := api.Pool{Name: p.Name, GPUs: p.GPUs, Allowed: peer.Admin || p.Allows(peer.UID, gids)}

@@ -325,6 +325,11 @@ type ModelRunTime struct {
 // the caller may lease in each.
 type PoolList struct {
 	Pools []Pool `json:"pools"`
+	// SkippedRules are the config's rules left out because a user or group
+	// name could not be resolved (a user deleted since, a directory service
+	// down), one line each: "line 4: pools.p.users[1]: no user \"bob\" on
+	// this machine; the pool's entry is skipped".
+	SkippedRules []string `json:"skipped_rules,omitempty"`
 }
 
 // Pool is one pool of the config file.

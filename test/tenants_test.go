@@ -1,6 +1,7 @@
 package test
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -51,4 +52,38 @@ func TestReloadOfAFIFOBlocksNothing(t *testing.T) {
 	e2e.Eventually(t, "the good file reloaded", func() bool {
 		return strings.Contains(d.Log.String(), "SIGHUP: config reloaded")
 	})
+}
+
+// TestConfigNamingADeletedUserStarts: a config naming a user deleted since
+// does not stop gpuletd: the rule is skipped, logged and shown in gpulet
+// status, while gpulet config check still reports it.
+func TestConfigNamingADeletedUserStarts(t *testing.T) {
+	needUserTools(t)
+	gone := addUser(t)
+	conf := filepath.Join(t.TempDir(), "gpulet.yaml")
+	writeConfigFile(t, conf, fmt.Sprintf("pools:\n  p:\n    gpus: [\"0\"]\n    users: [root, %s]\nquotas:\n  %s: 2\n", gone.name, gone.name))
+	if out, err := exec.Command("userdel", gone.name).CombinedOutput(); err != nil {
+		t.Fatalf("userdel: %v\n%s", err, out)
+	}
+	d := e2e.Start(t, "--sim-gpus", "1xT4", "--config", conf)
+	if !strings.Contains(d.Log.String(), "config rule skipped") {
+		t.Fatalf("no warning logged:\n%s", d.Log.String())
+	}
+	out, code := e2e.Output(t, exec.Command(e2e.Bin("gpulet"), "--socket", d.Socket, "status"))
+	for _, want := range []string{
+		fmt.Sprintf(`line 4: pools.p.users[1]: no user %q on this machine; the pool's entry is skipped`, gone.name),
+		fmt.Sprintf(`line 6: quotas.%s: no user %q on this machine; the quota is skipped`, gone.name, gone.name),
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Fatalf("gpulet status: exit %d, want %q in\n%s", code, want, out)
+		}
+	}
+	pools, err := d.Client.Pools(e2e.Ctx(t))
+	if err != nil || len(pools.SkippedRules) != 2 {
+		t.Fatalf("GET /v1/pools: %+v, %v", pools, err)
+	}
+	_, stderr, code := configCheck(t, d.Socket, conf)
+	if code != 1 || !strings.Contains(stderr, fmt.Sprintf("no user %q on this machine", gone.name)) {
+		t.Fatalf("gpulet config check: exit %d\n%s", code, stderr)
+	}
 }

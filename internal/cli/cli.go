@@ -386,7 +386,8 @@ func checkConfig(ctx context.Context, e *env, path string) error {
 		for i, g := range list.GPUs {
 			gpus[i] = config.GPURef{Index: g.Index, UUID: g.UUID}
 		}
-		_, err = f.Resolve(gpus, config.SystemDirectory{})
+		// Strict: a name that gpuletd would skip is a problem here.
+		err = f.Check(gpus, config.SystemDirectory{})
 		warnModels(e, path, f, list.GPUs)
 	case ctx.Err() != nil:
 		return ctx.Err()

@@ -66,6 +66,12 @@ func writeAccess(w io.Writer, pools *api.PoolList, quotas *api.QuotaList) {
 		}
 		t.flush()
 	}
+	if len(pools.SkippedRules) > 0 {
+		fmt.Fprintln(w, "\nconfig rules skipped (a user or group name did not resolve; gpulet config check FILE):")
+		for _, r := range pools.SkippedRules {
+			fmt.Fprintln(w, "  "+r)
+		}
+	}
 	switch {
 	case quotas.Admin && len(pools.Pools) > 0:
 		fmt.Fprintln(w, "\nquotas: none bind you (admin)")

@@ -26,6 +26,11 @@ func TestWriteAccess(t *testing.T) {
 	if !strings.Contains(b.String(), "none bind you (admin)") {
 		t.Errorf("admin: %q", b.String())
 	}
+	b.Reset()
+	writeAccess(&b, &api.PoolList{Pools: []api.Pool{}, SkippedRules: []string{`line 6: quotas.bob: no user "bob" on this machine; the quota is skipped`}}, &api.QuotaList{Quotas: []api.QuotaUsage{}})
+	if !strings.Contains(b.String(), "config rules skipped") || !strings.Contains(b.String(), "  line 6: quotas.bob:") {
+		t.Errorf("skipped rules: %q", b.String())
+	}
 }
 
 func TestWriteProfiles(t *testing.T) {
