@@ -111,8 +111,11 @@ func (a *Agent) Explain(peer lease.Peer, req lease.Request) (api.Placement, erro
 	return a.leases.Explain(peer, req)
 }
 
-// Profiles is the task–engine affinity table.
-func (a *Agent) Profiles() api.ProfileList { return a.profiles.Table().API() }
+// Profiles is the task–engine affinity table as peer sees it: its own
+// measured runs over the config's figures, and every user's for admins.
+func (a *Agent) Profiles(peer lease.Peer) api.ProfileList {
+	return a.profiles.Table().API(peer.UID, peer.Admin)
+}
 
 // Pools lists the configured pools with their free units now.
 func (a *Agent) Pools(peer lease.Peer) api.PoolList {

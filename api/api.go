@@ -304,6 +304,17 @@ type Score struct {
 // ProfileList is the body of GET /v1/profiles: the task–engine affinity
 // table, tasks by name, each task's models fastest first.
 type ProfileList struct {
+	// Profiles is the table as placement uses it for the caller: the
+	// config's figures, with the caller's own measured runs over them.
+	Profiles []TaskProfile `json:"profiles"`
+	// Learned is, for admins only, every user's measured run times, by
+	// uid; other callers see only their own (in Profiles).
+	Learned []UserProfiles `json:"learned,omitempty"`
+}
+
+// UserProfiles are one user's measured run times.
+type UserProfiles struct {
+	UID      uint32        `json:"uid"`
 	Profiles []TaskProfile `json:"profiles"`
 }
 

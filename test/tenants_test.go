@@ -87,3 +87,46 @@ func TestConfigNamingADeletedUserStarts(t *testing.T) {
 		t.Fatalf("gpulet config check: exit %d\n%s", code, stderr)
 	}
 }
+
+// TestTaskProfilesArePerUser: one user's runs of a task teach only that
+// user's placements; another user's follow the config's figures. Each sees
+// only their own measured times, root sees all, and the file is private.
+func TestTaskProfilesArePerUser(t *testing.T) {
+	needUserTools(t)
+	sockGroup := addGroup(t)
+	mallory, alice := addUser(t, sockGroup), addUser(t, sockGroup)
+	conf := filepath.Join(t.TempDir(), "gpulet.yaml")
+	writeConfigFile(t, conf, "profiles:\n  resnet50:\n    \"NVIDIA A100-SXM4-80GB\": 95s\n    \"Tesla T4\": 410s\n")
+	d := startForUsers(t, sockGroup, append(policyNode, "--config", conf, "--policy", "first-fit")...)
+	// 410s·0.7^6 ≈ 48s: six quick runs put the T4 ahead of the A100's 95s.
+	const runs = 6
+	for range runs {
+		if out, code := asUser(t, d, mallory, "gpurun", "--gpu", "0", "--task", "resnet50", "--", "true"); code != 0 {
+			t.Fatalf("mallory's run: exit %d\n%s", code, out)
+		}
+	}
+	e2e.Eventually(t, "mallory's runs measured", func() bool {
+		p, err := d.Client.Profiles(e2e.Ctx(t))
+		return err == nil && len(p.Learned) == 1 && p.Learned[0].UID == mallory.uid && p.Learned[0].Profiles[0].Models[0].Runs == runs
+	})
+	out, code := asUser(t, d, mallory, "gpurun", "--dry-run", "--task", "resnet50")
+	if code != 0 || !strings.Contains(out, "would go to GPU 0") {
+		t.Fatalf("mallory's own placement does not follow her runs: exit %d\n%s", code, out)
+	}
+	out, code = asUser(t, d, alice, "gpurun", "--dry-run", "--task", "resnet50")
+	if code != 0 || !strings.Contains(out, "would go to GPU 1") {
+		t.Fatalf("alice's placement follows mallory's runs: exit %d\n%s", code, out)
+	}
+	out, code = asUser(t, d, alice, "gpulet", "profiles", "--json")
+	if code != 0 || strings.Contains(out, `"learned"`) || !strings.Contains(out, `"runs": 0`) || strings.Contains(out, fmt.Sprintf(`"runs": %d`, runs)) {
+		t.Fatalf("alice's profiles show others' runs: exit %d\n%s", code, out)
+	}
+	out, code = asUser(t, d, mallory, "gpulet", "profiles")
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("Tesla T4               %s", "")) || !strings.Contains(out, fmt.Sprintf("  %d\n", runs)) {
+		t.Fatalf("mallory's profiles: exit %d\n%s", code, out)
+	}
+	st, err := os.Stat(filepath.Join(d.Dir, "state", "profiles.json"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("profiles.json: %v, %v; want mode 0600", st, err)
+	}
+}

@@ -197,7 +197,7 @@ func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
 		r.GIDs = leaseGroups(peer.GID, peer.Groups)
 	}
 	if req.Task != "" {
-		r.Prefer = m.cfg.Prefer(req.Task)
+		r.Prefer = m.cfg.Prefer(peer.UID, req.Task)
 	}
 	return r
 }

@@ -14,7 +14,7 @@ import (
 )
 
 func init() {
-	commands["profiles"] = command{"[--json]", "Show the task–engine affinity table: per task, its run time on each GPU model,\nfastest first, and how many measured runs the figure rests on (0: the config\nfile's figure alone). A lease with --task goes to the fastest model that has\nroom, then the next.", 0, 0,
+	commands["profiles"] = command{"[--json]", "Show the task–engine affinity table as it steers your leases: per task, its run\ntime on each GPU model, fastest first, and how many of your measured runs the figure\nrests on (0: the config file's figure alone). A lease with --task goes to the\nfastest model that has room, then the next. Admins also see every user's measured\nrun times.", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			asJSON := fs.Bool("json", false, "print the table as the API does")
 			return func(ctx context.Context, e *env) error {
@@ -31,20 +31,38 @@ func init() {
 		}}
 }
 
-// WriteProfiles prints the affinity table, one row per task and model.
+// WriteProfiles prints the affinity table as it steers the caller's
+// placements, one row per task and model; then, for an admin, every user's
+// measured run times.
 func WriteProfiles(w io.Writer, p *api.ProfileList) {
 	if len(p.Profiles) == 0 {
-		fmt.Fprintln(w, "no task profiles: none in the config file, and no task lease has ended by its process exiting yet")
+		fmt.Fprintln(w, "no task profiles: none in the config file, and none of your task leases has ended by its process exiting yet")
+	} else {
+		t := newTable(w, "TASK", "MODEL", "RUN TIME", "RUNS")
+		for _, task := range p.Profiles {
+			for _, m := range task.Models {
+				t.row(task.Task, m.Model, runTime(m.Seconds), strconv.Itoa(m.Runs))
+			}
+		}
+		t.flush()
+	}
+	if len(p.Learned) == 0 {
 		return
 	}
-	t := newTable(w, "TASK", "MODEL", "RUN TIME", "RUNS")
-	for _, task := range p.Profiles {
-		for _, m := range task.Models {
-			d := time.Duration(m.Seconds * float64(time.Second)).Round(time.Millisecond)
-			t.row(task.Task, m.Model, d.String(), strconv.Itoa(m.Runs))
+	fmt.Fprintln(w, "\nmeasured run times, per user (each steers only that user's placements):")
+	t := newTable(w, "UID", "TASK", "MODEL", "RUN TIME", "RUNS")
+	for _, u := range p.Learned {
+		for _, task := range u.Profiles {
+			for _, m := range task.Models {
+				t.row(strconv.FormatUint(uint64(u.UID), 10), task.Task, m.Model, runTime(m.Seconds), strconv.Itoa(m.Runs))
+			}
 		}
 	}
 	t.flush()
+}
+
+func runTime(seconds float64) string {
+	return time.Duration(seconds * float64(time.Second)).Round(time.Millisecond).String()
 }
 
 // writeAccess prints the pools and the caller's quota use under the status
