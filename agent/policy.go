@@ -66,6 +66,7 @@ func (a *Agent) applyRules(r *config.Rules) {
 	}
 	a.rules.Store(r)
 	a.leases.SetRules(e, quotas)
+	a.leases.SetPriorityCeiling(r.UserPriorityCeiling())
 	a.profiles.Seed(seeds)
 	a.changed()
 }
@@ -148,7 +149,7 @@ func (a *Agent) Pools(peer lease.Peer) api.PoolList {
 func (a *Agent) Quotas(peer lease.Peer) api.QuotaList {
 	out := api.QuotaList{Admin: peer.Admin, Quotas: []api.QuotaUsage{}}
 	for _, q := range a.leases.QuotaUse(peer) {
-		out.Quotas = append(out.Quotas, api.QuotaUsage{Quota: q.Key, Limit: q.Limit, Held: q.Held})
+		out.Quotas = append(out.Quotas, api.QuotaUsage{Quota: q.Key, Limit: q.Limit, Held: q.Held, Reserved: q.Reserved})
 	}
 	return out
 }

@@ -365,4 +365,8 @@ type QuotaUsage struct {
 	Quota string `json:"quota"`
 	Limit int    `json:"limit"`
 	Held  int    `json:"held"`
+	// Reserved is what reservations set aside against the quota beyond
+	// the units their owners' own leases on them hold (pending ones
+	// included): it counts toward the limit as held units do.
+	Reserved int `json:"reserved,omitempty"`
 }

@@ -95,6 +95,8 @@ type File struct {
 	Profiles map[string]map[string]time.Duration
 	// Weights are the score section's, or 1/3 each without one.
 	Weights Weights
+	// MaxUserPriority is reservations.max_user_priority; nil: not given.
+	MaxUserPriority *int
 }
 
 // PoolSpec is a pool as written.

@@ -156,7 +156,11 @@ var parseErrorCases = []struct {
 	// Top level.
 	{"not a mapping", "- pools\n", 1, "expected a mapping with pools, quotas, profiles or score, found a list"},
 	{"a bare word", "pools\n", 1, `found the text "pools"`},
-	{"unknown key", "pool: {}\n", 1, `unknown key "pool" (a config file has pools, quotas, profiles and score)`},
+	{"unknown reservations key", "reservations:\n  max: 1\n", 2, `unknown key "max" (reservations has max_user_priority)`},
+	{"priority too high", "reservations:\n  max_user_priority: 1001\n", 2, "reservations.max_user_priority: 1001 is not a whole number from -1000 to 1000"},
+	{"priority not whole", "reservations: {max_user_priority: 1.5}\n", 1, "reservations.max_user_priority: expected a whole number from -1000 to 1000"},
+	{"priority as text", "reservations: {max_user_priority: \"5\"}\n", 1, "reservations.max_user_priority: expected a whole number"},
+	{"unknown key", "pool: {}\n", 1, `unknown key "pool" (a config file has pools, quotas, profiles, score and reservations)`},
 	{"duplicate section", "quotas: {a: 1}\npools: {}\nquotas: {b: 1}\n", 3, `key "quotas" given twice (first on line 1)`},
 
 	// Pools.

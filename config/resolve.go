@@ -104,7 +104,7 @@ func (f *File) CheckNames(dir Directory) error {
 // resolve, and returns the resolver, which holds the problems met.
 func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir Directory) (*Rules, *resolver) {
 	res := &resolver{dir: dir, users: map[string]uint32{}, groups: map[string]uint32{}}
-	r := &Rules{Weights: f.Weights}
+	r := &Rules{Weights: f.Weights, MaxUserPriority: f.MaxUserPriority}
 	for _, ps := range f.Pools {
 		p := Pool{Name: ps.Name, Everyone: ps.Everyone}
 		for _, who := range ps.Users {

@@ -285,3 +285,16 @@ func TestSystemDirectory(t *testing.T) {
 		t.Fatalf("%+v, %v", r, err)
 	}
 }
+
+func TestUserPriorityCeiling(t *testing.T) {
+	var none *Rules
+	if got := none.UserPriorityCeiling(); got != DefaultMaxUserPriority {
+		t.Fatalf("no config: %d", got)
+	}
+	for in, want := range map[string]int{"quotas: {}\n": DefaultMaxUserPriority, "reservations:\n  max_user_priority: 50\n": 50, "reservations: {max_user_priority: -3}\n": -3} {
+		r, err := mustParse(t, in).Resolve(threeGPUs, newDirectory())
+		if err != nil || r.UserPriorityCeiling() != want {
+			t.Fatalf("%q: %v, %v; want %d", in, r, err, want)
+		}
+	}
+}

@@ -212,7 +212,7 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 			return nil, err
 		}
 	}
-	if err := m.checkQuotaLocked(peer, req.Units); err != nil {
+	if err := m.checkQuotaLocked(peer, req.Units, req.Reservation); err != nil {
 		return nil, err
 	}
 	for {

@@ -190,6 +190,9 @@ type Manager struct {
 	reservations map[string]*reservation
 	pending      int
 	resSeq       uint64
+	// priorityCeiling is the highest reservation priority a caller who is
+	// not an admin may ask (reservation_quota.go).
+	priorityCeiling atomic.Int64
 	// resFailed says why the reservations file cannot be written now; nil
 	// when it can. resUnread says why the file found at start could be
 	// neither read nor set aside: then it is never written over.

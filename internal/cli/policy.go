@@ -97,6 +97,9 @@ func writeAccess(w io.Writer, pools *api.PoolList, quotas *api.QuotaList) {
 		parts := make([]string, len(quotas.Quotas))
 		for i, q := range quotas.Quotas {
 			parts[i] = fmt.Sprintf("%s %d/%d", q.Quota, q.Held, q.Limit)
+			if q.Reserved > 0 {
+				parts[i] = fmt.Sprintf("%s %d+%d reserved/%d", q.Quota, q.Held, q.Reserved, q.Limit)
+			}
 		}
 		fmt.Fprintln(w, "\nyour quotas (held/limit):", strings.Join(parts, ", "))
 	}

@@ -15,8 +15,8 @@ func TestWriteAccess(t *testing.T) {
 		t.Fatalf("no pools and no quotas printed %q", b.String())
 	}
 	writeAccess(&b, &api.PoolList{Pools: []api.Pool{{Name: "training", GPUs: []int{0, 1}, UnitsFree: 12, Allowed: true}, {Name: "infer", GPUs: []int{2}}}},
-		&api.QuotaList{Quotas: []api.QuotaUsage{{Quota: "alice", Limit: 8, Held: 2}, {Quota: "*", Limit: 64, Held: 30}}})
-	for _, want := range []string{"POOL      GPUS  FREE  YOU", "training  0,1   12    may use", "infer     2     0     may not use", "your quotas (held/limit): alice 2/8, * 30/64"} {
+		&api.QuotaList{Quotas: []api.QuotaUsage{{Quota: "alice", Limit: 8, Held: 2}, {Quota: "*", Limit: 64, Held: 30, Reserved: 4}}})
+	for _, want := range []string{"POOL      GPUS  FREE  YOU", "training  0,1   12    may use", "infer     2     0     may not use", "your quotas (held/limit): alice 2/8, * 30+4 reserved/64"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("missing %q in\n%s", want, b.String())
 		}
