@@ -92,6 +92,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 	for _, r := range view.Reservations {
 		s.Reservations = append(s.Reservations, r.ReservationStatus)
 	}
+	s.OverQuota = view.OverQuota
 	counts := metrics.Leases{Live: uint64(view.LeaseCount()), Granted: view.Granted, Ended: view.Ended}
 	return snapshot.New(s, view.Leases, func(s *api.Snapshot) []byte { return metrics.Render(s, counts) })
 }

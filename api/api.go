@@ -70,6 +70,9 @@ type Snapshot struct {
 	// Reservations are the workflow reservations, by name; absent when
 	// there are none.
 	Reservations []ReservationStatus `json:"reservations,omitempty"`
+	// OverQuota are the quotas held above their limit (offline claims, a
+	// lowered quota, reservations); absent when none is.
+	OverQuota []QuotaOver `json:"over_quota,omitempty"`
 }
 
 // UpstreamStatus is how pushing snapshots to one upstream goes.
@@ -357,6 +360,20 @@ type Pool struct {
 type QuotaList struct {
 	Admin  bool         `json:"admin"`
 	Quotas []QuotaUsage `json:"quotas"`
+}
+
+// QuotaOver is a quota held above its limit: offline claims (which nothing
+// can refuse), a quota lowered by a reload, or reservations taken back at
+// start lifted it there. Its holders get no new lease until it is back
+// under.
+type QuotaOver struct {
+	// Quota is the quota as the config file names it: alice, group:ml, *.
+	Quota string `json:"quota"`
+	Limit int    `json:"limit"`
+	// Held counts leases and offline claims; Reserved the units
+	// reservations set aside beyond those.
+	Held     int `json:"held"`
+	Reserved int `json:"reserved,omitempty"`
 }
 
 // QuotaUsage is one quota that applies to the caller.

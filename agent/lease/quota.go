@@ -2,6 +2,7 @@ package lease
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/gpulet/gpulet/agent/placement"
 	"github.com/gpulet/gpulet/api"
@@ -14,6 +15,8 @@ type Quotas struct {
 	byUID    map[uint32]config.Quota
 	byGID    map[uint32]config.Quota
 	everyone *config.Quota
+	// all are the quotas in force (a repeated one once), by key.
+	all []config.Quota
 }
 
 // NewQuotas indexes the config's quotas (docs/design.md §11): a user's caps
@@ -32,6 +35,15 @@ func NewQuotas(qs []config.Quota) *Quotas {
 			out.everyone = &q
 		}
 	}
+	for _, byID := range []map[uint32]config.Quota{out.byUID, out.byGID} {
+		for _, q := range byID {
+			out.all = append(out.all, q)
+		}
+	}
+	if out.everyone != nil {
+		out.all = append(out.all, *out.everyone)
+	}
+	slices.SortFunc(out.all, func(a, b config.Quota) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
@@ -163,7 +175,9 @@ func (m *Manager) SetRules(e *placement.Engine, q *Quotas) {
 	m.mu.Lock()
 	m.engine.Store(e)
 	m.quotas = q
-	m.mu.Unlock()
+	// Which quotas are over may change: the View says it.
+	m.dirty = true
+	m.unlock()
 }
 
 // QuotaUse lists the quotas that bind peer and what is held against each;

@@ -562,6 +562,7 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 			fmt.Sprintf("%d%%", g.UtilizationPct), fmt.Sprintf("%d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB), strings.Join(inst, " "))
 	}
 	tw.flush()
+	notes = append(notes, overQuotaNotes(s.OverQuota)...)
 	for _, n := range notes {
 		fmt.Fprintln(w, n)
 	}

@@ -104,3 +104,16 @@ func writeAccess(w io.Writer, pools *api.PoolList, quotas *api.QuotaList) {
 		fmt.Fprintln(w, "\nyour quotas (held/limit):", strings.Join(parts, ", "))
 	}
 }
+
+// overQuotaNotes are the status lines of the quotas held above their limit.
+func overQuotaNotes(over []api.QuotaOver) []string {
+	var out []string
+	for _, q := range over {
+		held := strconv.Itoa(q.Held)
+		if q.Reserved > 0 {
+			held += fmt.Sprintf(" (+%d reserved)", q.Reserved)
+		}
+		out = append(out, fmt.Sprintf("quota %s: %s unit(s) held, over its limit of %d (offline claims count too): no new lease for it until back under", q.Quota, held, q.Limit))
+	}
+	return out
+}

@@ -47,3 +47,11 @@ func TestWriteProfiles(t *testing.T) {
 		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+func TestOverQuotaNotes(t *testing.T) {
+	var b bytes.Buffer
+	WriteStatus(&b, &api.Snapshot{Node: "n", OverQuota: []api.QuotaOver{{Quota: "alice", Limit: 4, Held: 13}}})
+	if !strings.Contains(b.String(), "quota alice: 13 unit(s) held, over its limit of 4 (offline claims count too): no new lease for it until back under") {
+		t.Fatalf("status:\n%s", b.String())
+	}
+}
