@@ -67,6 +67,7 @@ func (a *Agent) applyRules(r *config.Rules) {
 	a.rules.Store(r)
 	a.leases.SetRules(e, quotas)
 	a.leases.SetPriorityCeiling(r.UserPriorityCeiling())
+	a.setLedgerAccess(r)
 	a.profiles.Seed(seeds)
 	a.changed()
 }

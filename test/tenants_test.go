@@ -130,3 +130,56 @@ func TestTaskProfilesArePerUser(t *testing.T) {
 		t.Fatalf("profiles.json: %v, %v; want mode 0600", st, err)
 	}
 }
+
+// TestOfflineClaimsKeepToPools: a GPU in a pool that names its users takes
+// offline claims from those users only (and root): the ledger's folders of
+// its GPU are closed to the rest of the socket group; a reload that names
+// one user more lets that user in, and one without pools opens it again.
+func TestOfflineClaimsKeepToPools(t *testing.T) {
+	needUserTools(t)
+	sockGroup, ml := addGroup(t), addGroup(t)
+	alice := addUser(t, sockGroup, ml)
+	bob := addUser(t, sockGroup)
+	conf := filepath.Join(t.TempDir(), "gpulet.yaml")
+	writeConfigFile(t, conf, fmt.Sprintf("pools:\n  training:\n    gpus: [\"0\"]\n    users: [\"group:%s\"]\n", ml))
+	d := startForUsers(t, sockGroup, append(policyNode, "--config", conf)...)
+	claim := func(u testUser, gpu string) (string, int) {
+		t.Helper()
+		return asUser(t, d, u, "gpurun", "--offline", "--run-dir", d.RunDir, "--gpu", gpu, "--", "true")
+	}
+	if out, code := claim(bob, "0"); code == 0 || !strings.Contains(out, "permission denied") {
+		t.Fatalf("bob, outside the pool, claimed on its GPU: exit %d\n%s", code, out)
+	}
+	if out, code := claim(bob, "1"); code != 0 {
+		t.Fatalf("bob on the GPU in no pool: exit %d\n%s", code, out)
+	}
+	if out, code := claim(alice, "0"); code != 0 {
+		t.Fatalf("alice, in the pool, on its GPU: exit %d\n%s", code, out)
+	}
+
+	// A pool of a group and a user: the ledger lets both in, through an ACL.
+	writeConfigFile(t, conf, fmt.Sprintf("pools:\n  training:\n    gpus: [\"0\"]\n    users: [\"group:%s\", %s]\n", ml, bob.name))
+	syscall.Kill(d.Pid(), syscall.SIGHUP)
+	e2e.Eventually(t, "the reload", func() bool { return strings.Count(d.Log.String(), "config reloaded") == 1 })
+	for _, u := range []testUser{alice, bob} {
+		if out, code := claim(u, "0"); code != 0 {
+			t.Fatalf("%s after the reload: exit %d\n%s", u.name, code, out)
+		}
+	}
+	// Without pools, the GPU is the socket group's again.
+	writeConfigFile(t, conf, "quotas:\n  \"*\": 64\n")
+	syscall.Kill(d.Pid(), syscall.SIGHUP)
+	e2e.Eventually(t, "the second reload", func() bool { return strings.Count(d.Log.String(), "config reloaded") == 2 })
+	var st syscall.Stat_t
+	dir := filepath.Join(d.RunDir, "units")
+	s, err := d.Client.Snapshot(e2e.Ctx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(filepath.Join(dir, s.GPUs[0].UUID, "0"), &st); err != nil || st.Mode&0o7777 != 0o1770 {
+		t.Fatalf("instance folder mode %#o, %v", st.Mode&0o7777, err)
+	}
+	if out, code := claim(bob, "0"); code != 0 {
+		t.Fatalf("bob without pools: exit %d\n%s", code, out)
+	}
+}
