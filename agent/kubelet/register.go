@@ -33,6 +33,13 @@ const (
 	retryMax   = 30 * time.Second
 )
 
+// settleEvents is how long the registrar waits after a change in the
+// folder before it serves and registers: a restarting kubelet removes the
+// plugin's socket and makes its own within moments, and the events of one
+// restart then make one registration, not two (a second one would make the
+// kubelet drop the endpoint it has just taken).
+const settleEvents = 50 * time.Millisecond
+
 // registrar serves the plugin's socket and keeps the plugin registered.
 // Only its run goroutine uses it after newRegistrar.
 type registrar struct {
@@ -166,6 +173,8 @@ func (r *registrar) run(ctx context.Context) {
 			if !r.ours() {
 				r.stopServer()
 			}
+			retry.Reset(settleEvents)
+			continue
 		case <-retry.C:
 		}
 		if registered {
