@@ -183,3 +183,60 @@ func TestOfflineClaimsKeepToPools(t *testing.T) {
 		t.Fatalf("bob without pools: exit %d\n%s", code, out)
 	}
 }
+
+// TestOfflineClaimsOverAQuotaAreFlagged: a real user's offline claims past
+// the user's quota are flagged in the snapshot, gpulet status, /metrics and
+// the log, and the user gets no lease until back under.
+func TestOfflineClaimsOverAQuotaAreFlagged(t *testing.T) {
+	needUserTools(t)
+	sockGroup := addGroup(t)
+	carol := addUser(t, sockGroup)
+	conf := filepath.Join(t.TempDir(), "gpulet.yaml")
+	writeConfigFile(t, conf, fmt.Sprintf("quotas:\n  %s: 1\n", carol.name))
+	d := startForUsers(t, sockGroup, "--sim-gpus", "1xT4", "--clients-per-instance", "4", "--config", conf)
+	gpurun := copyForOthers(t, e2e.Bin("gpurun"))
+	var claims []*exec.Cmd
+	for range 2 {
+		c := carol.command(gpurun, "--offline", "--run-dir", d.RunDir, "--", "sleep", "300")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Process.Kill()
+		claims = append(claims, c)
+	}
+	e2e.Eventually(t, "the quota flagged in the snapshot", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && len(s.OverQuota) == 1 && s.OverQuota[0].Quota == carol.name && s.OverQuota[0].Held == 2 && s.OverQuota[0].Limit == 1
+	})
+	out, code := e2e.Output(t, exec.Command(e2e.Bin("gpulet"), "--socket", d.Socket, "status"))
+	if code != 0 || !strings.Contains(out, fmt.Sprintf("quota %s: 2 unit(s) held, over its limit of 1", carol.name)) {
+		t.Fatalf("gpulet status: exit %d\n%s", code, out)
+	}
+	m, err := d.Client.Metrics(e2e.Ctx(t))
+	if err != nil || !strings.Contains(string(m), fmt.Sprintf(`gpulet_quota_over_units{quota=%q} 1`, carol.name)) {
+		t.Fatalf("/metrics: %v\n%s", err, m)
+	}
+	if !strings.Contains(d.Log.String(), "quota exceeded") {
+		t.Fatalf("not logged:\n%s", d.Log.String())
+	}
+	if out, code := asUser(t, d, carol, "gpurun", "--", "true"); code == 0 || !strings.Contains(out, "quota_exceeded") {
+		t.Fatalf("carol leased while over her quota: exit %d\n%s", code, out)
+	}
+	// Back under once a claim ends; with none left, she leases again.
+	claims[0].Process.Kill()
+	claims[0].Wait()
+	e2e.Eventually(t, "the flag gone", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && len(s.OverQuota) == 0
+	})
+	e2e.Eventually(t, "the return logged", func() bool { return strings.Contains(d.Log.String(), "quota back under its limit") })
+	claims[1].Process.Kill()
+	claims[1].Wait()
+	e2e.Eventually(t, "the claims gone", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.GPUs[0].UnitsOffline == 0
+	})
+	if out, code := asUser(t, d, carol, "gpurun", "--", "true"); code != 0 {
+		t.Fatalf("carol back under her quota: exit %d\n%s", code, out)
+	}
+}
