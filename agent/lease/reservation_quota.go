@@ -28,23 +28,23 @@ func (m *Manager) checkPriority(peer Peer, priority int) error {
 // set aside beyond those its own leases on them hold, which the held count
 // has already: a reservation's size (its largest stage), pending ones
 // included. A unit lent to a share member counts toward the owner, who set
-// it aside, and toward the borrower, who holds it.
+// it aside, and toward the borrower, who holds it. It looks at the
+// reservations' units only, never at every lease of the node: every
+// lease's check and every published view counts it.
 func (m *Manager) reservedUseLocked() *quotaUse {
 	if len(m.reservations) == 0 {
 		return nil
 	}
-	drawn := map[*reservation]int{}
-	for _, l := range m.leases {
-		if l.Reservation == "" || l.share != "" {
-			continue
-		}
-		if r, ok := m.reservations[l.Reservation]; ok && l.Owner.UID == r.owner.UID {
-			drawn[r] += len(l.Units)
-		}
-	}
 	u := newQuotaUse()
 	for _, r := range m.reservations {
-		if n := r.Size() - drawn[r]; n > 0 {
+		drawn := 0
+		for _, ref := range r.slots {
+			s := &m.gpus[ref.g].slots[ref.u]
+			if s.state == slotLeased && s.lease.share == "" && s.lease.Reservation == r.Name && s.lease.Owner.UID == r.owner.UID {
+				drawn++
+			}
+		}
+		if n := r.Size() - drawn; n > 0 {
 			u.add(r.owner.UID, r.groups, n)
 		}
 	}
