@@ -260,6 +260,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := a.leases.Watch(bg); err != nil {
 		return err
 	}
+	// SIGHUP reloads on a goroutine of its own: a slow or stuck read of the
+	// config path must never stop the main loop's sweep, samples and
+	// watchdog pings.
+	reloaded := make(chan struct{})
+	closers = append(closers, func() error {
+		stopBackground()
+		<-reloaded
+		return nil
+	})
+	go func() {
+		defer close(reloaded)
+		a.reloadOnHangup(bg, hangup)
+	}()
 	// Before anything may build a snapshot: the builder reads the senders.
 	if err := a.startReporters(bg, &closers); err != nil {
 		return err
@@ -333,8 +346,6 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			return nil
 		case err := <-serveErr:
 			return fmt.Errorf("API server: %w", err)
-		case <-hangup:
-			a.reload()
 		case <-ticker.C:
 			a.sample()
 			a.ledger.Sweep()

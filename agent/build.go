@@ -105,6 +105,7 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 	for _, r := range view.Reservations {
 		s.Reservations = append(s.Reservations, r.ReservationStatus)
 	}
+	s.OverQuota = view.OverQuota
 	counts := metrics.Leases{Live: uint64(view.LeaseCount()), Granted: view.Granted, Ended: view.Ended}
 	if used != nil {
 		for _, r := range used.Running {

@@ -1,7 +1,9 @@
 package agent
 
 import (
+	"context"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/gpulet/gpulet/agent/lease"
@@ -31,6 +33,9 @@ func (a *Agent) loadConfig() (*config.Rules, error) {
 	r, err := f.Resolve(gpus, config.SystemDirectory{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", a.cfg.ConfigPath, err)
+	}
+	for _, skipped := range r.Skipped {
+		a.log.Warn("config rule skipped: a name could not be resolved", "config", a.cfg.ConfigPath, "rule", skipped)
 	}
 	if missing := f.ModelsNotIn(names); len(missing) > 0 {
 		a.log.Warn("task profiles name GPU models this node has none of (a typo matches no GPU)", "config", a.cfg.ConfigPath, "models", missing, "node_models", names)
@@ -87,8 +92,23 @@ func (a *Agent) applyRules(r *config.Rules) {
 	}
 	a.rules.Store(r)
 	a.leases.SetRules(e, quotas)
+	a.leases.SetPriorityCeiling(r.UserPriorityCeiling())
+	a.setLedgerAccess(r)
 	a.profiles.Seed(seeds)
 	a.changed()
+}
+
+// reloadOnHangup reloads the config at each SIGHUP on hangup until ctx
+// ends; reloads run one at a time.
+func (a *Agent) reloadOnHangup(ctx context.Context, hangup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hangup:
+			a.reload()
+		}
+	}
 }
 
 // reload is SIGHUP: the config file read again and, if it is sound, put in
@@ -119,8 +139,11 @@ func (a *Agent) Explain(peer lease.Peer, req lease.Request) (api.Placement, erro
 	return a.leases.Explain(peer, req)
 }
 
-// Profiles is the task–engine affinity table.
-func (a *Agent) Profiles() api.ProfileList { return a.profiles.Table().API() }
+// Profiles is the task–engine affinity table as peer sees it: its own
+// measured runs over the config's figures, and every user's for admins.
+func (a *Agent) Profiles(peer lease.Peer) api.ProfileList {
+	return a.profiles.Table().API(peer.UID, peer.Admin)
+}
 
 // Pools lists the configured pools with their free units now.
 func (a *Agent) Pools(peer lease.Peer) api.PoolList {
@@ -135,6 +158,7 @@ func (a *Agent) Pools(peer lease.Peer) api.PoolList {
 			free = append(free, g.UnitsFree)
 		}
 	}
+	out.SkippedRules = r.Skipped
 	gids := append([]uint32{peer.GID}, peer.Groups...)
 	for _, p := range r.Pools {
 		ap := api.Pool{Name: p.Name, GPUs: p.GPUs, Allowed: peer.Admin || p.Allows(peer.UID, gids)}
@@ -152,7 +176,7 @@ func (a *Agent) Pools(peer lease.Peer) api.PoolList {
 func (a *Agent) Quotas(peer lease.Peer) api.QuotaList {
 	out := api.QuotaList{Admin: peer.Admin, Quotas: []api.QuotaUsage{}}
 	for _, q := range a.leases.QuotaUse(peer) {
-		out.Quotas = append(out.Quotas, api.QuotaUsage{Quota: q.Key, Limit: q.Limit, Held: q.Held})
+		out.Quotas = append(out.Quotas, api.QuotaUsage{Quota: q.Key, Limit: q.Limit, Held: q.Held, Reserved: q.Reserved})
 	}
 	return out
 }

@@ -91,6 +91,9 @@ type Snapshot struct {
 	// Reservations are the workflow reservations, by name; absent when
 	// there are none.
 	Reservations []ReservationStatus `json:"reservations,omitempty"`
+	// OverQuota are the quotas held above their limit (offline claims, a
+	// lowered quota, reservations); absent when none is.
+	OverQuota []QuotaOver `json:"over_quota,omitempty"`
 }
 
 // UpstreamStatus is how pushing snapshots to one upstream goes.
@@ -444,6 +447,17 @@ type Score struct {
 // ProfileList is the body of GET /v1/profiles: the task–engine affinity
 // table, tasks by name, each task's models fastest first.
 type ProfileList struct {
+	// Profiles is the table as placement uses it for the caller: the
+	// config's figures, with the caller's own measured runs over them.
+	Profiles []TaskProfile `json:"profiles"`
+	// Learned is, for admins only, every user's measured run times, by
+	// uid; other callers see only their own (in Profiles).
+	Learned []UserProfiles `json:"learned,omitempty"`
+}
+
+// UserProfiles are one user's measured run times.
+type UserProfiles struct {
+	UID      uint32        `json:"uid"`
 	Profiles []TaskProfile `json:"profiles"`
 }
 
@@ -465,6 +479,11 @@ type ModelRunTime struct {
 // the caller may lease in each.
 type PoolList struct {
 	Pools []Pool `json:"pools"`
+	// SkippedRules are the config's rules left out because a user or group
+	// name could not be resolved (a user deleted since, a directory service
+	// down), one line each: "line 4: pools.p.users[1]: no user \"bob\" on
+	// this machine; the pool's entry is skipped".
+	SkippedRules []string `json:"skipped_rules,omitempty"`
 }
 
 // Pool is one pool of the config file.
@@ -483,10 +502,28 @@ type QuotaList struct {
 	Quotas []QuotaUsage `json:"quotas"`
 }
 
+// QuotaOver is a quota held above its limit: offline claims (which nothing
+// can refuse), a quota lowered by a reload, or reservations taken back at
+// start lifted it there. Its holders get no new lease until it is back
+// under.
+type QuotaOver struct {
+	// Quota is the quota as the config file names it: alice, group:ml, *.
+	Quota string `json:"quota"`
+	Limit int    `json:"limit"`
+	// Held counts leases and offline claims; Reserved the units
+	// reservations set aside beyond those.
+	Held     int `json:"held"`
+	Reserved int `json:"reserved,omitempty"`
+}
+
 // QuotaUsage is one quota that applies to the caller.
 type QuotaUsage struct {
 	// Quota is the quota as the config file names it: alice, group:ml, *.
 	Quota string `json:"quota"`
 	Limit int    `json:"limit"`
 	Held  int    `json:"held"`
+	// Reserved is what reservations set aside against the quota beyond
+	// the units their owners' own leases on them hold (pending ones
+	// included): it counts toward the limit as held units do.
+	Reserved int `json:"reserved,omitempty"`
 }

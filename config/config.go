@@ -52,6 +52,7 @@ import (
 	"io/fs"
 	"os"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -94,6 +95,8 @@ type File struct {
 	Profiles map[string]map[string]time.Duration
 	// Weights are the score section's, or 1/3 each without one.
 	Weights Weights
+	// MaxUserPriority is reservations.max_user_priority; nil: not given.
+	MaxUserPriority *int
 }
 
 // PoolSpec is a pool as written.
@@ -188,20 +191,48 @@ func Load(path string) (*File, error) {
 	return f, nil
 }
 
-// readBounded reads at most one byte more than a config file may hold, so
-// that Parse can refuse a larger one without anything reading all of it
-// (a device such as /dev/zero never ends).
+// readBounded reads a regular file, at most one byte more than a config
+// file may hold, so that Parse can refuse a larger one without anything
+// reading all of it. Anything but a regular file is refused before a byte is
+// read: the file is opened without blocking and checked with fstat, so that a
+// FIFO put at the path (whose open or read waits for a writer that may never
+// come) or a device that never ends cannot hold the reader.
 func readBounded(path string) ([]byte, error) {
-	fh, err := os.Open(path)
+	fh, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, pathError(path, err)
 	}
 	defer fh.Close()
+	st, err := fh.Stat()
+	if err != nil {
+		return nil, pathError(path, err)
+	}
+	if st.IsDir() {
+		return nil, fmt.Errorf("%s: is a directory", path)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: not a regular file (%s)", path, fileKind(st.Mode()))
+	}
 	data, err := io.ReadAll(io.LimitReader(fh, MaxFileSize+1))
 	if err != nil {
 		return nil, pathError(path, err)
 	}
 	return data, nil
+}
+
+// fileKind names what a path that is not a regular file is.
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m&fs.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeCharDevice != 0:
+		return "a character device"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return m.Type().String()
 }
 
 // pathError reads "FILE: no such file or directory", as the other errors of

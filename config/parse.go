@@ -324,8 +324,10 @@ func parseRoot(root *yaml.Node) (*File, error) {
 			return f.parseProfiles(v)
 		case "score":
 			return f.parseScore(v)
+		case "reservations":
+			return f.parseReservations(v)
 		}
-		return errorAt(k, "", "unknown key %s (a config file has pools, quotas, profiles and score)", brief(key))
+		return errorAt(k, "", "unknown key %s (a config file has pools, quotas, profiles, score and reservations)", brief(key))
 	})
 	if err != nil {
 		return nil, err

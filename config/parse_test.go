@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -155,7 +156,11 @@ var parseErrorCases = []struct {
 	// Top level.
 	{"not a mapping", "- pools\n", 1, "expected a mapping with pools, quotas, profiles or score, found a list"},
 	{"a bare word", "pools\n", 1, `found the text "pools"`},
-	{"unknown key", "pool: {}\n", 1, `unknown key "pool" (a config file has pools, quotas, profiles and score)`},
+	{"unknown reservations key", "reservations:\n  max: 1\n", 2, `unknown key "max" (reservations has max_user_priority)`},
+	{"priority too high", "reservations:\n  max_user_priority: 1001\n", 2, "reservations.max_user_priority: 1001 is not a whole number from -1000 to 1000"},
+	{"priority not whole", "reservations: {max_user_priority: 1.5}\n", 1, "reservations.max_user_priority: expected a whole number from -1000 to 1000"},
+	{"priority as text", "reservations: {max_user_priority: \"5\"}\n", 1, "reservations.max_user_priority: expected a whole number"},
+	{"unknown key", "pool: {}\n", 1, `unknown key "pool" (a config file has pools, quotas, profiles, score and reservations)`},
 	{"duplicate section", "quotas: {a: 1}\npools: {}\nquotas: {b: 1}\n", 3, `key "quotas" given twice (first on line 1)`},
 
 	// Pools.
@@ -311,6 +316,10 @@ func TestLoad(t *testing.T) {
 	dir := t.TempDir()
 	good := filepath.Join(dir, "good.yaml")
 	bad := filepath.Join(dir, "bad.yaml")
+	fifo := filepath.Join(dir, "fifo.yaml")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	os.WriteFile(good, []byte(designExample), 0o644)
 	os.WriteFile(bad, []byte("quotas:\n  alice: -1\n"), 0o644)
 	if f, err := Load(good); err != nil || len(f.Pools) != 2 {
@@ -320,8 +329,10 @@ func TestLoad(t *testing.T) {
 		{bad, bad + ": line 2: quotas.alice: -1 is negative"},
 		{filepath.Join(dir, "none.yaml"), filepath.Join(dir, "none.yaml") + ": no such file or directory"},
 		{dir, dir + ": is a directory"},
-		// A file that never ends is read no further than the limit.
-		{"/dev/zero", "/dev/zero: larger than 1048576 bytes"},
+		// A device is refused before it is read (one never ends), and so
+		// is a FIFO, whose read would wait for a writer.
+		{"/dev/zero", "/dev/zero: not a regular file (a character device)"},
+		{fifo, fifo + ": not a regular file (a FIFO)"},
 	} {
 		_, err := Load(tc.path)
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {

@@ -64,27 +64,51 @@ func parseID(s string) (uint32, error) {
 }
 
 // Resolve makes the file's rules for a node with the GPUs gpus, looking user
-// and group names up in dir. The error, an *Error, is the problem on the
-// earliest line: a GPU the node does not have, a user or group dir does not
-// know.
+// and group names up in dir. A GPU the node does not have is an error, an
+// *Error on the earliest such line. A user or group dir does not know (deleted
+// since the file was written, or a directory service that does not answer) is
+// not: that rule is skipped, a pool's user entry or a quota, and said in the
+// Rules' Skipped, so that a node whose user database changed still starts.
+// Skipping fails closed: a pool loses a member, never gains one.
 func (f *File) Resolve(gpus []GPURef, dir Directory) (*Rules, error) {
-	return f.resolve(gpus, true, dir)
+	r, res := f.resolve(gpus, true, dir)
+	if res.firstGPU != nil {
+		return nil, res.firstGPU
+	}
+	return r, nil
+}
+
+// Check is the check of the file for a node with the GPUs gpus: the problem
+// on the earliest line, a name dir does not know included, as an *Error; nil
+// when Resolve would skip nothing.
+func (f *File) Check(gpus []GPURef, dir Directory) error {
+	_, res := f.resolve(gpus, true, dir)
+	if res.first != nil {
+		return res.first
+	}
+	return nil
 }
 
 // CheckNames looks the file's user and group names up in dir, for a check of
-// the file away from the node it is for: what Resolve does but for the GPUs.
+// the file away from the node it is for: what Resolve does but for the GPUs,
+// and a name dir does not know is an error, the one on the earliest line.
 func (f *File) CheckNames(dir Directory) error {
-	_, err := f.resolve(nil, false, dir)
-	return err
+	_, res := f.resolve(nil, false, dir)
+	if res.first != nil {
+		return res.first
+	}
+	return nil
 }
 
-func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir Directory) (*Rules, error) {
-	res := resolver{dir: dir, users: map[string]uint32{}, groups: map[string]uint32{}}
-	r := &Rules{Weights: f.Weights}
+// resolve makes the rules, skipping the entries whose names dir does not
+// resolve, and returns the resolver, which holds the problems met.
+func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir Directory) (*Rules, *resolver) {
+	res := &resolver{dir: dir, users: map[string]uint32{}, groups: map[string]uint32{}}
+	r := &Rules{Weights: f.Weights, MaxUserPriority: f.MaxUserPriority}
 	for _, ps := range f.Pools {
 		p := Pool{Name: ps.Name, Everyone: ps.Everyone}
 		for _, who := range ps.Users {
-			id, ok := res.id(who)
+			id, ok := res.id(who, "the pool's entry is skipped")
 			switch {
 			case !ok:
 			case who.Kind == User:
@@ -96,7 +120,7 @@ func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir Directory) (*Rules, er
 		if checkGPUs {
 			for _, g := range ps.GPUs {
 				if i, err := findGPU(g, gpus); err != nil {
-					res.fail(g.Line, g.path, err)
+					res.failGPU(g.Line, g.path, err)
 				} else {
 					p.GPUs = append(p.GPUs, i)
 				}
@@ -107,11 +131,13 @@ func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir Directory) (*Rules, er
 	}
 	slices.SortFunc(r.Pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
 	for _, q := range f.Quotas {
-		id, _ := res.id(q.Who)
-		r.Quotas = append(r.Quotas, Quota{Key: q.Who.String(), Kind: q.Who.Kind, ID: id, Limit: q.Limit})
+		if id, ok := res.id(q.Who, "the quota is skipped"); ok {
+			r.Quotas = append(r.Quotas, Quota{Key: q.Who.String(), Kind: q.Who.Kind, ID: id, Limit: q.Limit})
+		}
 	}
-	if res.first != nil {
-		return nil, res.first
+	slices.SortStableFunc(res.skipped, func(a, b *Error) int { return a.Line - b.Line })
+	for _, e := range res.skipped {
+		r.Skipped = append(r.Skipped, e.Error())
 	}
 	if f.Profiles != nil {
 		r.Profiles = make(map[string]map[string]time.Duration, len(f.Profiles))
@@ -119,20 +145,22 @@ func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir Directory) (*Rules, er
 			r.Profiles[task] = maps.Clone(times)
 		}
 	}
-	return r, nil
+	return r, res
 }
 
 // resolver looks each name up once, and keeps the problem on the earliest
-// line: entries are met pool by pool, not in the file's order.
+// line (entries are met pool by pool, not in the file's order), the GPU
+// problem on the earliest line, and every name it could not resolve.
 type resolver struct {
-	dir           Directory
-	users, groups map[string]uint32
-	first         *Error
+	dir             Directory
+	users, groups   map[string]uint32
+	first, firstGPU *Error
+	skipped         []*Error
 }
 
-// id is who's uid or gid; false when it could not be had (then fail was
-// called). Everyone has none.
-func (res *resolver) id(who Principal) (uint32, bool) {
+// id is who's uid or gid; false when it could not be had (then the entry is
+// recorded as skipped, with the consequence said). Everyone has none.
+func (res *resolver) id(who Principal, consequence string) (uint32, bool) {
 	if who.Kind == Everyone {
 		return 0, true
 	}
@@ -148,17 +176,28 @@ func (res *resolver) id(who Principal) (uint32, bool) {
 	}
 	id, err := lookup(who.Name)
 	if err != nil {
-		res.fail(who.Line, who.path, err)
+		e := res.fail(who.Line, who.path, err)
+		res.skipped = append(res.skipped, &Error{Line: e.Line, Msg: e.Msg + "; " + consequence})
 		return 0, false
 	}
 	known[who.Name] = id
 	return id, true
 }
 
-func (res *resolver) fail(line int, path string, err error) {
-	if res.first == nil || line < res.first.Line {
-		res.first = &Error{Line: line, Msg: path + ": " + err.Error()}
+func (res *resolver) failGPU(line int, path string, err error) {
+	e := res.fail(line, path, err)
+	if res.firstGPU == nil || line < res.firstGPU.Line {
+		res.firstGPU = e
 	}
+}
+
+// fail records a problem and returns it.
+func (res *resolver) fail(line int, path string, err error) *Error {
+	e := &Error{Line: line, Msg: path + ": " + err.Error()}
+	if res.first == nil || line < res.first.Line {
+		res.first = e
+	}
+	return e
 }
 
 // findGPU returns the index of the node's GPU that g names: by index, or by

@@ -158,15 +158,72 @@ func TestResolveErrors(t *testing.T) {
 		), 2, "pools.a.users[0]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, err := mustParse(t, tc.in).Resolve(threeGPUs, newDirectory())
-			var e *Error
-			if !errors.As(err, &e) {
-				t.Fatalf("got %+v, %v; want an *Error", r, err)
+			// The problem on the earliest line, names included, as
+			// CheckNames reports it.
+			r, res := mustParse(t, tc.in).resolve(threeGPUs, true, newDirectory())
+			e := res.first
+			if e == nil {
+				t.Fatalf("got %+v; want a problem", r)
 			}
 			if e.Line != tc.line || !strings.Contains(e.Msg, tc.want) {
 				t.Fatalf("got line %d: %q\nwant line %d: ...%q...", e.Line, e.Msg, tc.line, tc.want)
 			}
 		})
+	}
+}
+
+// TestResolveSkipsUnknownNames: a name the directory does not resolve
+// (deleted since, or the directory down) skips its rule, fail-closed, and
+// says so; a GPU the node lacks stays an error.
+func TestResolveSkipsUnknownNames(t *testing.T) {
+	f := mustParse(t, lines(
+		"pools:",
+		"  p:",
+		"    gpus: [0]",
+		"    users: [alice, mallory, 'group:nope']",
+		"  only:",
+		"    gpus: [1]",
+		"    users: [broken]",
+		"quotas:",
+		"  mallory: 1",
+		"  alice: 2",
+		"  'group:nope': 3",
+	))
+	r, err := f.Resolve(threeGPUs, newDirectory())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`line 4: pools.p.users[1]: no user "mallory" on this machine; the pool's entry is skipped`,
+		`line 4: pools.p.users[2]: no group "nope" on this machine; the pool's entry is skipped`,
+		`line 7: pools.only.users[0]: looking up user "broken": the directory is down; the pool's entry is skipped`,
+		`line 9: quotas.mallory: no user "mallory" on this machine; the quota is skipped`,
+		`line 11: quotas."group:nope": no group "nope" on this machine; the quota is skipped`,
+	}
+	if !reflect.DeepEqual(r.Skipped, want) {
+		t.Fatalf("skipped:\n%s\nwant:\n%s", strings.Join(r.Skipped, "\n"), strings.Join(want, "\n"))
+	}
+	p, _ := r.Pool("p")
+	if !reflect.DeepEqual(p.UIDs, []uint32{1001}) || len(p.GIDs) != 0 || p.Everyone {
+		t.Fatalf("pool p: %+v", p)
+	}
+	// A pool whose every user is skipped is left to admins, not opened.
+	only, _ := r.Pool("only")
+	if only.Everyone || only.Allows(1002, []uint32{2000}) {
+		t.Fatalf("pool only: %+v", only)
+	}
+	if len(r.Quotas) != 1 || r.Quotas[0].Key != "alice" || r.Quotas[0].ID != 1001 {
+		t.Fatalf("quotas: %+v", r.Quotas)
+	}
+	if err := f.CheckNames(newDirectory()); err == nil || err.Error() != `line 4: pools.p.users[1]: no user "mallory" on this machine` {
+		t.Fatalf("CheckNames: %v", err)
+	}
+	if err := f.Check(threeGPUs, newDirectory()); err == nil || err.Error() != `line 4: pools.p.users[1]: no user "mallory" on this machine` {
+		t.Fatalf("Check: %v", err)
+	}
+	// A GPU the node lacks is still an error, even beside skipped names.
+	if _, err := mustParse(t, "pools:\n  p: {gpus: [9], users: [mallory]}\n").Resolve(threeGPUs, newDirectory()); err == nil || !strings.Contains(err.Error(), "no GPU with index 9") {
+		t.Fatalf("unknown GPU: %v", err)
 	}
 }
 
@@ -226,5 +283,18 @@ func TestSystemDirectory(t *testing.T) {
 	r, err := mustParse(t, "pools:\n  p: {gpus: [0], users: [root, 'group:root']}\n").Resolve([]GPURef{{0, "GPU-a"}}, dir)
 	if err != nil || !reflect.DeepEqual(r.Pools[0].UIDs, []uint32{0}) || !reflect.DeepEqual(r.Pools[0].GIDs, []uint32{0}) {
 		t.Fatalf("%+v, %v", r, err)
+	}
+}
+
+func TestUserPriorityCeiling(t *testing.T) {
+	var none *Rules
+	if got := none.UserPriorityCeiling(); got != DefaultMaxUserPriority {
+		t.Fatalf("no config: %d", got)
+	}
+	for in, want := range map[string]int{"quotas: {}\n": DefaultMaxUserPriority, "reservations:\n  max_user_priority: 50\n": 50, "reservations: {max_user_priority: -3}\n": -3} {
+		r, err := mustParse(t, in).Resolve(threeGPUs, newDirectory())
+		if err != nil || r.UserPriorityCeiling() != want {
+			t.Fatalf("%q: %v, %v; want %d", in, r, err, want)
+		}
 	}
 }

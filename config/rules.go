@@ -17,6 +17,14 @@ type Rules struct {
 	// NVML reports).
 	Profiles map[string]map[string]time.Duration
 	Weights  Weights
+	// MaxUserPriority is the file's reservations.max_user_priority; nil:
+	// not given (UserPriorityCeiling says what applies).
+	MaxUserPriority *int
+	// Skipped says, one line each in the file's order, the rules left out
+	// because a user or group name could not be resolved: "line 4:
+	// pools.p.users[1]: no user \"bob\" on this machine; the pool's entry is
+	// skipped".
+	Skipped []string
 }
 
 // Pool is a named group of the node's GPUs and who may lease from it.

@@ -76,6 +76,11 @@ func appendSnapshotJSON(b []byte, s *api.Snapshot) ([]byte, error) {
 			return b, err
 		}
 	}
+	if len(s.OverQuota) > 0 {
+		if b, err = appendMarshaled(b, `,"over_quota":`, s.OverQuota); err != nil {
+			return b, err
+		}
+	}
 	return append(b, '}'), nil
 }
 

@@ -256,8 +256,14 @@ func TestReservationReclaimSignalsBorrowers(t *testing.T) {
 // for the higher one first, so that neither a waiting gpurun nor a stream of
 // small leases takes them, and each is admitted once it has all it needs.
 func TestReservationsCompeteByPriority(t *testing.T) {
-	n := startReserveNode(t)
+	// Users may ask priorities up to 5 here; above, only admins.
+	conf := filepath.Join(t.TempDir(), "gpulet.yaml")
+	writeConfigFile(t, conf, "reservations:\n  max_user_priority: 5\n")
+	n := startReserveNode(t, "--config", conf)
 	ctx := e2e.Ctx(t)
+	if out, code := n.gpulet(t, n.bob, "reserve", "jump", "--stages", "1", "--priority", "6"); code != 1 || !strings.Contains(out, "forbidden: priority: 6 is above 5") {
+		t.Fatalf("a priority above the ceiling: exit %d: %s", code, out)
+	}
 	var fill []string
 	for range 8 {
 		l, err := n.d.Client.Lease(ctx, api.LeaseRequest{Units: 1, TTL: "10m"})

@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -363,6 +364,33 @@ func TestRegistersAgainWhenTheKubeletRestarts(t *testing.T) {
 	n.kubelet.WaitUpdate(seen, 10*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == 31 })
 	if _, err := n.allocate(t, n.ids(1, 0)); err != nil {
 		t.Fatalf("Allocate after the restart: %v", err)
+	}
+}
+
+// TestRegistersAgainOnEveryKubeletSocket: a kubelet socket made anew with
+// the inode of the one registered with (as ext4 may give it) is a kubelet
+// restart all the same: the plugin registers again, and serves on.
+func TestRegistersAgainOnEveryKubeletSocket(t *testing.T) {
+	n := newNode(t)
+	n.kubelet.Wait("the first registration", 10*time.Second, func() bool { return len(n.kubelet.Registrations()) == 1 })
+	sock := filepath.Join(n.kubelet.Dir, "kubelet.sock")
+	keep := filepath.Join(n.kubelet.Dir, ".kubelet.sock.keep")
+	for i := 2; i <= 3; i++ {
+		// The same inode, unlinked and linked again at the kubelet's name.
+		if err := os.Link(sock, keep); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(sock); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(keep, sock); err != nil {
+			t.Fatal(err)
+		}
+		os.Remove(keep)
+		n.kubelet.Wait(fmt.Sprintf("registration %d", i), 10*time.Second, func() bool { return len(n.kubelet.Registrations()) == i })
+	}
+	if _, err := n.allocate(t, n.ids(1, 0)); err != nil {
+		t.Fatalf("Allocate after registering again: %v", err)
 	}
 }
 

@@ -33,6 +33,13 @@ const (
 	retryMax   = 30 * time.Second
 )
 
+// settleEvents is how long the registrar waits after a change in the
+// folder before it serves and registers: a restarting kubelet removes the
+// plugin's socket and makes its own within moments, and the events of one
+// restart then make one registration, not two (a second one would make the
+// kubelet drop the endpoint it has just taken).
+const settleEvents = 50 * time.Millisecond
+
 // registrar serves the plugin's socket and keeps the plugin registered.
 // Only its run goroutine uses it after newRegistrar.
 type registrar struct {
@@ -43,18 +50,6 @@ type registrar struct {
 	// own is the socket file the server listens on: a Remove event for
 	// the socket's name while own is still there is of an earlier one.
 	own os.FileInfo
-	// kubelet is the kubelet socket of the last registration: a Create
-	// event for a socket that is still that one comes from a restart the
-	// plugin has already registered after (a restarting kubelet removes
-	// the plugin's socket too, and that event may be handled first).
-	kubelet os.FileInfo
-}
-
-// registeredWith says whether the kubelet's socket is the one the plugin
-// last registered with.
-func (r *registrar) registeredWith() bool {
-	fi, err := os.Stat(r.kubeletSock)
-	return err == nil && r.kubelet != nil && os.SameFile(fi, r.kubelet)
 }
 
 // newRegistrar watches the kubelet's folder and serves the plugin socket,
@@ -159,10 +154,13 @@ func (r *registrar) run(ctx context.Context) {
 		case ev := <-r.watch.Events:
 			switch {
 			case ev.Name == r.kubeletSock && ev.Has(fsnotify.Create):
+				// Every creation of the kubelet's socket is a kubelet
+				// (re)starting, and is registered with, even right after a
+				// registration: a recreated socket may well get the inode
+				// of the old one (ext4 reuses them), so no file identity
+				// tells a new kubelet from the one already registered with,
+				// and registering twice with one kubelet is harmless.
 				r.p.settle()
-				if registered && r.registeredWith() {
-					continue
-				}
 				log.Info("the kubelet (re)started: registering again", "socket", r.kubeletSock)
 			case ev.Name == r.sock && (ev.Has(fsnotify.Remove) || ev.Has(fsnotify.Rename)) && !r.ours():
 				log.Warn("the kubelet plugin socket was removed: serving it anew and registering again", "socket", r.sock)
@@ -170,7 +168,13 @@ func (r *registrar) run(ctx context.Context) {
 				continue
 			}
 			registered = false
-			r.stopServer()
+			// The plugin's socket is served anew only when it is no longer
+			// the one the server listens on.
+			if !r.ours() {
+				r.stopServer()
+			}
+			retry.Reset(settleEvents)
+			continue
 		case <-retry.C:
 		}
 		if registered {
@@ -185,8 +189,7 @@ func (r *registrar) run(ctx context.Context) {
 				continue
 			}
 		}
-		kubelet, err := os.Stat(r.kubeletSock)
-		if err != nil {
+		if _, err := os.Stat(r.kubeletSock); err != nil {
 			// No kubelet yet: its socket's creation is watched for.
 			if !waiting {
 				log.Info("waiting for the kubelet: its registration socket is not there yet; the plugin registers once it appears", "socket", r.kubeletSock)
@@ -204,7 +207,7 @@ func (r *registrar) run(ctx context.Context) {
 			backoff = min(2*backoff, retryMax)
 			continue
 		}
-		registered, backoff, r.kubelet = true, retryFirst, kubelet
+		registered, backoff = true, retryFirst
 		log.Info("registered with the kubelet", "resource", ResourceName, "socket", r.sock)
 	}
 }

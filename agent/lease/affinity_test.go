@@ -24,7 +24,7 @@ func TestTaskRunIsMeasuredWhenItsProcessExits(t *testing.T) {
 	var runs []run
 	last := f.devs[len(f.devs)-1]
 	m := f.manager(t, func(c *Config) {
-		c.Prefer = func(task string) []string {
+		c.Prefer = func(_ uint32, task string) []string {
 			if task == "bert" {
 				return []string{last.Name}
 			}

@@ -32,7 +32,7 @@ func (m *Manager) Explain(peer Peer, req Request) (api.Placement, error) {
 			return api.Placement{}, err
 		}
 	}
-	if err := m.checkQuotaLocked(peer, req.Units); err != nil {
+	if err := m.checkQuotaLocked(peer, req.Units, req.Reservation); err != nil {
 		return api.Placement{}, err
 	}
 	// The decision the lease would get, borrowing or drawing on a

@@ -202,7 +202,7 @@ func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
 		r.GIDs = leaseGroups(peer.GID, peer.Groups)
 	}
 	if req.Task != "" {
-		r.Prefer = m.cfg.Prefer(req.Task)
+		r.Prefer = m.cfg.Prefer(peer.UID, req.Task)
 	}
 	return r
 }
@@ -217,7 +217,7 @@ func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, 
 			return nil, err
 		}
 	}
-	if err := m.checkQuotaLocked(peer, req.Units); err != nil {
+	if err := m.checkQuotaLocked(peer, req.Units, req.Reservation); err != nil {
 		return nil, err
 	}
 	for {

@@ -107,10 +107,10 @@ type Config struct {
 	// MaxWaitersPerUID caps the requests one uid (root aside) may have
 	// waiting for units at once; 0: no cap.
 	MaxWaitersPerUID int
-	// Prefer returns the GPU models a task runs fastest on, fastest first
-	// (task–engine affinity); it must not call the Manager. Nil: no
+	// Prefer returns the GPU models a task runs fastest on for uid, fastest
+	// first (task–engine affinity); it must not call the Manager. Nil: no
 	// preference.
-	Prefer func(task string) []string
+	Prefer func(uid uint32, task string) []string
 	// TaskRan is told, without the Manager's lock, how long a lease of uid
 	// with a task ran on a GPU model, when the lease ended because its process
 	// exited. Nil: nobody listens.
@@ -197,6 +197,9 @@ type Manager struct {
 	reservations map[string]*reservation
 	pending      int
 	resSeq       uint64
+	// priorityCeiling is the highest reservation priority a caller who is
+	// not an admin may ask (reservation_quota.go).
+	priorityCeiling atomic.Int64
 	// resFailed says why the reservations file cannot be written now; nil
 	// when it can. resUnread says why the file found at start could be
 	// neither read nor set aside: then it is never written over.
@@ -226,7 +229,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.InstanceEnv = func(int, int) map[string]string { return nil }
 	}
 	if cfg.Prefer == nil {
-		cfg.Prefer = func(string) []string { return nil }
+		cfg.Prefer = func(uint32, string) []string { return nil }
 	}
 	if cfg.TaskRan == nil {
 		cfg.TaskRan = func(string, string, uint32, time.Duration) {}

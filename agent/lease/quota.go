@@ -2,6 +2,7 @@ package lease
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
@@ -14,6 +15,8 @@ type Quotas struct {
 	byUID    map[uint32]config.Quota
 	byGID    map[uint32]config.Quota
 	everyone *config.Quota
+	// all are the quotas in force (a repeated one once), by key.
+	all []config.Quota
 }
 
 // NewQuotas indexes the config's quotas (docs/design.md §11): a user's caps
@@ -32,6 +35,15 @@ func NewQuotas(qs []config.Quota) *Quotas {
 			out.everyone = &q
 		}
 	}
+	for _, byID := range []map[uint32]config.Quota{out.byUID, out.byGID} {
+		for _, q := range byID {
+			out.all = append(out.all, q)
+		}
+	}
+	if out.everyone != nil {
+		out.all = append(out.all, *out.everyone)
+	}
+	slices.SortFunc(out.all, func(a, b config.Quota) int { return strings.Compare(a.Key, b.Key) })
 	return out
 }
 
@@ -75,58 +87,70 @@ func leaseGroups(gid uint32, groups []uint32) []uint32 {
 }
 
 // QuotaUse is one quota that applies to a caller, with what is held against
-// it now.
+// it now (leases and offline claims) and what reservations set aside
+// against it beyond that (reservation_quota.go).
 type QuotaUse struct {
 	config.Quota
-	Held int
+	Held     int
+	Reserved int
 }
 
 // each calls fn with every quota that applies to a caller of uid in groups
-// gids (its own, its groups', everyone's) and what is held against it, until
-// fn returns an error, which it returns. It makes nothing: a lease's check
-// goes through it on every request.
-func (q *Quotas) each(uid uint32, gids []uint32, u *quotaUse, fn func(QuotaUse) error) error {
+// gids (its own, its groups', everyone's), what is held against it (u) and
+// what is reserved (r; nil: nothing), until fn returns an error, which it
+// returns. It makes nothing: a lease's check goes through it on every
+// request.
+func (q *Quotas) each(uid uint32, gids []uint32, u, r *quotaUse, fn func(QuotaUse) error) error {
 	if q == nil {
 		return nil
 	}
+	if r == nil {
+		r = &quotaUse{}
+	}
 	if qu, ok := q.byUID[uid]; ok {
-		if err := fn(QuotaUse{qu, u.byUID[uid]}); err != nil {
+		if err := fn(QuotaUse{qu, u.byUID[uid], r.byUID[uid]}); err != nil {
 			return err
 		}
 	}
 	for _, g := range gids {
 		if qg, ok := q.byGID[g]; ok {
-			if err := fn(QuotaUse{qg, u.byGID[g]}); err != nil {
+			if err := fn(QuotaUse{qg, u.byGID[g], r.byGID[g]}); err != nil {
 				return err
 			}
 		}
 	}
 	if q.everyone != nil {
-		return fn(QuotaUse{*q.everyone, u.total})
+		return fn(QuotaUse{*q.everyone, u.total, r.total})
 	}
 	return nil
 }
 
 // applying lists the quotas that apply to a caller of uid in groups gids.
-func (q *Quotas) applying(uid uint32, gids []uint32, u *quotaUse) []QuotaUse {
+func (q *Quotas) applying(uid uint32, gids []uint32, u, r *quotaUse) []QuotaUse {
 	var out []QuotaUse
-	q.each(uid, gids, u, func(qu QuotaUse) error { out = append(out, qu); return nil })
+	q.each(uid, gids, u, r, func(qu QuotaUse) error { out = append(out, qu); return nil })
 	return out
 }
 
-// checkQuotaLocked refuses a request that would lift its caller above a quota
-// that applies; admins are bound by none.
-func (m *Manager) checkQuotaLocked(peer Peer, units int) error {
+// checkQuotaLocked refuses a request for units that would lift its caller
+// above a quota that applies, counting what reservations set aside; admins
+// are bound by none. A draw on the caller's own reservation adds nothing:
+// its units were counted when it was made.
+func (m *Manager) checkQuotaLocked(peer Peer, units int, reservation string) error {
 	if peer.Admin || m.quotas == nil {
 		return nil
 	}
-	return m.quotas.each(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse, func(q QuotaUse) error {
-		return exceeds(q.Quota, q.Held, units)
+	if r, ok := m.reservations[reservation]; ok && r.owner.UID == peer.UID {
+		return nil
+	}
+	reserved := m.reservedUseLocked()
+	return m.quotas.each(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse, reserved, func(q QuotaUse) error {
+		return exceeds(q, units)
 	})
 }
 
-func exceeds(q config.Quota, held, units int) error {
-	if held+units <= q.Limit {
+func exceeds(q QuotaUse, units int) error {
+	if q.Held+q.Reserved+units <= q.Limit {
 		return nil
 	}
 	whose := "you hold"
@@ -136,7 +160,11 @@ func exceeds(q config.Quota, held, units int) error {
 	case config.Everyone:
 		whose = "everyone holds"
 	}
-	return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), %s %d, %d more asked", q.Key, q.Limit, whose, held, units)
+	if q.Reserved > 0 {
+		return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), %s %d and reservations set %d aside (pending ones count too), %d more asked",
+			q.Key, q.Limit, whose, q.Held, q.Reserved, units)
+	}
+	return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), %s %d, %d more asked", q.Key, q.Limit, whose, q.Held, units)
 }
 
 // SetRules puts a config's placement engine (pools, score weights) and
@@ -147,7 +175,9 @@ func (m *Manager) SetRules(e *placement.Engine, q *Quotas) {
 	m.mu.Lock()
 	m.engine.Store(e)
 	m.quotas = q
-	m.mu.Unlock()
+	// Which quotas are over may change: the View says it.
+	m.dirty = true
+	m.unlock()
 }
 
 // SetEngine puts a new placement engine in force, the quotas staying: the
@@ -162,5 +192,5 @@ func (m *Manager) QuotaUse(peer Peer) []QuotaUse {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.quotas.applying(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse)
+	return m.quotas.applying(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse, m.reservedUseLocked())
 }

@@ -151,6 +151,9 @@ func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error)
 	if err := spec.Resolve(m.cfg.Accounts); err != nil {
 		return api.Reservation{}, err
 	}
+	if err := m.checkPriority(peer, spec.Priority); err != nil {
+		return api.Reservation{}, err
+	}
 	total := m.cfg.Model.UnitsPerGPU * len(m.gpus)
 	for i, n := range spec.Needs {
 		if n > total {
@@ -251,9 +254,14 @@ func (m *Manager) reservableLocked(r *reservation) error {
 	if r.admin {
 		return nil
 	}
-	for _, q := range m.quotas.applying(r.owner.UID, r.groups, &m.quotaUse) {
+	for _, q := range m.quotas.applying(r.owner.UID, r.groups, &m.quotaUse, m.reservedUseLocked()) {
 		if size > q.Limit {
 			return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), less than the %d this reservation sets aside, which could never all be leased", q.Key, q.Limit, size)
+		}
+		// Reserved units count toward the owner's quotas, summed over all
+		// its reservations, pending ones included.
+		if err := exceeds(q, size); err != nil {
+			return err
 		}
 	}
 	return nil

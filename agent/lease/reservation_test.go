@@ -24,6 +24,8 @@ import (
 // small leases can take them.
 func TestPriorityAdmission(t *testing.T) {
 	h := newResHarness(t, 1, 8, 1) // 16 units
+	// Users may ask any priority here, as the config allows.
+	h.m.SetPriorityCeiling(config.MaxPriority)
 	held := h.fill()
 	if len(held) != 16 {
 		t.Fatalf("filled %d", len(held))
@@ -301,6 +303,7 @@ func TestReservationsSurviveRestarts(t *testing.T) {
 // at start holds again what frees for it.
 func TestPendingReservationSurvivesRestart(t *testing.T) {
 	h := newResHarness(t, 1, 8, 1)
+	h.m.SetPriorityCeiling(config.MaxPriority)
 	held := h.fill()
 	s := spec("wf", []int{3})
 	s.Wait, s.Priority = true, 7

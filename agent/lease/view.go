@@ -70,6 +70,8 @@ type View struct {
 	Unrecorded string
 	// Reservations are the workflow reservations, by name.
 	Reservations []api.Reservation
+	// OverQuota are the quotas held above their limit (overquota.go).
+	OverQuota []api.QuotaOver
 }
 
 // GPUView is one GPU's units.
@@ -154,7 +156,7 @@ func (m *Manager) publishLocked() bool {
 	m.dirty = false
 	m.version++
 	v := &View{Version: m.version, GPUs: make([]GPUView, len(m.gpus)), Granted: m.granted, Ended: m.ended, Unrecorded: m.unrecordedLocked(),
-		Reservations: m.reservationViewsLocked()}
+		Reservations: m.reservationViewsLocked(), OverQuota: m.overQuotaLocked()}
 	for gi, g := range m.gpus {
 		if g.dirty {
 			g.view = m.buildGPUViewLocked(g)

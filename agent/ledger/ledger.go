@@ -51,6 +51,9 @@ type Ledger struct {
 	// building and walking their path on every lease, and without following
 	// anything planted at a unit name.
 	dirs [][]*pipefile.Folder
+	// gid is the socket group's (-1: none): the group of the instance
+	// folders of a GPU open to the ledger's audience (access.go).
+	gid int
 
 	// sweptLog and watchLog bound the lines that users in the socket group
 	// can cause; there is no per-name record of what was logged.
@@ -93,7 +96,7 @@ func GroupID(name string) int {
 // leaves them open to every user, 1777, like /tmp.
 func New(runDir string, model units.Model, gpus []GPU, gid int, log *slog.Logger) (*Ledger, error) {
 	l := &Ledger{
-		runDir: runDir, model: model, gpus: gpus, log: log,
+		runDir: runDir, model: model, gpus: gpus, log: log, gid: gid,
 		sweptLog:    ratelog.New(log, "pipe-file ledger entries removed", sweptLinesPerSecond, nil),
 		watchLog:    ratelog.New(log, "pipe-file ledger watch", watchLinesPerSecond, nil),
 		folderGone:  make([]atomic.Bool, len(gpus)*model.InstancesPerGPU),

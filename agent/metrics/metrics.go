@@ -56,6 +56,7 @@ var (
 	descResLendable  = prometheus.NewDesc("gpulet_reservation_units_lendable", "Units the current stage may lend (reserved minus need).", resLabels, nil)
 	descResLent      = prometheus.NewDesc("gpulet_reservation_units_lent", "Units of the reservation borrowers hold.", resLabels, nil)
 	descResReclaimed = prometheus.NewDesc("gpulet_reservation_units_reclaimed", "Units taken back from borrowers when the current stage started.", resLabels, nil)
+	descQuotaOver    = prometheus.NewDesc("gpulet_quota_over_units", "Units held (and reserved) beyond a quota's limit, for each quota held above its limit (offline claims, a lowered quota); its holders get no new lease until back under.", []string{"quota"}, nil)
 )
 
 // Leases counts leases for the exposition.
@@ -107,6 +108,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descResLendable, float64(r.Lendable), r.Name)
 		gauge(descResLent, float64(r.Lent), r.Name)
 		gauge(descResReclaimed, float64(r.Reclaimed), r.Name)
+	}
+	for _, q := range s.OverQuota {
+		gauge(descQuotaOver, float64(q.Held+q.Reserved-q.Limit), q.Quota)
 	}
 	gauge(descLeases, float64(c.leases.Live))
 	ch <- prometheus.MustNewConstMetric(descGranted, prometheus.CounterValue, float64(c.leases.Granted))

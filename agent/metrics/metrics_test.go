@@ -115,3 +115,15 @@ func TestLiveMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestQuotaOverIsExposed: a quota held above its limit is a gauge of the
+// units beyond it, labelled by the quota.
+func TestQuotaOverIsExposed(t *testing.T) {
+	s := &api.Snapshot{Node: "n", OverQuota: []api.QuotaOver{{Quota: "alice", Limit: 4, Held: 13}, {Quota: "*", Limit: 8, Held: 7, Reserved: 3}}}
+	out := string(Render(s, Leases{}))
+	for _, want := range []string{`gpulet_quota_over_units{quota="alice"} 9`, `gpulet_quota_over_units{quota="*"} 2`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("missing %s in\n%s", want, out)
+		}
+	}
+}

@@ -1,8 +1,11 @@
 // Package profiles keeps the task–engine affinity table (docs/design.md
 // §1.9): per task, its run time on each GPU model. The config file's
-// entries are the starting point; every run the daemon measures (a lease with
-// a task whose process exited) moves the task's time on that model by an
-// exponentially weighted mean. Measured entries are kept in the state dir,
+// entries are shared by every user and are the starting point; the runs the
+// daemon measures (a lease with a task whose process exited) are kept per
+// user: a run of uid moves uid's own time for the task on that model by an
+// exponentially weighted mean, and steers only uid's later placements, so
+// that no user can steer another's by running a task badly on purpose.
+// Measured entries are kept in the state dir (file.go), private to root and
 // written with fsync, so that they survive restarts and reboots.
 //
 // Readers never lock: each change publishes an immutable table, and a
@@ -10,21 +13,18 @@
 package profiles
 
 import (
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
-	"os"
+	"maps"
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/statefile"
 )
 
 // Weight is the weight of a new run in the mean: 0.3 follows a task whose
@@ -35,15 +35,13 @@ const Weight = 0.3
 // Limits on what measured runs can make the store keep: a task name comes
 // from any caller, so a flood of names must not grow the file without end.
 const (
+	// MaxTasks bounds the measured tasks of all users together (a task
+	// two users ran counts twice).
 	MaxTasks = 4096
-	// MaxTasksPerUID bounds the tasks one uid (root aside) brings into the
-	// table, so that no user can fill it for the others.
+	// MaxTasksPerUID bounds the tasks one uid (root aside) has measured
+	// runs of, so that no user can fill the table for the others.
 	MaxTasksPerUID   = 256
 	MaxModelsPerTask = 64
-	maxFileBytes     = 16 << 20
-	fileSchema       = "gpulet.profiles/v1"
-	fileName         = "profiles.json"
-	stateFileMode    = 0o644
 )
 
 // Entry is one task's run time on one GPU model.
@@ -54,17 +52,47 @@ type Entry struct {
 	Runs int
 }
 
-// Table is the affinity table at one moment: task → GPU model name → entry.
-// It is never modified once published.
+// models is one task's entries by GPU model name.
+type models = map[string]Entry
+
+// Table is the affinity table at one moment. It is never modified once
+// published.
 type Table struct {
-	Tasks map[string]map[string]Entry
-	// prefer lists per task its models, fastest first.
-	prefer map[string][]string
+	// Seeds are the config's figures, task → model → entry, for everyone.
+	Seeds map[string]models
+	// Learned are the measured runs, uid → task → model → entry.
+	Learned map[uint32]map[string]models
+	// prefer lists per task its seeded models, fastest first; preferOf,
+	// per uid, the same for the tasks uid has measured runs of, its own
+	// figures over the seeds.
+	prefer   map[string][]string
+	preferOf map[uint32]map[string][]string
 }
 
-// Prefer lists the GPU models task runs on, fastest first; nil for a task
-// the table does not know.
-func (t *Table) Prefer(task string) []string { return t.prefer[task] }
+// Prefer lists the GPU models task runs on for uid, fastest first: by uid's
+// own measured runs over the config's figures; nil for a task neither knows.
+func (t *Table) Prefer(uid uint32, task string) []string {
+	if p, ok := t.preferOf[uid][task]; ok {
+		return p
+	}
+	return t.prefer[task]
+}
+
+// Of is the table as uid sees it: the config's figures with uid's measured
+// runs over them.
+func (t *Table) Of(uid uint32) map[string]models {
+	out := make(map[string]models, len(t.Seeds))
+	for task, ms := range t.Seeds {
+		out[task] = maps.Clone(ms)
+	}
+	for task, ms := range t.Learned[uid] {
+		if out[task] == nil {
+			out[task] = models{}
+		}
+		maps.Copy(out[task], ms)
+	}
+	return out
+}
 
 // Store is the table, its seeds from the config, and its file.
 type Store struct {
@@ -72,110 +100,29 @@ type Store struct {
 	// mu serializes changes and writes of the file; readers use table.
 	mu       sync.Mutex
 	seeds    map[string]map[string]time.Duration
-	measured map[string]map[string]Entry
-	// owner is, per measured task, the uid whose run brought it in; started
-	// counts those per uid (MaxTasksPerUID).
-	owner   map[string]uint32
-	started map[uint32]int
-	table   atomic.Pointer[Table]
+	measured map[uint32]map[string]models
+	// kept counts the measured tasks of all uids (MaxTasks).
+	kept  int
+	table atomic.Pointer[Table]
 }
 
 // Open loads the measured runs kept in dir (none yet: an empty table). A
 // file that cannot be read is an error. One that does not parse is set aside
 // (profiles.json.damaged), so that the runs it held are not written over,
-// and the table starts from the config's figures alone: log says so.
+// and the table starts from the config's figures alone: log says so. A file
+// of the older shared format, or one others may read, is written again at
+// once in the current format, mode 0600 (file.go says how it migrates).
 func Open(dir string, log *slog.Logger) (*Store, error) {
-	s := &Store{path: filepath.Join(dir, fileName), measured: map[string]map[string]Entry{}, owner: map[string]uint32{}, started: map[uint32]int{}}
-	b, err := readBounded(s.path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return nil, fmt.Errorf("task profiles: %w", err)
-	default:
-		m, owners, err := decode(b)
-		if err == nil {
-			s.measured = m
-			for task, uid := range owners {
-				s.owner[task] = uid
-				s.started[uid]++
-			}
-			break
-		}
-		aside, serr := statefile.SetAside(s.path)
-		if serr != nil {
-			return nil, fmt.Errorf("task profiles %s: %w; and it cannot be set aside: %v", s.path, err, serr)
-		}
-		log.Error("task profiles file is damaged: set aside, measured run times start over", "file", s.path, "set_aside_as", aside, "err", err)
+	s := &Store{path: filepath.Join(dir, fileName), measured: map[uint32]map[string]models{}}
+	if err := s.load(log); err != nil {
+		return nil, err
+	}
+	for _, tasks := range s.measured {
+		s.kept += len(tasks)
 	}
 	s.publishLocked()
 	return s, nil
 }
-
-func readBounded(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if st.Size() > maxFileBytes {
-		return nil, fmt.Errorf("%s is %d bytes, more than the %d a profile file may have", path, st.Size(), maxFileBytes)
-	}
-	return os.ReadFile(path)
-}
-
-// fileFormat is the file: measured entries only (the config's seeds stay in
-// the config), run times in seconds.
-type fileFormat struct {
-	Schema string                          `json:"schema"`
-	Tasks  map[string]map[string]fileEntry `json:"tasks"`
-	// Owners names, per task, the uid whose run brought it into the table.
-	Owners map[string]uint32 `json:"owners,omitempty"`
-}
-
-type fileEntry struct {
-	Seconds float64 `json:"seconds"`
-	Runs    int     `json:"runs"`
-}
-
-func decode(b []byte) (map[string]map[string]Entry, map[string]uint32, error) {
-	var f fileFormat
-	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, nil, err
-	}
-	if f.Schema != fileSchema {
-		return nil, nil, fmt.Errorf("schema %q, want %q", f.Schema, fileSchema)
-	}
-	if len(f.Tasks) > MaxTasks {
-		return nil, nil, fmt.Errorf("%d tasks, more than %d", len(f.Tasks), MaxTasks)
-	}
-	out := make(map[string]map[string]Entry, len(f.Tasks))
-	for task, models := range f.Tasks {
-		if task == "" || len(models) > MaxModelsPerTask {
-			return nil, nil, fmt.Errorf("task %q: empty name or more than %d models", task, MaxModelsPerTask)
-		}
-		out[task] = make(map[string]Entry, len(models))
-		for model, e := range models {
-			mean := time.Duration(e.Seconds * float64(time.Second))
-			if model == "" || !(e.Seconds > 0) || e.Seconds > maxSeconds || mean <= 0 || e.Runs < 1 {
-				return nil, nil, fmt.Errorf("task %q model %q: run time %gs over %d runs is not a measured run", task, model, e.Seconds, e.Runs)
-			}
-			out[task][model] = Entry{Mean: mean, Runs: e.Runs}
-		}
-	}
-	for task := range f.Owners {
-		if _, ok := out[task]; !ok {
-			return nil, nil, fmt.Errorf("owners: task %q has no measured runs", task)
-		}
-	}
-	return out, f.Owners, nil
-}
-
-// maxSeconds keeps a run time within time.Duration.
-const maxSeconds = 1e9
 
 // Seed puts the config file's run times in place (a start or a reload): a
 // task's measured runs start from its seed, and a task without measured runs
@@ -187,28 +134,33 @@ func (s *Store) Seed(seeds map[string]map[string]time.Duration) {
 	s.publishLocked()
 }
 
-// Record adds one measured run of task on model, by a lease of uid, and
-// writes the file. A task or model past the limits is left out (and said
-// so); a write that fails keeps the run in memory and returns the error.
+// Record adds one measured run of task on model, by a lease of uid, to uid's
+// own figures and writes the file. A task or model past the limits is left
+// out (and said so); a write that fails keeps the run in memory and returns
+// the error.
 func (s *Store) Record(task, model string, uid uint32, ran time.Duration) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	models, ok := s.measured[task]
+	tasks := s.measured[uid]
+	ms, ok := tasks[task]
 	if !ok {
-		if len(s.measured) >= MaxTasks {
+		if s.kept >= MaxTasks {
 			return fmt.Errorf("task profiles: %d tasks kept already; run of %q left out", MaxTasks, task)
 		}
-		if uid != 0 && s.started[uid] >= MaxTasksPerUID {
-			return fmt.Errorf("task profiles: uid %d brought %d tasks in already, the most one user may; run of %q left out", uid, MaxTasksPerUID, task)
+		if uid != 0 && len(tasks) >= MaxTasksPerUID {
+			return fmt.Errorf("task profiles: uid %d has measured runs of %d tasks already, the most one user may; run of %q left out", uid, MaxTasksPerUID, task)
 		}
-		models = map[string]Entry{}
-		s.measured[task] = models
-		s.owner[task] = uid
-		s.started[uid]++
+		if tasks == nil {
+			tasks = map[string]models{}
+			s.measured[uid] = tasks
+		}
+		ms = models{}
+		tasks[task] = ms
+		s.kept++
 	}
-	e, ok := models[model]
+	e, ok := ms[model]
 	if !ok {
-		if len(models) >= MaxModelsPerTask {
+		if len(ms) >= MaxModelsPerTask {
 			return fmt.Errorf("task profiles: task %q has %d models already; run on %q left out", task, MaxModelsPerTask, model)
 		}
 		if seed, ok := s.seeds[task][model]; ok {
@@ -219,7 +171,7 @@ func (s *Store) Record(task, model string, uid uint32, ran time.Duration) error 
 	}
 	e.Mean = time.Duration((1-Weight)*float64(e.Mean) + Weight*float64(ran))
 	e.Runs++
-	models[model] = e
+	ms[model] = e
 	// Written before it is shown: what GET /v1/profiles shows survives a
 	// restart. A run that cannot be written is still shown and used.
 	err := s.writeLocked()
@@ -230,81 +182,77 @@ func (s *Store) Record(task, model string, uid uint32, ran time.Duration) error 
 // Table returns the table as last published.
 func (s *Store) Table() *Table { return s.table.Load() }
 
-// Prefer lists the GPU models task runs on, fastest first.
-func (s *Store) Prefer(task string) []string { return s.table.Load().Prefer(task) }
+// Prefer lists the GPU models task runs on for uid, fastest first.
+func (s *Store) Prefer(uid uint32, task string) []string { return s.table.Load().Prefer(uid, task) }
 
-// publishLocked merges seeds and measured runs into a new Table.
+// publishLocked makes a new Table of the seeds and the measured runs.
 func (s *Store) publishLocked() {
-	t := &Table{Tasks: map[string]map[string]Entry{}, prefer: map[string][]string{}}
-	for task, models := range s.seeds {
-		t.Tasks[task] = map[string]Entry{}
-		for model, d := range models {
-			t.Tasks[task][model] = Entry{Mean: d}
+	t := &Table{Seeds: map[string]models{}, Learned: map[uint32]map[string]models{},
+		prefer: map[string][]string{}, preferOf: map[uint32]map[string][]string{}}
+	for task, byModel := range s.seeds {
+		t.Seeds[task] = models{}
+		for model, d := range byModel {
+			t.Seeds[task][model] = Entry{Mean: d}
 		}
+		t.prefer[task] = fastestFirst(t.Seeds[task])
 	}
-	for task, models := range s.measured {
-		if t.Tasks[task] == nil {
-			t.Tasks[task] = map[string]Entry{}
-		}
-		for model, e := range models {
-			t.Tasks[task][model] = e
-		}
-	}
-	for task, models := range t.Tasks {
-		names := make([]string, 0, len(models))
-		for m := range models {
-			names = append(names, m)
-		}
-		slices.SortFunc(names, func(a, b string) int {
-			if ma, mb := models[a].Mean, models[b].Mean; ma != mb {
-				if ma < mb {
-					return -1
-				}
-				return 1
+	for uid, tasks := range s.measured {
+		t.Learned[uid] = make(map[string]models, len(tasks))
+		t.preferOf[uid] = make(map[string][]string, len(tasks))
+		for task, ms := range tasks {
+			t.Learned[uid][task] = maps.Clone(ms)
+			merged := maps.Clone(t.Seeds[task])
+			if merged == nil {
+				merged = models{}
 			}
-			if a < b {
-				return -1
-			}
-			return 1
-		})
-		t.prefer[task] = names
+			maps.Copy(merged, ms)
+			t.preferOf[uid][task] = fastestFirst(merged)
+		}
 	}
 	s.table.Store(t)
 }
 
-// writeLocked writes the measured runs: a temporary file, fsync, rename over
-// the old one, fsync of the folder. A failure leaves the old file whole.
-func (s *Store) writeLocked() error {
-	f := fileFormat{Schema: fileSchema, Tasks: map[string]map[string]fileEntry{}, Owners: s.owner}
-	for task, models := range s.measured {
-		f.Tasks[task] = map[string]fileEntry{}
-		for model, e := range models {
-			f.Tasks[task][model] = fileEntry{Seconds: e.Mean.Seconds(), Runs: e.Runs}
+// fastestFirst lists the models of ms by run time, then by name.
+func fastestFirst(ms models) []string {
+	names := slices.Collect(maps.Keys(ms))
+	slices.SortFunc(names, func(a, b string) int {
+		if ma, mb := ms[a].Mean, ms[b].Mean; ma != mb {
+			if ma < mb {
+				return -1
+			}
+			return 1
 		}
-	}
-	b, err := json.MarshalIndent(&f, "", "  ")
-	if err != nil {
-		return err
-	}
-	return statefile.Write(s.path, append(b, '\n'), stateFileMode)
+		return strings.Compare(a, b)
+	})
+	return names
 }
 
-// API is the table as GET /v1/profiles answers it: tasks by name, each
-// task's models fastest first.
-func (t *Table) API() api.ProfileList {
-	tasks := make([]string, 0, len(t.Tasks))
-	for task := range t.Tasks {
-		tasks = append(tasks, task)
+// API is the table as GET /v1/profiles answers uid: its own view (the
+// config's figures, its measured runs over them) and, for an admin, every
+// user's measured runs.
+func (t *Table) API(uid uint32, admin bool) api.ProfileList {
+	out := api.ProfileList{Profiles: apiTasks(t.Of(uid))}
+	if admin {
+		uids := slices.Sorted(maps.Keys(t.Learned))
+		for _, u := range uids {
+			out.Learned = append(out.Learned, api.UserProfiles{UID: u, Profiles: apiTasks(t.Learned[u])})
+		}
 	}
-	sort.Strings(tasks)
-	out := api.ProfileList{Profiles: make([]api.TaskProfile, 0, len(tasks))}
-	for _, task := range tasks {
+	return out
+}
+
+// apiTasks lists tasks by name, each task's models fastest first.
+func apiTasks(tasks map[string]models) []api.TaskProfile {
+	names := slices.Collect(maps.Keys(tasks))
+	sort.Strings(names)
+	out := make([]api.TaskProfile, 0, len(names))
+	for _, task := range names {
 		r := api.TaskProfile{Task: task, Models: []api.ModelRunTime{}}
-		for _, m := range t.prefer[task] {
-			e := t.Tasks[task][m]
+		for _, m := range fastestFirst(tasks[task]) {
+			e := tasks[task][m]
 			r.Models = append(r.Models, api.ModelRunTime{Model: m, Seconds: e.Mean.Seconds(), Runs: e.Runs})
 		}
-		out.Profiles = append(out.Profiles, r)
+		out = append(out, r)
 	}
 	return out
 }

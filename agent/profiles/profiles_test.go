@@ -22,10 +22,10 @@ func TestSeedsOrderModels(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.Seed(map[string]map[string]time.Duration{"resnet50": {a100: 95 * time.Second, t4: 410 * time.Second}})
-	if got := s.Prefer("resnet50"); !slices.Equal(got, []string{a100, t4}) {
+	if got := s.Prefer(1000, "resnet50"); !slices.Equal(got, []string{a100, t4}) {
 		t.Fatalf("Prefer = %v", got)
 	}
-	if got := s.Prefer("unknown"); got != nil {
+	if got := s.Prefer(1000, "unknown"); got != nil {
 		t.Fatalf("Prefer(unknown) = %v, want nil", got)
 	}
 }
@@ -45,18 +45,23 @@ func TestRecordMovesTheMean(t *testing.T) {
 		if err := s.Record("bert", a100, 1000, 200*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		if e := s.Table().Tasks["bert"][a100]; e.Mean != want {
+		if e := s.Table().Learned[1000]["bert"][a100]; e.Mean != want {
 			t.Fatalf("mean %s, want %s", e.Mean, want)
 		}
 	}
-	if got := s.Prefer("bert"); !slices.Equal(got, []string{t4, a100}) {
+	if got := s.Prefer(1000, "bert"); !slices.Equal(got, []string{t4, a100}) {
 		t.Fatalf("Prefer = %v", got)
+	}
+	// Another user's placements follow the config's figures, not uid
+	// 1000's runs.
+	if got := s.Prefer(1001, "bert"); !slices.Equal(got, []string{a100, t4}) {
+		t.Fatalf("uid 1001's Prefer = %v", got)
 	}
 	// A task the config does not know starts at its first run.
 	if err := s.Record("new", t4, 1000, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if e := s.Table().Tasks["new"][t4]; e.Mean != 10*time.Second || e.Runs != 1 {
+	if e := s.Table().Learned[1000]["new"][t4]; e.Mean != 10*time.Second || e.Runs != 1 {
 		t.Fatalf("new task entry %+v", e)
 	}
 	// The measured runs survive a restart, and the seeds come back from the
@@ -65,15 +70,26 @@ func TestRecordMovesTheMean(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := s2.Table().Tasks["bert"][a100]; e.Mean != 151*time.Second || e.Runs != 2 {
+	if e := s2.Table().Learned[1000]["bert"][a100]; e.Mean != 151*time.Second || e.Runs != 2 {
 		t.Fatalf("after restart %+v", e)
 	}
-	if _, ok := s2.Table().Tasks["bert"][t4]; ok {
+	if _, ok := s2.Table().Learned[1000]["bert"][t4]; ok {
 		t.Fatal("a seed was written to the state file")
 	}
-	api := s2.Table().API()
-	if len(api.Profiles) != 2 || api.Profiles[0].Task != "bert" || api.Profiles[0].Models[0].Seconds != 151 {
+	api := s2.Table().API(1000, false)
+	if len(api.Profiles) != 2 || api.Profiles[0].Task != "bert" || api.Profiles[0].Models[0].Seconds != 151 || api.Learned != nil {
 		t.Fatalf("API = %+v", api)
+	}
+	// Another user sees nothing of uid 1000's runs; an admin sees them by uid.
+	if other := s2.Table().API(1001, false); len(other.Profiles) != 0 || other.Learned != nil {
+		t.Fatalf("uid 1001's API = %+v", other)
+	}
+	admin := s2.Table().API(0, true)
+	if len(admin.Learned) != 1 || admin.Learned[0].UID != 1000 || len(admin.Learned[0].Profiles) != 2 {
+		t.Fatalf("admin's API = %+v", admin)
+	}
+	if st, err := os.Stat(filepath.Join(dir, fileName)); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("profiles.json: %v, %v; want mode 0600", st.Mode(), err)
 	}
 }
 
@@ -86,7 +102,7 @@ func TestDamagedFileIsSetAside(t *testing.T) {
 			t.Fatal(err)
 		}
 		s, err := Open(dir, quiet)
-		if err != nil || len(s.Table().Tasks) != 0 {
+		if err != nil || len(s.Table().Learned) != 0 {
 			t.Fatalf("%s: %v", body, err)
 		}
 		if b, err := os.ReadFile(filepath.Join(dir, fileName+".damaged")); err != nil || string(b) != body {
@@ -115,7 +131,7 @@ func TestLimits(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := s.Record("one task too many", t4, 1000, time.Second); err == nil || !strings.Contains(err.Error(), "uid 1000 brought 256 tasks in already") {
+	if err := s.Record("one task too many", t4, 1000, time.Second); err == nil || !strings.Contains(err.Error(), "uid 1000 has measured runs of 256 tasks already") {
 		t.Fatalf("uid 1000's task past its cap: %v", err)
 	}
 	if err := s.Record("task1", t4, 1000, time.Second); err != nil {
@@ -161,17 +177,70 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"schema":"gpulet.profiles/v1","tasks":{"x":{"Tesla T4":{"seconds":12.5,"runs":3}}}}`))
 	f.Add([]byte(`{"schema":"gpulet.profiles/v1","tasks":{"":{}}}`))
 	f.Add([]byte(`[]`))
+	f.Add([]byte(`{"schema":"gpulet.profiles/v1","tasks":{"x":{"Tesla T4":{"seconds":12.5,"runs":3}}},"owners":{"x":1000}}`))
+	f.Add([]byte(`{"schema":"gpulet.profiles/v2","users":{"1000":{"x":{"Tesla T4":{"seconds":12.5,"runs":3}}}}}`))
+	f.Add([]byte(`{"schema":"gpulet.profiles/v2","users":{"-1":{}}}`))
+	f.Add([]byte(`{"schema":"gpulet.profiles/v2","users":{"4294967296":{}}}`))
+	f.Add([]byte(`{"schema":"gpulet.profiles/v2","tasks":{}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, _, err := decode(b)
 		if err != nil {
 			return
 		}
-		for task, models := range m {
-			for model, e := range models {
-				if task == "" || model == "" || e.Mean <= 0 || e.Runs < 1 {
-					t.Fatalf("accepted %q %q %+v", task, model, e)
+		kept := 0
+		for _, tasks := range m {
+			kept += len(tasks)
+			for task, models := range tasks {
+				for model, e := range models {
+					if task == "" || model == "" || e.Mean <= 0 || e.Runs < 1 {
+						t.Fatalf("accepted %q %q %+v", task, model, e)
+					}
 				}
 			}
 		}
+		if kept > MaxTasks {
+			t.Fatalf("accepted %d tasks", kept)
+		}
 	})
+}
+
+// TestOlderSharedFileIsMigrated: a file of the shared format is read, each
+// task's figures going to the uid whose run brought it in (a task without
+// one is dropped), and written again at once in the current format, 0600.
+func TestOlderSharedFileIsMigrated(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, fileName)
+	old := `{"schema":"gpulet.profiles/v1","tasks":{"bert":{"Tesla T4":{"seconds":12.5,"runs":3}},"orphan":{"Tesla T4":{"seconds":1,"runs":1}}},"owners":{"bert":1000}}`
+	if err := os.WriteFile(path, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(dir, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := s.Table().Learned[1000]["bert"][t4]; e.Mean != 12500*time.Millisecond || e.Runs != 3 {
+		t.Fatalf("uid 1000's bert on the T4: %+v", e)
+	}
+	if len(s.Table().Learned) != 1 || len(s.Table().Learned[1000]) != 1 {
+		t.Fatalf("learned after the migration: %+v", s.Table().Learned)
+	}
+	if got := s.Prefer(1001, "bert"); got != nil {
+		t.Fatalf("another uid inherits the migrated figures: %v", got)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("migrated file: %v, %v; want mode 0600", st.Mode(), err)
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.Contains(string(b), `"schema": "gpulet.profiles/v2"`) || strings.Contains(string(b), "orphan") {
+		t.Fatalf("migrated file:\n%s", b)
+	}
+	// A current file left readable by others is made private at start.
+	os.Chmod(path, 0o644)
+	if _, err := Open(dir, quiet); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(path); err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("reopened file: %v, %v; want mode 0600", st.Mode(), err)
+	}
 }

@@ -19,8 +19,8 @@ func (s *Server) placements(w http.ResponseWriter, r *http.Request, peer lease.P
 	return writeJSON(w, http.StatusOK, p)
 }
 
-func (s *Server) profiles(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
-	return writeJSON(w, http.StatusOK, s.core.Profiles())
+func (s *Server) profiles(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
+	return writeJSON(w, http.StatusOK, s.core.Profiles(peer))
 }
 
 func (s *Server) pools(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {

@@ -61,8 +61,8 @@ type Core interface {
 	SimGPU() func(index int, u api.SimGPUUpdate) error
 	// Explain says where a lease for req would go now, changing nothing.
 	Explain(peer lease.Peer, req lease.Request) (api.Placement, error)
-	// Profiles is the task–engine affinity table.
-	Profiles() api.ProfileList
+	// Profiles is the task–engine affinity table as peer may see it.
+	Profiles(peer lease.Peer) api.ProfileList
 	// Pools lists the configured pools, as peer may use them.
 	Pools(peer lease.Peer) api.PoolList
 	// Quotas lists the quotas that apply to peer, with what it holds.

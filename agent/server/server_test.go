@@ -183,7 +183,7 @@ func (f *fakeCore) Explain(p lease.Peer, r lease.Request) (api.Placement, error)
 	}
 	return api.Placement{GPU: api.LeaseGPU{Index: 0, UUID: "GPU-x"}, Units: []int{0}, Policy: "best-fit", Candidates: []api.Candidate{{GPU: 0, Kept: true}}}, nil
 }
-func (f *fakeCore) Profiles() api.ProfileList {
+func (f *fakeCore) Profiles(lease.Peer) api.ProfileList {
 	return api.ProfileList{Profiles: []api.TaskProfile{{Task: "t", Models: []api.ModelRunTime{{Model: "Tesla T4", Seconds: 2, Runs: 1}}}}}
 }
 func (f *fakeCore) Pools(p lease.Peer) api.PoolList {

@@ -398,7 +398,8 @@ func checkConfig(ctx context.Context, e *env, path string) error {
 		for i, g := range list.GPUs {
 			gpus[i] = config.GPURef{Index: g.Index, UUID: g.UUID}
 		}
-		_, err = f.Resolve(gpus, config.SystemDirectory{})
+		// Strict: a name that gpuletd would skip is a problem here.
+		err = f.Check(gpus, config.SystemDirectory{})
 		warnModels(e, path, f, list.GPUs)
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -574,6 +575,7 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 			utilCell(g), fmt.Sprintf("%d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB), strings.Join(inst, " "))
 	}
 	tw.flush()
+	notes = append(notes, overQuotaNotes(s.OverQuota)...)
 	for _, n := range notes {
 		fmt.Fprintln(w, Printable(n))
 	}
