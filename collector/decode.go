@@ -57,6 +57,13 @@ func fastDecode(body []byte, s *api.Snapshot) error {
 	if !json.Valid(body) {
 		return errors.New("not valid JSON")
 	}
+	// encoding/json matches a key to a field in any case; goccy/go-json
+	// does not always (it lost "NODE" once the snapshot had more fields).
+	// gpuletd writes its keys in lower case, so a key with an upper-case
+	// letter or an escape is left to encoding/json.
+	if oddKey(body) {
+		return errors.New("a key not in lower case: left to encoding/json")
+	}
 	dec := gojson.NewDecoder(bytes.NewReader(body))
 	if err := dec.Decode(s); err != nil {
 		return err
@@ -65,6 +72,37 @@ func fastDecode(body []byte, s *api.Snapshot) error {
 		return errors.New("data after the JSON object")
 	}
 	return nil
+}
+
+// oddKey reports whether body, valid JSON, has an object key holding an
+// upper-case ASCII letter or a backslash. A string followed by a colon is a
+// key; one pass over the body finds them.
+func oddKey(body []byte) bool {
+	for i := 0; i < len(body); i++ {
+		if body[i] != '"' {
+			continue
+		}
+		odd := false
+		j := i + 1
+		for ; j < len(body) && body[j] != '"'; j++ {
+			switch c := body[j]; {
+			case c == '\\':
+				odd = true
+				j++ // the escaped byte, a quote maybe
+			case c >= 'A' && c <= 'Z':
+				odd = true
+			}
+		}
+		k := j + 1
+		for k < len(body) && (body[k] == ' ' || body[k] == '\t' || body[k] == '\n' || body[k] == '\r') {
+			k++
+		}
+		if odd && k < len(body) && body[k] == ':' {
+			return true
+		}
+		i = j
+	}
+	return false
 }
 
 // overflowDigits is the shortest run of digits that may not fit an int64:
