@@ -130,7 +130,7 @@ func TestMakeInstall(t *testing.T) {
 	prefix := filepath.Join(root, "usr", "local")
 	// The harness's binaries stand in for make's build, which they are.
 	bin := t.TempDir()
-	for _, name := range []string{"gpuletd", "gpurun", "gpulet", "gpulet-collector"} {
+	for _, name := range []string{"gpuletd", "gpurun", "gpulet", "gpulet-collector", "gpulet-replay"} {
 		if err := os.Symlink(e2e.Bin(name), filepath.Join(bin, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -141,7 +141,7 @@ func TestMakeInstall(t *testing.T) {
 		t.Fatalf("make install: %v\n%s", err, out)
 	}
 	units := filepath.Join(prefix, "lib", "systemd", "system")
-	for _, f := range []string{"bin/gpuletd", "bin/gpurun", "bin/gpulet", "bin/gpulet-collector", "lib/systemd/system/gpulet-collector.service", "lib/systemd/system/gpuletd.service", "lib/systemd/system/gpuletd.socket", "lib/sysusers.d/gpulet.conf"} {
+	for _, f := range []string{"bin/gpuletd", "bin/gpurun", "bin/gpulet", "bin/gpulet-collector", "bin/gpulet-replay", "lib/systemd/system/gpulet-collector.service", "lib/systemd/system/gpuletd.service", "lib/systemd/system/gpuletd.socket", "lib/sysusers.d/gpulet.conf"} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
 			t.Errorf("make install left out %s: %v", f, err)
 		}

@@ -34,6 +34,7 @@ var Binaries = []struct{ Name, Pkg string }{
 	{"gpurun", "./cmd/gpurun"},
 	{"gpulet", "./cmd/gpulet"},
 	{"gpulet-collector", "./cmd/gpulet-collector"},
+	{"gpulet-replay", "./cmd/gpulet-replay"},
 }
 
 // Main builds the binaries into a temporary folder, runs the tests and cleans
@@ -63,7 +64,7 @@ func build() error {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.Name), b.Pkg)
 		cmd.Dir = moduleRoot()
 		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
-		if b.Name == "gpurun" || b.Name == "gpulet-collector" {
+		if b.Name != "gpuletd" {
 			cmd.Env = append(cmd.Env, "CGO_ENABLED=0")
 		}
 		if out, err := cmd.CombinedOutput(); err != nil {
