@@ -45,6 +45,14 @@ const (
 	BackendSimulated = "simulated"
 )
 
+// SnapshotNewer reports whether the snapshot of (boot, seq) comes after the
+// one of (lastBoot, lastSeq): a snapshot of another daemon run does (its seq
+// starts again from 1), and within one run a higher seq does. Receivers
+// apply snapshots by this one rule.
+func SnapshotNewer(boot string, seq uint64, lastBoot string, lastSeq uint64) bool {
+	return boot != lastBoot || seq > lastSeq
+}
+
 // Snapshot is the node's state at one moment (docs/design.md §8). A published
 // snapshot is immutable: readers share it and must not modify it.
 type Snapshot struct {

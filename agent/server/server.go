@@ -7,7 +7,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log"
@@ -27,6 +26,7 @@ import (
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/httpjson"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -308,33 +308,14 @@ func match(pattern, segs []string) ([]string, bool) {
 
 // writeError is the one place errors become status and body.
 func (s *Server) writeError(w http.ResponseWriter, err error) {
-	status, code := api.StatusOf(err)
-	msg := err.Error()
-	if status == http.StatusInternalServerError {
-		s.internal.Log(slog.LevelError, "internal error answering a request", "err", err)
-	}
-	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+	httpjson.Error(w, err, func(err error) { s.internal.Log(slog.LevelError, "internal error answering a request", "err", err) })
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	writeEncoded(w, status, b)
-	return nil
-}
-
-var newline = []byte{'\n'}
+func writeJSON(w http.ResponseWriter, status int, v any) error { return httpjson.Write(w, status, v) }
 
 // writeEncoded answers with b, JSON already encoded, and the newline that
 // ends every answer.
-func writeEncoded(w http.ResponseWriter, status int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(b)
-	w.Write(newline)
-}
+func writeEncoded(w http.ResponseWriter, status int, b []byte) { httpjson.WriteEncoded(w, status, b) }
 
 func (s *Server) published() (*snapshot.Published, error) {
 	p := s.core.Published()
