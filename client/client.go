@@ -167,12 +167,17 @@ func (c *Client) Snapshot(ctx context.Context) (*api.Snapshot, error) {
 	return c.snapshotFrom(ctx, "GET", "/v1/snapshot")
 }
 
-func (c *Client) snapshotFrom(ctx context.Context, method, path string) (*api.Snapshot, error) {
-	var s api.Snapshot
-	if err := c.send(ctx, method, path, nil, &s); err != nil {
+// call sends one request and decodes its answer into a new T.
+func call[T any](ctx context.Context, c *Client, method, path string, body any) (*T, error) {
+	var out T
+	if err := c.send(ctx, method, path, body, &out); err != nil {
 		return nil, err
 	}
-	return &s, nil
+	return &out, nil
+}
+
+func (c *Client) snapshotFrom(ctx context.Context, method, path string) (*api.Snapshot, error) {
+	return call[api.Snapshot](ctx, c, method, path, nil)
 }
 
 // SnapshotJSON returns the snapshot's bytes as the daemon sent them.
@@ -205,11 +210,7 @@ func (c *Client) SnapshotIfChanged(ctx context.Context, etag string) (raw []byte
 
 // GPUs lists the GPUs.
 func (c *Client) GPUs(ctx context.Context) (*api.GPUList, error) {
-	var l api.GPUList
-	if err := c.send(ctx, "GET", "/v1/gpus", nil, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return call[api.GPUList](ctx, c, "GET", "/v1/gpus", nil)
 }
 
 // Metrics returns the Prometheus text exposition.
@@ -220,11 +221,7 @@ func (c *Client) Metrics(ctx context.Context) ([]byte, error) {
 
 // Lease asks for units.
 func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) (*api.Lease, error) {
-	var l api.Lease
-	if err := c.send(ctx, "POST", "/v1/leases", req, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return call[api.Lease](ctx, c, "POST", "/v1/leases", req)
 }
 
 // Leases lists the caller's leases (every lease, for root and admins).
@@ -238,20 +235,12 @@ func (c *Client) Leases(ctx context.Context) ([]api.Lease, error) {
 
 // GetLease returns one lease.
 func (c *Client) GetLease(ctx context.Context, id string) (*api.Lease, error) {
-	var l api.Lease
-	if err := c.send(ctx, "GET", "/v1/leases/"+pathSegment(id), nil, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return call[api.Lease](ctx, c, "GET", "/v1/leases/"+pathSegment(id), nil)
 }
 
 // Renew extends a lease that has a ttl.
 func (c *Client) Renew(ctx context.Context, id string) (*api.Lease, error) {
-	var l api.Lease
-	if err := c.send(ctx, "POST", "/v1/leases/"+pathSegment(id)+"/renew", nil, &l); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return call[api.Lease](ctx, c, "POST", "/v1/leases/"+pathSegment(id)+"/renew", nil)
 }
 
 // Release ends a lease.
@@ -272,66 +261,38 @@ func (c *Client) Undrain(ctx context.Context) (*api.Snapshot, error) {
 // UndrainGPU clears the Xid fault of one GPU, named by index or UUID, so that
 // it takes leases again (admins); the node's draining is left as it is.
 func (c *Client) UndrainGPU(ctx context.Context, gpu string) (*api.Snapshot, error) {
-	var s api.Snapshot
-	if err := c.send(ctx, "POST", "/v1/node/undrain", api.UndrainRequest{GPU: gpu}, &s); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return call[api.Snapshot](ctx, c, "POST", "/v1/node/undrain", api.UndrainRequest{GPU: gpu})
 }
 
 // SetSimGPU changes what a simulated GPU reports (simulated backend, root).
 func (c *Client) SetSimGPU(ctx context.Context, index int, u api.SimGPUUpdate) (*api.GPU, error) {
-	var g api.GPU
-	if err := c.send(ctx, "POST", fmt.Sprintf("/v1/sim/gpus/%d", index), u, &g); err != nil {
-		return nil, err
-	}
-	return &g, nil
+	return call[api.GPU](ctx, c, "POST", fmt.Sprintf("/v1/sim/gpus/%d", index), u)
 }
 
 // Place is the dry run of a lease: where it would go now, changing nothing.
 func (c *Client) Place(ctx context.Context, req api.LeaseRequest) (*api.Placement, error) {
-	var p api.Placement
-	if err := c.send(ctx, "POST", "/v1/placements", req, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[api.Placement](ctx, c, "POST", "/v1/placements", req)
 }
 
 // Profiles returns the task–engine affinity table.
 func (c *Client) Profiles(ctx context.Context) (*api.ProfileList, error) {
-	var p api.ProfileList
-	if err := c.send(ctx, "GET", "/v1/profiles", nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[api.ProfileList](ctx, c, "GET", "/v1/profiles", nil)
 }
 
 // Pools lists the configured pools and whether the caller may use each.
 func (c *Client) Pools(ctx context.Context) (*api.PoolList, error) {
-	var p api.PoolList
-	if err := c.send(ctx, "GET", "/v1/pools", nil, &p); err != nil {
-		return nil, err
-	}
-	return &p, nil
+	return call[api.PoolList](ctx, c, "GET", "/v1/pools", nil)
 }
 
 // Quotas lists the quotas that apply to the caller, with what it holds.
 func (c *Client) Quotas(ctx context.Context) (*api.QuotaList, error) {
-	var q api.QuotaList
-	if err := c.send(ctx, "GET", "/v1/quotas", nil, &q); err != nil {
-		return nil, err
-	}
-	return &q, nil
+	return call[api.QuotaList](ctx, c, "GET", "/v1/quotas", nil)
 }
 
 // Reserve makes a workflow reservation: its largest stage's units are set
 // aside at once, or, with req.Wait, as soon as they can be had.
 func (c *Client) Reserve(ctx context.Context, req api.ReservationRequest) (*api.Reservation, error) {
-	var r api.Reservation
-	if err := c.send(ctx, "POST", "/v1/reservations", req, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return call[api.Reservation](ctx, c, "POST", "/v1/reservations", req)
 }
 
 // Reservations lists the node's reservations.
@@ -345,22 +306,14 @@ func (c *Client) Reservations(ctx context.Context) ([]api.Reservation, error) {
 
 // GetReservation returns one reservation.
 func (c *Client) GetReservation(ctx context.Context, name string) (*api.Reservation, error) {
-	var r api.Reservation
-	if err := c.send(ctx, "GET", "/v1/reservations/"+pathSegment(name), nil, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return call[api.Reservation](ctx, c, "GET", "/v1/reservations/"+pathSegment(name), nil)
 }
 
 // Advance starts a reservation's next stage, taking lent units back when the
 // stage needs them; past the last stage the reservation ends (state
 // "ended").
 func (c *Client) Advance(ctx context.Context, name string) (*api.Reservation, error) {
-	var r api.Reservation
-	if err := c.send(ctx, "POST", "/v1/reservations/"+pathSegment(name)+"/advance", nil, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
+	return call[api.Reservation](ctx, c, "POST", "/v1/reservations/"+pathSegment(name)+"/advance", nil)
 }
 
 // Unreserve ends a reservation; its units go back to the node.

@@ -2,9 +2,7 @@ package collector
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -12,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/httpjson"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/placement"
 )
@@ -188,21 +187,7 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 
 // writeError is the one place errors become status and body.
 func (s *Server) writeError(w http.ResponseWriter, err error) {
-	status, code := api.StatusOf(err)
-	if status == http.StatusInternalServerError {
-		s.log.Error("internal error answering a request", "err", err)
-	}
-	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: err.Error()}})
+	httpjson.Error(w, err, func(err error) { s.log.Error("internal error answering a request", "err", err) })
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(b)
-	io.WriteString(w, "\n")
-	return nil
-}
+func writeJSON(w http.ResponseWriter, status int, v any) error { return httpjson.Write(w, status, v) }

@@ -146,7 +146,7 @@ func (st *Store) Apply(s *api.Snapshot) Outcome {
 	if old == nil && st.MaxNodes > 0 && len(st.nodes) >= st.MaxNodes {
 		return Full
 	}
-	if old != nil && old.bootID == rec.bootID && rec.seq <= old.seq {
+	if old != nil && !api.SnapshotNewer(rec.bootID, rec.seq, old.bootID, old.seq) {
 		if rec.seq < old.seq {
 			return Dropped
 		}

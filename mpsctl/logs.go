@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+
+	"github.com/gpulet/gpulet/internal/statefile"
 )
 
 // logNames are the files the control daemon keeps open in an instance's log
@@ -80,23 +82,9 @@ func keepTail(f *os.File, size, keep int64, dst string) error {
 			buf = buf[i+1:]
 		}
 	}
-	// O_EXCL under a random name: nothing planted in the folder is opened.
-	tmp, err := os.CreateTemp(filepath.Dir(dst), "."+filepath.Base(dst)+".*")
-	if err != nil {
-		return err
-	}
-	_, err = tmp.Write(buf)
-	if err == nil {
-		err = tmp.Chmod(0o644)
-	}
-	if cerr := tmp.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp.Name(), dst)
-	}
-	if err != nil {
-		os.Remove(tmp.Name())
+	// A new file under a random name (O_EXCL): nothing planted in the
+	// folder is opened.
+	if err := statefile.Replace(dst, buf, 0o644); err != nil {
 		return fmt.Errorf("keeping the end in %s: %w", dst, err)
 	}
 	return nil

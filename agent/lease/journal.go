@@ -11,9 +11,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/jsonenc"
+	"github.com/gpulet/gpulet/internal/statefile"
 )
 
 // JournalSchema names the journal's format; it is the first record of a file.
@@ -211,7 +211,7 @@ func (j *journal) rewrite(entries []journalEntry) error {
 		}
 		buf.Write(b)
 	}
-	if err := ledger.WriteFileAtomic(j.path, buf.Bytes(), 0o600); err != nil {
+	if err := statefile.Replace(j.path, buf.Bytes(), 0o600); err != nil {
 		err = fmt.Errorf("writing %s anew: %w", j.path, err)
 		if j.f == nil || j.failed != nil {
 			j.failed = err

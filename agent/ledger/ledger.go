@@ -23,6 +23,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/internal/ratelog"
+	"github.com/gpulet/gpulet/internal/statefile"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -215,28 +216,7 @@ func (l *Ledger) WriteLayout(env func(g, k int) map[string]string) error {
 	if old, err := os.ReadFile(path); err == nil && string(old) == string(b) {
 		return nil
 	}
-	return WriteFileAtomic(path, b, 0o644)
-}
-
-// WriteFileAtomic writes data to a temporary file beside path and renames it
-// over path, so that readers see the old or the new content, never a part.
-func WriteFileAtomic(path string, data []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr, os.Chmod(tmp, mode)); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
+	return statefile.Replace(path, b, 0o644)
 }
 
 // ErrTaken is returned by Create when something is at the unit's name already.

@@ -251,7 +251,7 @@ func changedIf(quiet bool, ch <-chan struct{}) <-chan struct{} {
 // newer reports whether p is a snapshot the receiver has not seen: a higher
 // seq, or another daemon run's.
 func newer(p, last *snapshot.Published) bool {
-	return p.Snapshot.Seq > last.Snapshot.Seq || p.Snapshot.BootID != last.Snapshot.BootID
+	return api.SnapshotNewer(p.Snapshot.BootID, p.Snapshot.Seq, last.Snapshot.BootID, last.Snapshot.Seq)
 }
 
 // push POSTs p.

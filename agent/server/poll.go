@@ -75,7 +75,11 @@ func (s *Server) newer(ctx context.Context, p *snapshot.Published, after pollPoi
 }
 
 func isNewer(p *snapshot.Published, after pollPoint) bool {
-	return p.Snapshot.Seq > after.seq || after.boot != "" && after.boot != p.Snapshot.BootID
+	if after.boot == "" {
+		// ?after=SEQ alone: the caller did not say which daemon run.
+		return p.Snapshot.Seq > after.seq
+	}
+	return api.SnapshotNewer(p.Snapshot.BootID, p.Snapshot.Seq, after.boot, after.seq)
 }
 
 // etag is a snapshot's ETag: its daemon run and seq, which name it.

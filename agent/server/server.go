@@ -7,9 +7,7 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"log"
 	"log/slog"
@@ -24,11 +22,11 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/httpjson"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -310,33 +308,14 @@ func match(pattern, segs []string) ([]string, bool) {
 
 // writeError is the one place errors become status and body.
 func (s *Server) writeError(w http.ResponseWriter, err error) {
-	status, code := api.StatusOf(err)
-	msg := err.Error()
-	if status == http.StatusInternalServerError {
-		s.internal.Log(slog.LevelError, "internal error answering a request", "err", err)
-	}
-	writeJSON(w, status, api.ErrorBody{Error: api.ErrorDetail{Code: code, Message: msg}})
+	httpjson.Error(w, err, func(err error) { s.internal.Log(slog.LevelError, "internal error answering a request", "err", err) })
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	writeEncoded(w, status, b)
-	return nil
-}
-
-var newline = []byte{'\n'}
+func writeJSON(w http.ResponseWriter, status int, v any) error { return httpjson.Write(w, status, v) }
 
 // writeEncoded answers with b, JSON already encoded, and the newline that
 // ends every answer.
-func writeEncoded(w http.ResponseWriter, status int, b []byte) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(b)
-	w.Write(newline)
-}
+func writeEncoded(w http.ResponseWriter, status int, b []byte) { httpjson.WriteEncoded(w, status, b) }
 
 func (s *Server) published() (*snapshot.Published, error) {
 	p := s.core.Published()
@@ -466,152 +445,4 @@ func (s *Server) releaseLease(w http.ResponseWriter, _ *http.Request, peer lease
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
-}
-
-func (s *Server) listReservations(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
-	rs := s.core.Reservations()
-	if rs == nil {
-		rs = []api.Reservation{}
-	}
-	return writeJSON(w, http.StatusOK, api.ReservationList{Reservations: rs})
-}
-
-func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
-	spec, err := reserve.Decode(r.Body)
-	if err != nil {
-		return err
-	}
-	res, err := s.core.Reserve(peer, spec)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Location", "/v1/reservations/"+res.Name)
-	return writeJSON(w, http.StatusCreated, res)
-}
-
-func (s *Server) getReservation(w http.ResponseWriter, _ *http.Request, _ lease.Peer, p []string) error {
-	res, err := s.core.Reservation(p[0])
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, res)
-}
-
-func (s *Server) advanceReservation(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
-	res, err := s.core.Advance(peer, p[0])
-	if err != nil {
-		return err
-	}
-	return writeJSON(w, http.StatusOK, res)
-}
-
-func (s *Server) deleteReservation(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
-	if err := s.core.Unreserve(peer, p[0]); err != nil {
-		return err
-	}
-	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-func (s *Server) drain(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
-	if !peer.Admin {
-		return api.Errorf(api.ErrForbidden, "draining the node is for root and the admin group")
-	}
-	s.core.SetDraining(true)
-	return s.writeSnapshot(w)
-}
-
-// undrain resumes new leases on the node, or, with {"gpu":...}, clears that
-// GPU's Xid fault and leaves the node's draining as it is.
-func (s *Server) undrain(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
-	if !peer.Admin {
-		return api.Errorf(api.ErrForbidden, "undraining the node and clearing GPU faults are for root and the admin group")
-	}
-	req, err := DecodeUndrain(r.Body)
-	if err != nil {
-		return err
-	}
-	if req.GPU == "" {
-		s.core.SetDraining(false)
-		return s.writeSnapshot(w)
-	}
-	idx, xid, err := s.core.ClearXid(req.GPU)
-	if err != nil {
-		return err
-	}
-	if xid != 0 {
-		s.log.Info("Xid fault cleared by an admin", "gpu", idx, "xid", xid, "uid", peer.UID, "pid", peer.PID)
-	}
-	return s.writeSnapshot(w)
-}
-
-// DecodeUndrain reads the optional body of POST /v1/node/undrain: empty (or
-// only white space) for the whole node, else exactly {"gpu":"N or UUID"}.
-func DecodeUndrain(r io.Reader) (api.UndrainRequest, error) {
-	var req api.UndrainRequest
-	b, err := io.ReadAll(r)
-	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return req, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", tooBig.Limit)
-		}
-		return req, api.Errorf(api.ErrBadRequest, "request body: %v", err)
-	}
-	if len(bytes.TrimSpace(b)) == 0 {
-		return req, nil
-	}
-	if err := lease.DecodeJSON(bytes.NewReader(b), &req); err != nil {
-		return req, err
-	}
-	if strings.TrimSpace(req.GPU) == "" {
-		return req, api.Errorf(api.ErrBadRequest, `gpu: give a GPU index or UUID, as {"gpu":"0"}; an empty body resumes the node`)
-	}
-	return req, nil
-}
-
-func (s *Server) writeSnapshot(w http.ResponseWriter) error {
-	p, err := s.published()
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Write(p.JSON())
-	return nil
-}
-
-func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer lease.Peer, p []string) error {
-	if peer.UID != 0 {
-		return api.Errorf(api.ErrForbidden, "the simulated GPU controls are for root only")
-	}
-	idx, err := strconv.Atoi(p[0])
-	if err != nil {
-		return api.Errorf(api.ErrBadRequest, "GPU index %q is not a number", p[0])
-	}
-	var u api.SimGPUUpdate
-	if err := lease.DecodeJSON(r.Body, &u); err != nil {
-		return err
-	}
-	if err := s.core.SimGPU()(idx, u); err != nil {
-		return err
-	}
-	if u.Xid != nil {
-		// The simulated counterpart of the NVML watcher's line: one per event.
-		x := *u.Xid
-		if inventory.XidCritical(x) {
-			s.log.Error("critical Xid event (simulated): the GPU is failed and takes no new leases until an admin clears it (gpulet undrain --gpu N) or gpuletd restarts",
-				"gpu", idx, "xid", x, "meaning", inventory.XidMeaning(x), "uid", peer.UID)
-		} else {
-			s.log.Warn("Xid event of an application error (simulated); the GPU stays in service", "gpu", idx, "xid", x, "meaning", inventory.XidMeaning(x), "uid", peer.UID)
-		}
-	}
-	pub, err := s.published()
-	if err != nil {
-		return err
-	}
-	for _, g := range pub.Snapshot.GPUs {
-		if g.Index == idx {
-			return writeJSON(w, http.StatusOK, g)
-		}
-	}
-	return fmt.Errorf("GPU %d missing from the snapshot", idx)
 }

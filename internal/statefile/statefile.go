@@ -1,5 +1,6 @@
-// Package statefile writes the files of gpuletd's state dir, which must
-// survive a crash or a reboot whole, and sets aside one that cannot be read.
+// Package statefile replaces files whole: durably for gpuletd's state dir,
+// whose files must survive a crash or a reboot whole, and without the fsyncs
+// for the run dir's; and it sets aside one that cannot be read.
 package statefile
 
 import (
@@ -13,7 +14,16 @@ import (
 // path, and the folder fsynced. A reader, a crash or a full disk finds the old
 // file or the new one, never a part of either; when a step fails the old file
 // stays as it was.
-func Write(path string, data []byte, mode os.FileMode) error {
+func Write(path string, data []byte, mode os.FileMode) error { return replace(path, data, mode, true) }
+
+// Replace is Write without the fsyncs, for the files of the run dir, which a
+// reboot clears anyway: a reader still sees the old content or the new one,
+// never a part, and a failed step leaves the old file as it was.
+func Replace(path string, data []byte, mode os.FileMode) error {
+	return replace(path, data, mode, false)
+}
+
+func replace(path string, data []byte, mode os.FileMode, durable bool) error {
 	dir := filepath.Dir(path)
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -31,8 +41,10 @@ func Write(path string, data []byte, mode os.FileMode) error {
 	if _, err := tmp.Write(data); err != nil {
 		return fail(err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fail(err)
+	if durable {
+		if err := tmp.Sync(); err != nil {
+			return fail(err)
+		}
 	}
 	if err := tmp.Close(); err != nil {
 		os.Remove(name)
@@ -41,6 +53,9 @@ func Write(path string, data []byte, mode os.FileMode) error {
 	if err := os.Rename(name, path); err != nil {
 		os.Remove(name)
 		return err
+	}
+	if !durable {
+		return nil
 	}
 	return syncDir(dir)
 }

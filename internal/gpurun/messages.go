@@ -1,0 +1,94 @@
+package gpurun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/client"
+	"github.com/gpulet/gpulet/pipefile"
+)
+
+// What gpurun tells its user about a lease it could not have, or waits for.
+
+// describe turns a lease error into a message that says what to do.
+func describe(err error, o Options) error {
+	if errors.Is(err, client.ErrNoDaemon) {
+		return fmt.Errorf("%w\n  start gpuletd (systemctl start gpuletd), point --socket or GPULET_SOCKET at its socket,\n  or claim units without it with gpurun --offline", err)
+	}
+	_, code := api.StatusOf(err)
+	if code == api.CodeInternal {
+		return err
+	}
+	msg := fmt.Errorf("%s: %w", code, err)
+	if errors.Is(err, client.ErrInsufficientUnits) {
+		msg = fmt.Errorf("%s: asked for %s: %w", code, what(o), err)
+		if o.Wait == 0 && !strings.Contains(err.Error(), api.NeverFits) {
+			msg = fmt.Errorf("%w; use --wait DURATION to queue for units", msg)
+		}
+	}
+	return msg
+}
+
+// what says what was asked for: "2 unit(s) on GPU 1 of type A100".
+func what(o Options) string {
+	s := fmt.Sprintf("%d unit(s)", o.Units)
+	if o.GPU != "" {
+		s += " on GPU " + o.GPU
+	}
+	if o.Type != "" {
+		s += " of type " + o.Type
+	}
+	if o.MemoryMiB > 0 {
+		s += fmt.Sprintf(" with %d MiB", o.MemoryMiB)
+	}
+	if o.MinCC != "" {
+		s += " of compute capability " + o.MinCC + " or above"
+	}
+	if o.Pool != "" {
+		s += " in pool " + o.Pool
+	}
+	if o.Reservation != "" {
+		s += " of reservation " + o.Reservation
+	}
+	return s
+}
+
+// waitMessage says what gpurun waits for and what is free now.
+func waitMessage(ctx context.Context, c *client.Client, o Options) string {
+	msg := fmt.Sprintf("waiting up to %s for %s (Ctrl-C gives up)", o.Wait, what(o))
+	s, err := c.Snapshot(ctx)
+	if err != nil {
+		return msg
+	}
+	msg += fmt.Sprintf("; %d of %d units free on the node now", s.UnitsFree, s.UnitsTotal)
+	if s.UnitsReserved > 0 {
+		msg += fmt.Sprintf(", %d set aside for reservations", s.UnitsReserved)
+	}
+	// Parse checked it; a GPU whose capability does not read is below it,
+	// as gpuletd counts it.
+	minCC, _ := api.ParseComputeCapability(o.MinCC)
+	var gpus []string
+	for _, g := range s.GPUs {
+		if !pipefile.MatchGPU(o.GPU, g.Index, g.UUID) || !pipefile.MatchType(o.Type, g.Name) {
+			continue
+		}
+		if cc, err := api.ParseComputeCapability(g.Capability.ComputeCapability); o.MinCC != "" && (err != nil || cc.Less(minCC)) {
+			continue
+		}
+		gpu := fmt.Sprintf("GPU %d %s: %d free", g.Index, g.Name, g.UnitsFree)
+		if !g.Eligible {
+			gpu += ", not eligible (" + g.State + fmt.Sprintf(", %d%% busy)", g.UtilizationPct)
+		}
+		gpus = append(gpus, gpu)
+	}
+	if (o.GPU != "" || o.Type != "" || o.MinCC != "") && len(gpus) > 0 {
+		msg += " (" + strings.Join(gpus, "; ") + ")"
+	}
+	if s.State == api.NodeDraining {
+		msg += "; the node is draining"
+	}
+	return msg
+}
