@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // tlsClient trusts ca and presents the client certificate of name, if any.
-func tlsClient(t *testing.T, ca *e2e.CA, name string) *http.Client {
+func tlsClient(t *testing.T, ca *testutil.CA, name string) *http.Client {
 	t.Helper()
 	pem, err := os.ReadFile(ca.File)
 	if err != nil {
@@ -39,7 +39,7 @@ func tlsClient(t *testing.T, ca *e2e.CA, name string) *http.Client {
 // name is the node's: another node's certificate, a certificate of another
 // CA or none is refused; readers need none.
 func TestClientCertificates(t *testing.T) {
-	ca, other := e2e.NewCA(t), e2e.NewCA(t)
+	ca, other := testutil.NewCA(t), testutil.NewCA(t)
 	certFile, keyFile := ca.Issue(t, "127.0.0.1", false)
 	cfg := Config{TLSCertFile: certFile, TLSKeyFile: keyFile, ClientCAFile: ca.File}
 	st := NewStore(time.Minute, nil)
@@ -86,7 +86,7 @@ func TestClientCertificates(t *testing.T) {
 }
 
 func TestServerTLSConfigErrors(t *testing.T) {
-	ca := e2e.NewCA(t)
+	ca := testutil.NewCA(t)
 	certFile, keyFile := ca.Issue(t, "127.0.0.1", false)
 	for _, cfg := range []Config{
 		{TLSCertFile: certFile, TLSKeyFile: certFile},

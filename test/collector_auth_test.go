@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // hijack posts node's current snapshot, with the node's boot_id, seq
@@ -55,12 +56,12 @@ func poisoned(t *testing.T, base string) bool {
 func TestCollectorHijackIsSeen(t *testing.T) {
 	base := startCollector(t, "5s")
 	d := e2e.Start(t, "--upstream", base+"/v1/snapshots", "--report-interval", "200ms", "--node-name", "n1")
-	e2e.Eventually(t, "n1 in the collector", func() bool { return collectorNodes(t, base)["n1"].State == "working" })
+	testutil.Eventually(t, "n1 in the collector", func() bool { return collectorNodes(t, base)["n1"].State == "working" })
 	if code := hijack(t, base, d, ""); code != 204 || !poisoned(t, base) {
 		t.Fatalf("the outsider's push: %d (this collector has no credentials and takes it)", code)
 	}
 	var up api.UpstreamStatus
-	e2e.Eventually(t, "n1's push state shows the drop", func() bool {
+	testutil.Eventually(t, "n1's push state shows the drop", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		if err != nil || len(s.Upstreams) != 1 {
 			return false
@@ -104,7 +105,7 @@ func TestCollectorNodeTokens(t *testing.T) {
 	up := base + "/v1/snapshots"
 	n1 := e2e.Start(t, "--upstream", up, "--report-interval", "200ms", "--node-name", "n1", "--upstream-token-file", n1Token)
 	e2e.Start(t, "--upstream", up, "--report-interval", "200ms", "--node-name", "n2", "--upstream-token-file", n2Token)
-	e2e.Eventually(t, "both nodes in the collector", func() bool {
+	testutil.Eventually(t, "both nodes in the collector", func() bool {
 		m := collectorNodes(t, base)
 		return m["n1"].State == "working" && m["n2"].State == "working"
 	})
@@ -126,7 +127,7 @@ func TestCollectorNodeTokens(t *testing.T) {
 // token; a node whose certificate names another node is refused and sees
 // it in its push state; an outsider without a certificate is refused.
 func TestCollectorClientCertificates(t *testing.T) {
-	ca := e2e.NewCA(t)
+	ca := testutil.NewCA(t)
 	serverCert, serverKey := ca.Issue(t, "127.0.0.1", false)
 	pem, err := os.ReadFile(ca.File)
 	if err != nil {
@@ -155,8 +156,8 @@ func TestCollectorClientCertificates(t *testing.T) {
 		}
 		return m
 	}
-	e2e.Eventually(t, "n1 in the collector", func() bool { return nodes()["n1"] })
-	e2e.Eventually(t, "n2's pushes refused, as it sees", func() bool {
+	testutil.Eventually(t, "n1 in the collector", func() bool { return nodes()["n1"] })
+	testutil.Eventually(t, "n2's pushes refused, as it sees", func() bool {
 		s, err := liar.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && len(s.Upstreams) == 1 && s.Upstreams[0].Failures > 0 && strings.Contains(s.Upstreams[0].LastError, "HTTP 403")
 	})

@@ -16,6 +16,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/collector"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // startCollector runs gpulet-collector on a free loopback port and returns
@@ -35,7 +36,7 @@ func startCollectorWith(t *testing.T, client *http.Client, scheme string, args .
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	log := &e2e.SyncBuffer{}
+	log := &testutil.SyncBuffer{}
 	cmd := exec.Command(e2e.Bin("gpulet-collector"), append([]string{"--listen", addr}, args...)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
@@ -60,7 +61,7 @@ func startCollectorWith(t *testing.T, client *http.Client, scheme string, args .
 		}
 	})
 	base := scheme + "://" + addr
-	e2e.Eventually(t, "gpulet-collector answers", func() bool {
+	testutil.Eventually(t, "gpulet-collector answers", func() bool {
 		resp, err := client.Get(base + "/v1/nodes")
 		if err != nil {
 			return false
@@ -132,7 +133,7 @@ func TestCollectorWithRealNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	e2e.Eventually(t, "both nodes working in /v1/nodes", func() bool {
+	testutil.Eventually(t, "both nodes working in /v1/nodes", func() bool {
 		m := collectorNodes(t, base)
 		return m["n1"].State == "working" && m["n2"].State == "working"
 	})
@@ -154,7 +155,7 @@ func TestCollectorWithRealNodes(t *testing.T) {
 	}
 	q := fmt.Sprintf("node=n1&limit=%d", l.GPU.Index+1)
 	freeBefore := s1.GPUs[l.GPU.Index].UnitsFree
-	e2e.Eventually(t, "the lease in the table", func() bool {
+	testutil.Eventually(t, "the lease in the table", func() bool {
 		r := collectorRows(t, base, q)
 		return len(r) == l.GPU.Index+1 && r[l.GPU.Index].UnitsFree == freeBefore-1
 	})
@@ -165,7 +166,7 @@ func TestCollectorWithRealNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	n1.Restart()
-	e2e.Eventually(t, "n1's new boot_id", func() bool {
+	testutil.Eventually(t, "n1's new boot_id", func() bool {
 		n := collectorNodes(t, base)["n1"]
 		return n.BootID != oldBoot && n.State == "working"
 	})
@@ -176,7 +177,7 @@ func TestCollectorWithRealNodes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "n1's current seq in the collector", func() bool {
+	testutil.Eventually(t, "n1's current seq in the collector", func() bool {
 		n := collectorNodes(t, base)["n1"]
 		return n.BootID == cur.BootID && n.Seq >= cur.Seq
 	})
@@ -209,7 +210,7 @@ func TestCollectorWithRealNodes(t *testing.T) {
 	if err := n2.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "n2 not_working", func() bool { return collectorNodes(t, base)["n2"].State == collector.NotWorking })
+	testutil.Eventually(t, "n2 not_working", func() bool { return collectorNodes(t, base)["n2"].State == collector.NotWorking })
 	if n := collectorNodes(t, base)["n1"]; n.State != "working" {
 		t.Fatalf("n1 is %s", n.State)
 	}

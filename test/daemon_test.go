@@ -15,6 +15,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestSnapshotContract checks the snapshot of docs/design.md §8 field by field
@@ -227,7 +228,7 @@ func TestSimControlEndpoint(t *testing.T) {
 func TestRawHTTPErrors(t *testing.T) {
 	// M=1: a request for two units is one more than a process may hold.
 	d := e2e.Start(t, "--units-per-client", "1")
-	hc := &http.Client{Transport: e2e.UnixTransport(d.Socket)}
+	hc := &http.Client{Transport: testutil.UnixTransport(d.Socket)}
 	for _, tc := range []struct {
 		method, path, body string
 		status             int

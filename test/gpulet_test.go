@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // gpulet runs the real gpulet against d, returning its output and exit code.
@@ -33,7 +34,7 @@ func TestGpuletCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { claim.Process.Kill(); claim.Wait() }()
-	e2e.Eventually(t, "the offline claim counted", func() bool {
+	testutil.Eventually(t, "the offline claim counted", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[1].UnitsOffline == 1
 	})

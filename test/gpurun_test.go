@@ -14,6 +14,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // gpurun runs the real gpurun against d with args, returning output and exit code.
@@ -51,7 +52,7 @@ func TestGpurunExecsWithTheLeaseEnv(t *testing.T) {
 		t.Fatalf("env seen by the command: %v", vals)
 	}
 	// The lease ends with the command, as soon as gpuletd sees it exit.
-	e2e.Eventually(t, "the lease to end with the command", func() bool {
+	testutil.Eventually(t, "the lease to end with the command", func() bool {
 		_, err := d.Client.GetLease(e2e.Ctx(t), vals["lease"])
 		return errors.Is(err, client.ErrNotFound)
 	})
@@ -66,7 +67,7 @@ func TestGpurunLeaseIsBoundToTheCommand(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	var lease api.Lease
-	e2e.Eventually(t, "the lease of gpurun's pid", func() bool {
+	testutil.Eventually(t, "the lease of gpurun's pid", func() bool {
 		ls, err := d.Client.Leases(e2e.Ctx(t))
 		if err != nil || len(ls) != 1 {
 			return false
@@ -79,7 +80,7 @@ func TestGpurunLeaseIsBoundToTheCommand(t *testing.T) {
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	e2e.Eventually(t, "units free after kill -9 of the command", func() bool {
+	testutil.Eventually(t, "units free after kill -9 of the command", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.UnitsFree == s.UnitsTotal
 	})
@@ -131,7 +132,7 @@ func TestGpurunNoUnitsAndWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Process.Kill()
-	e2e.Eventually(t, "the holder's lease", func() bool {
+	testutil.Eventually(t, "the holder's lease", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.UnitsFree == 0
 	})
@@ -187,7 +188,7 @@ func TestGpurunInterruptedWaitLeavesNothing(t *testing.T) {
 	if err := d.Client.Release(e2e.Ctx(t), holder.ID); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "the unit free, with no lease", func() bool {
+	testutil.Eventually(t, "the unit free, with no lease", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.UnitsFree == 1
 	})
@@ -215,7 +216,7 @@ func TestGpurunOfflineWhileDaemonIsDown(t *testing.T) {
 	// The command dies: the claim is stale and freed.
 	cmd.Process.Kill()
 	cmd.Wait()
-	e2e.Eventually(t, "the offline claim freed", func() bool {
+	testutil.Eventually(t, "the offline claim freed", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[1].UnitsOffline == 0
 	})
@@ -239,7 +240,7 @@ func TestGpurunOfflineCountedByARunningDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Process.Kill()
-	e2e.Eventually(t, "the offline claim counted", func() bool {
+	testutil.Eventually(t, "the offline claim counted", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 1
 	})
@@ -257,7 +258,7 @@ func TestGpurunOfflineCountedByARunningDaemon(t *testing.T) {
 	d.Client.Release(e2e.Ctx(t), l.ID)
 	holder.Process.Kill()
 	holder.Wait()
-	e2e.Eventually(t, "the claim of a dead command freed", func() bool {
+	testutil.Eventually(t, "the claim of a dead command freed", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 0 && s.UnitsFree == s.UnitsTotal
 	})

@@ -18,6 +18,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestFullRunDirNeitherLosesNorRevivesLeases: a user fills the run dir (a
@@ -69,7 +70,7 @@ func TestFullRunDirNeitherLosesNorRevivesLeases(t *testing.T) {
 	}
 	checkJournalWhole(t, mnt)
 	checkFIFOsMatch(t, d, len(ids))
-	e2e.Eventually(t, "snapshot to say the node is degraded and why", func() bool {
+	testutil.Eventually(t, "snapshot to say the node is degraded and why", func() bool {
 		s, err := d.Client.Snapshot(ctx)
 		return err == nil && s.State == api.NodeDegraded && strings.Contains(s.Reason, "no space left")
 	})
@@ -91,7 +92,7 @@ func TestFullRunDirNeitherLosesNorRevivesLeases(t *testing.T) {
 	d.Restart()
 	checkLeases(t, d, ids)
 	checkFIFOsMatch(t, d, len(ids))
-	e2e.Eventually(t, "restarted daemon to say it is degraded", func() bool {
+	testutil.Eventually(t, "restarted daemon to say it is degraded", func() bool {
 		s, err := d.Client.Snapshot(ctx)
 		return err == nil && s.State == api.NodeDegraded
 	})
@@ -103,7 +104,7 @@ func TestFullRunDirNeitherLosesNorRevivesLeases(t *testing.T) {
 	if err := os.Remove(fill); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "snapshot to say the node works again", func() bool {
+	testutil.Eventually(t, "snapshot to say the node works again", func() bool {
 		s, err := d.Client.Snapshot(ctx)
 		return err == nil && s.State == api.NodeWorking && s.Reason == ""
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/kubelettest"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 const unitResource = "gpulet.io/unit"
@@ -150,7 +151,7 @@ func TestKubeletPlugin(t *testing.T) {
 
 	// The kubelet lists the pod: the lease is named after it.
 	k.SetPods(kubelettest.Pod("ml", "train-0", "main", unitResource, chosen...))
-	e2e.Eventually(t, "the lease named after its pod", func() bool {
+	testutil.Eventually(t, "the lease named after its pod", func() bool {
 		out, code := gpulet(t, d, "leases", "--all")
 		return code == 0 && strings.Contains(out, "pod ml/train-0") && strings.Contains(out, "when pod ends")
 	})
@@ -165,7 +166,7 @@ func TestKubeletPlugin(t *testing.T) {
 	// The pod goes: its lease ends, well within 30 seconds.
 	gone := time.Now()
 	k.SetPods()
-	e2e.Eventually(t, "the pod's lease released", func() bool {
+	testutil.Eventually(t, "the pod's lease released", func() bool {
 		_, err := d.Client.GetLease(e2e.Ctx(t), podLease.ID)
 		return errors.Is(err, client.ErrNotFound)
 	})
@@ -214,7 +215,7 @@ func TestKubeletPodLeasesOutliveADaemonRestart(t *testing.T) {
 	}
 	d.Restart()
 	var rebuilt api.Lease
-	e2e.Eventually(t, "the pod lease rebuilt from pod-resources", func() bool {
+	testutil.Eventually(t, "the pod lease rebuilt from pod-resources", func() bool {
 		ls, err := d.Client.Leases(e2e.Ctx(t))
 		if err != nil || len(ls) != 1 {
 			return false

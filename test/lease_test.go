@@ -13,6 +13,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestConcurrentClientsRaceForFewerUnits: many clients, each on its own
@@ -93,7 +94,7 @@ func startClaimer(t *testing.T, runDir string, g int) (*exec.Cmd, int) {
 func TestOfflineClaimByAnotherProcess(t *testing.T) {
 	d := e2e.Start(t, "--clients-per-instance", "2")
 	claimer, unit := startClaimer(t, d.RunDir, 0)
-	e2e.Eventually(t, "offline claim in the snapshot", func() bool {
+	testutil.Eventually(t, "offline claim in the snapshot", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 1 && s.GPUs[0].UnitsUsed == 1
 	})
@@ -108,7 +109,7 @@ func TestOfflineClaimByAnotherProcess(t *testing.T) {
 	// The claimer dies: its claim is stale and freed within a sample interval.
 	claimer.Process.Kill()
 	claimer.Wait()
-	e2e.Eventually(t, "stale claim freed", func() bool {
+	testutil.Eventually(t, "stale claim freed", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 0 && s.GPUs[0].UnitsUsed == 1
 	})
@@ -141,7 +142,7 @@ func TestKill9OfHolderFreesUnits(t *testing.T) {
 	}
 	holder.Process.Kill()
 	holder.Wait()
-	e2e.Eventually(t, "units free after kill -9 of the holder", func() bool {
+	testutil.Eventually(t, "units free after kill -9 of the holder", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.UnitsFree == s.UnitsTotal
 	})
@@ -200,7 +201,7 @@ func TestKill9OfDaemonKeepsLeases(t *testing.T) {
 	// The kept lease still ends with its process.
 	live.Process.Kill()
 	live.Wait()
-	e2e.Eventually(t, "kept lease ends with its holder", func() bool {
+	testutil.Eventually(t, "kept lease ends with its holder", func() bool {
 		_, err := d.Client.GetLease(e2e.Ctx(t), lLive.ID)
 		return errors.Is(err, client.ErrNotFound)
 	})

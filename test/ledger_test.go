@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // openToOthers lets other users reach the daemon's folder, which t.TempDir
@@ -142,7 +143,7 @@ func TestSocketGroupMemberClaimsOffline(t *testing.T) {
 	}
 	var uuid string
 	var byUID map[string]int
-	e2e.Eventually(t, "the member's claim counted", func() bool {
+	testutil.Eventually(t, "the member's claim counted", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		if err == nil {
 			uuid, byUID = s.GPUs[0].UUID, s.GPUs[0].OfflineByUID
@@ -165,7 +166,7 @@ func TestSocketGroupMemberClaimsOffline(t *testing.T) {
 	}
 	run.Process.Kill()
 	run.Wait()
-	e2e.Eventually(t, "the claim freed", func() bool {
+	testutil.Eventually(t, "the claim freed", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 0
 	})

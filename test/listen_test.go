@@ -17,6 +17,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // freePort is a loopback TCP port nothing listens on now.
@@ -146,7 +147,7 @@ func TestTCPFloodKeepsTheUnixSocketServed(t *testing.T) {
 	wg.Wait()
 	// gpuletd accepts TCP connections at a bounded pace: the rest wait in
 	// the kernel's backlog until it has taken as many as its reserve allows.
-	e2e.Eventually(t, "gpuletd refusing TCP connections at its descriptor reserve", func() bool {
+	testutil.Eventually(t, "gpuletd refusing TCP connections at its descriptor reserve", func() bool {
 		return strings.Contains(d.Log.String(), "TCP connection refused: open file descriptors are near the limit")
 	})
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", d.Pid()))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // clonePathLen is about how long the clone's path is: longer than the MPS pipe
@@ -245,7 +246,7 @@ type makeRun struct {
 	u      *e2e.User
 	clone  string
 	env    []string
-	out    *e2e.SyncBuffer
+	out    *testutil.SyncBuffer
 	socket string // from the banner
 	done   chan error
 }
@@ -254,7 +255,7 @@ type makeRun struct {
 // and reads the banner up to its GPULET_SOCKET.
 func startMakeRun(t *testing.T, clone string, u *e2e.User, env []string, vars ...string) *makeRun {
 	t.Helper()
-	r := &makeRun{u: u, clone: clone, env: env, out: &e2e.SyncBuffer{}, done: make(chan error, 1)}
+	r := &makeRun{u: u, clone: clone, env: env, out: &testutil.SyncBuffer{}, done: make(chan error, 1)}
 	r.cmd = userCmd(u, clone, env, "make", append([]string{"run", "NO_BUILD=1"}, vars...)...)
 	pr, pw := io.Pipe()
 	r.cmd.Stdout, r.cmd.Stderr = pw, pw
@@ -346,5 +347,5 @@ func (r *makeRun) stop(t *testing.T) {
 		t.Fatalf("gpuletd did not stop cleanly:\n%s", r.out)
 	}
 	runDir := filepath.Dir(r.socket)
-	e2e.Eventually(t, "the MPS control daemons to quit", func() bool { return len(controlDaemons(runDir)) == 0 })
+	testutil.Eventually(t, "the MPS control daemons to quit", func() bool { return len(controlDaemons(runDir)) == 0 })
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // startMPSDaemon starts gpuletd with MPS on and a short run dir: the control
@@ -118,11 +119,11 @@ func TestMPSInstancesLifecycle(t *testing.T) {
 	// kill -9 of one control daemon: its GPU is degraded, then running again.
 	victim := filepath.Join(runDir, "mps", s.GPUs[1].UUID, "0", "pipe")
 	syscall.Kill(daemons[victim], syscall.SIGKILL)
-	e2e.Eventually(t, "GPU 1 degraded", func() bool {
+	testutil.Eventually(t, "GPU 1 degraded", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[1].State == api.GPUDegraded && s.GPUs[1].Instances[0].State != api.InstanceRunning
 	})
-	e2e.Eventually(t, "GPU 1 working again", func() bool {
+	testutil.Eventually(t, "GPU 1 working again", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[1].State == api.GPUWorking && s.GPUs[1].Instances[0].State == api.InstanceRunning
 	})
@@ -148,7 +149,7 @@ func TestMPSInstancesLifecycle(t *testing.T) {
 	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "control daemons to quit", func() bool { return len(controlDaemons(runDir)) == 0 })
+	testutil.Eventually(t, "control daemons to quit", func() bool { return len(controlDaemons(runDir)) == 0 })
 }
 
 func TestMPSOnWithoutBinaryRefusesToStart(t *testing.T) {

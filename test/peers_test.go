@@ -19,6 +19,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // request runs one API request as u and returns what it printed.
@@ -243,7 +244,7 @@ func TestConnectionsPerUIDAreCapped(t *testing.T) {
 		t.Fatalf("refusals not logged:\n%s", d.Log.String())
 	}
 	stdin.Close()
-	e2e.Eventually(t, "the user to connect again once its connections closed", func() bool {
+	testutil.Eventually(t, "the user to connect again once its connections closed", func() bool {
 		return request(t, d, hog, "POST", "/v1/leases", `{"units":1,"ttl":"1m"}`) == "201"
 	})
 }
@@ -327,7 +328,7 @@ func TestDescriptorsUnderALowLimit(t *testing.T) {
 	for _, c := range conns {
 		c.Close()
 	}
-	e2e.Eventually(t, "a lease once root's connections closed", func() bool {
+	testutil.Eventually(t, "a lease once root's connections closed", func() bool {
 		return request(t, d, other, "POST", "/v1/leases", `{"units":1,"ttl":"1m"}`) == "201"
 	})
 	if log := d.Log.String(); !strings.Contains(log, "open file descriptors are near the limit") || strings.Contains(log, "too many open files") {

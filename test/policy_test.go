@@ -14,6 +14,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // policyNode is a mixed simulated node: GPU 0 a T4, GPU 1 an A100, four
@@ -77,7 +78,7 @@ quotas:
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
-	e2e.Eventually(t, "alice's lease", func() bool {
+	testutil.Eventually(t, "alice's lease", func() bool {
 		ls, err := d.Client.Leases(e2e.Ctx(t))
 		return err == nil && len(ls) == 1
 	})
@@ -99,7 +100,7 @@ quotas:
 	// A reload that lifts alice's quota lets her lease again.
 	writeConfigFile(t, conf, fmt.Sprintf("quotas:\n  %s: 4\n", alice.name))
 	syscall.Kill(d.Pid(), syscall.SIGHUP)
-	e2e.Eventually(t, "the reload to be logged", func() bool { return strings.Contains(d.Log.String(), "config reloaded") })
+	testutil.Eventually(t, "the reload to be logged", func() bool { return strings.Contains(d.Log.String(), "config reloaded") })
 	out, code = asUser(t, d, alice, "gpurun", "--dry-run")
 	if code != 0 {
 		t.Fatalf("alice after the reload: exit %d\n%s", code, out)
@@ -107,7 +108,7 @@ quotas:
 	// A bad file is logged with its line, and the config in force stays.
 	writeConfigFile(t, conf, fmt.Sprintf("quotas:\n  %s: -1\n", alice.name))
 	syscall.Kill(d.Pid(), syscall.SIGHUP)
-	e2e.Eventually(t, "the bad reload to be logged", func() bool { return strings.Contains(d.Log.String(), "config not reloaded") })
+	testutil.Eventually(t, "the bad reload to be logged", func() bool { return strings.Contains(d.Log.String(), "config not reloaded") })
 	if !strings.Contains(d.Log.String(), "line 2") {
 		t.Fatalf("the refusal does not name the line:\n%s", d.Log.String())
 	}
@@ -162,7 +163,7 @@ func TestTaskAffinityLearns(t *testing.T) {
 		t.Fatalf("gpurun: exit %d\n%s", code, out)
 	}
 	var profiles *api.ProfileList
-	e2e.Eventually(t, "the run to enter the table", func() bool {
+	testutil.Eventually(t, "the run to enter the table", func() bool {
 		profiles, err = d.Client.Profiles(ctx)
 		return err == nil && len(profiles.Profiles) == 2
 	})
@@ -194,7 +195,7 @@ func TestDryRunChangesNothing(t *testing.T) {
 	if _, err := d.Client.SetSimGPU(ctx, 1, api.SimGPUUpdate{UtilizationPct: &busy}); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "the A100 to be too busy", func() bool {
+	testutil.Eventually(t, "the A100 to be too busy", func() bool {
 		s, err := d.Client.Snapshot(ctx)
 		return err == nil && !s.GPUs[1].Eligible
 	})

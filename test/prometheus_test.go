@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestMetricsPassPromtool: gpuletd's /metrics, snapshot part and live part
@@ -60,7 +61,7 @@ func TestPrometheusScrapesListen(t *testing.T) {
 		t.Fatal(err)
 	}
 	web := freePort(t)
-	var logs e2e.SyncBuffer
+	var logs testutil.SyncBuffer
 	cmd := exec.Command(prom, "--config.file="+filepath.Join(dir, "prometheus.yml"), "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+web)
 	cmd.Stdout, cmd.Stderr = &logs, &logs

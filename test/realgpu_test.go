@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // These tests hold the simulated backend to what an H100 showed (docs/
@@ -34,7 +35,7 @@ func TestUsersOneAfterAnotherOnOneInstance(t *testing.T) {
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("user %d (uid %d), after the others' jobs ended: %v\n%s", i+1, u.UID, err, out)
 		}
-		e2e.Eventually(t, fmt.Sprintf("user %d's MPS server up and idle", i+1), func() bool {
+		testutil.Eventually(t, fmt.Sprintf("user %d's MPS server up and idle", i+1), func() bool {
 			s, err := d.Client.Snapshot(e2e.Ctx(t))
 			if err != nil {
 				return false
@@ -55,7 +56,7 @@ func TestSmallLeasesLeaveTheGPUOpen(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e2e.Eventually(t, "the samples to see the two leases", func() bool {
+	testutil.Eventually(t, "the samples to see the two leases", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].KernelTimePct == 100
 	})
@@ -82,7 +83,7 @@ func TestLeaseUsageIsMeasured(t *testing.T) {
 	}
 	t.Cleanup(func() { job.Process.Kill(); job.Wait() })
 	var id string
-	e2e.Eventually(t, "the job's lease measured", func() bool {
+	testutil.Eventually(t, "the job's lease measured", func() bool {
 		ls, err := d.Client.Leases(e2e.Ctx(t))
 		if err != nil || len(ls) != 1 || ls[0].Usage == nil || len(ls[0].Usage.PIDs) != 1 {
 			return false
@@ -96,7 +97,7 @@ func TestLeaseUsageIsMeasured(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	e2e.Eventually(t, "the lease over its share and the outside process shown", func() bool {
+	testutil.Eventually(t, "the lease over its share and the outside process shown", func() bool {
 		l, err := d.Client.GetLease(e2e.Ctx(t), id)
 		s, err2 := d.Client.Snapshot(e2e.Ctx(t))
 		if err != nil || err2 != nil || l.Usage == nil {
@@ -120,14 +121,14 @@ func TestLeaseUsageIsMeasured(t *testing.T) {
 	}
 	job.Process.Kill()
 	job.Wait()
-	e2e.Eventually(t, "the lease's end logged with its peak", func() bool {
+	testutil.Eventually(t, "the lease's end logged with its peak", func() bool {
 		return strings.Contains(d.Log.String(), "peak_memory_mib=8000")
 	})
 	journal, err := os.ReadFile(filepath.Join(d.RunDir, "leases.journal"))
 	if err != nil || !bytes.Contains(journal, []byte(`{"op":"end","id":"`+id+`","peak_memory_mib":8000}`)) {
 		t.Fatalf("journal (err %v) lacks the end record with the peak:\n%s", err, journal)
 	}
-	e2e.Eventually(t, "the lease's series gone with it", func() bool {
+	testutil.Eventually(t, "the lease's series gone with it", func() bool {
 		m, err := d.Client.Metrics(e2e.Ctx(t))
 		return err == nil && !bytes.Contains(m, []byte(id))
 	})

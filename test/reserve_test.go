@@ -15,6 +15,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // The borrowers of these tests are real gpurun commands run as another real
@@ -54,7 +55,7 @@ func (n *reserveNode) gpulet(t *testing.T, u e2e.User, args ...string) (string, 
 // proc is a command running under gpurun, and how it ended.
 type proc struct {
 	cmd  *exec.Cmd
-	out  *e2e.SyncBuffer
+	out  *testutil.SyncBuffer
 	done chan struct{}
 	end  time.Time
 	err  error
@@ -64,7 +65,7 @@ type proc struct {
 func (n *reserveNode) spawn(t *testing.T, u e2e.User, script string, gpurunArgs ...string) *proc {
 	t.Helper()
 	args := append(append([]string{"--socket", n.d.Socket}, gpurunArgs...), "--", "sh", "-c", script)
-	p := &proc{cmd: u.Command(exec.Command(n.gpurun, args...)), out: &e2e.SyncBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: u.Command(exec.Command(n.gpurun, args...)), out: &testutil.SyncBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -207,7 +208,7 @@ func TestReservationReclaimSignalsBorrowers(t *testing.T) {
 			t.Fatalf("stubborn borrower: %v after %s, output %q; want SIGTERM, then SIGKILL after 1s", p.err, p.end.Sub(t0), p.out.String())
 		}
 	}
-	e2e.Eventually(t, "the reclaimed units back", func() bool { r := n.reservation(t, "wf1"); return r.Lent == 2 && r.Reclaiming == 0 })
+	testutil.Eventually(t, "the reclaimed units back", func() bool { r := n.reservation(t, "wf1"); return r.Lent == 2 && r.Reclaiming == 0 })
 	r = n.reservation(t, "wf1")
 	lendable, reclaimed = append(lendable, r.Lendable), append(reclaimed, r.Reclaimed)
 	draw(4)
@@ -227,7 +228,7 @@ func TestReservationReclaimSignalsBorrowers(t *testing.T) {
 			t.Fatalf("borrower ended without SIGTERM: %v %q", p.err, p.out.String())
 		}
 	}
-	e2e.Eventually(t, "the last reclaimed units back", func() bool { return n.reservation(t, "wf1").Lent == 0 })
+	testutil.Eventually(t, "the last reclaimed units back", func() bool { return n.reservation(t, "wf1").Lent == 0 })
 	r = n.reservation(t, "wf1")
 	lendable, reclaimed = append(lendable, r.Lendable), append(reclaimed, r.Reclaimed)
 	draw(2)
@@ -283,7 +284,7 @@ func TestReservationsCompeteByPriority(t *testing.T) {
 	}
 	// bob's gpurun waits for a unit all along.
 	waiter := n.spawn(t, n.bob, politeScript, "--wait", "60s")
-	e2e.Eventually(t, "gpurun to wait", func() bool { return strings.Contains(waiter.out.String(), "gpurun: waiting up to") })
+	testutil.Eventually(t, "gpurun to wait", func() bool { return strings.Contains(waiter.out.String(), "gpurun: waiting up to") })
 	release := func(k int) {
 		for range k {
 			if err := n.d.Client.Release(ctx, fill[0]); err != nil {
@@ -316,7 +317,7 @@ func TestReservationsCompeteByPriority(t *testing.T) {
 	if err := n.d.Client.Release(ctx, fill[0]); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "the waiting gpurun to run", func() bool { return strings.Contains(waiter.out.String(), "\nup\n") })
+	testutil.Eventually(t, "the waiting gpurun to run", func() bool { return strings.Contains(waiter.out.String(), "\nup\n") })
 	out, _ := n.gpulet(t, n.alice, "reservations")
 	for _, want := range []string{"high", "low", "active"} {
 		if !strings.Contains(out, want) {
@@ -373,13 +374,13 @@ func TestReservationSurvivesRestartMidStage(t *testing.T) {
 		t.Fatalf("polite borrower: %v %q", bs[4].err, bs[4].out.String())
 	}
 	stubborn := bs[5]
-	e2e.Eventually(t, "the stubborn borrower told", func() bool { return strings.Contains(stubborn.out.String(), "term") })
+	testutil.Eventually(t, "the stubborn borrower told", func() bool { return strings.Contains(stubborn.out.String(), "term") })
 	n.d.Restart()
 	<-stubborn.done
 	if stubborn.killedBy() != syscall.SIGKILL || stubborn.end.Sub(t0) < 2950*time.Millisecond || stubborn.end.Sub(t0) > 6*time.Second {
 		t.Fatalf("stubborn borrower ended by %v %s after the advance; want SIGKILL about 3s after", stubborn.err, stubborn.end.Sub(t0))
 	}
-	e2e.Eventually(t, "the units back", func() bool { r := n.reservation(t, "wf"); return r.Lent == 3 && r.Reclaiming == 0 })
+	testutil.Eventually(t, "the units back", func() bool { r := n.reservation(t, "wf"); return r.Lent == 3 && r.Reclaiming == 0 })
 	r = n.reservation(t, "wf")
 	if r.Stage != 1 || r.Reclaimed != 2 || r.Need != 5 || r.Lendable != 3 {
 		t.Fatalf("after the crash: %+v", r.ReservationStatus)
@@ -493,7 +494,7 @@ func TestReservationInViewAndMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	view := s.View.Mount
-	e2e.Eventually(t, "the view to show the reservation", func() bool {
+	testutil.Eventually(t, "the view to show the reservation", func() bool {
 		b, err := os.ReadFile(filepath.Join(view, "reserved_units"))
 		return err == nil && string(b) == "5\n"
 	})

@@ -22,6 +22,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // slurmNodeName is the single node's name: slurmd runs as it (-N) and Slurm's
@@ -221,7 +222,7 @@ func (c *slurmCluster) startMunge(dir string, munge *user.User) {
 	sock := filepath.Join(dir, "munge.sock")
 	c.spawn("munged", &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, "munged", "--foreground", "--socket="+sock, "--key-file="+keyFile,
 		"--pid-file="+filepath.Join(dir, "munged.pid"), "--seed-file="+filepath.Join(dir, "seed"), "--log-file="+filepath.Join(dir, "munged.log"))
-	e2e.Eventually(t, "munged to listen", func() bool { _, err := os.Stat(sock); return err == nil })
+	testutil.Eventually(t, "munged to listen", func() bool { _, err := os.Stat(sock); return err == nil })
 }
 
 // spawn starts a daemon in the foreground; stop ends it.
@@ -380,7 +381,7 @@ func (c *slurmCluster) setEpilog(on bool) {
 	if out, err := c.asRoot("scontrol", "reconfigure"); err != nil {
 		c.t.Fatalf("scontrol reconfigure: %v\n%s", err, out)
 	}
-	e2e.Eventually(c.t, "slurmctld to read Epilog="+want, func() bool {
+	testutil.Eventually(c.t, "slurmctld to read Epilog="+want, func() bool {
 		out, _ := c.asRoot("scontrol", "show", "config")
 		for _, line := range strings.Split(string(out), "\n") {
 			if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "Epilog" {
@@ -446,7 +447,7 @@ func (c *slurmCluster) srunInBackground(u testUser, args ...string) uint64 {
 	}
 	c.t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	var job uint64
-	e2e.Eventually(c.t, "srun's job to run", func() bool {
+	testutil.Eventually(c.t, "srun's job to run", func() bool {
 		out, _ := c.asRoot("squeue", "-h", "-t", "R", "-u", u.name, "-o", "%i")
 		job, _ = strconv.ParseUint(strings.TrimSpace(string(out)), 10, 64)
 		return job != 0

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestSlurm runs jobs on a real Slurm (munged, slurmctld and slurmd started
@@ -127,7 +128,7 @@ func TestSlurm(t *testing.T) {
 		job := c.srunInBackground(alice, "--gres=shard:2", "sh", "-c", `trap "" TERM; sleep 300; sleep 300`)
 		c.waitLease(job)
 		var sleeper int
-		e2e.Eventually(t, "the task's sleep to start", func() bool { sleeper = processOf(t, alice.uid, "sleep"); return sleeper != 0 })
+		testutil.Eventually(t, "the task's sleep to start", func() bool { sleeper = processOf(t, alice.uid, "sleep"); return sleeper != 0 })
 		at := c.scancel(alice, job)
 		// While the child lives (Slurm kills it KillWait after SIGTERM, and
 		// later still here), the lease stays; once it is gone, the lease
@@ -210,7 +211,7 @@ func TestSlurm(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := "Slurm job " + strconv.FormatUint(job, 10)
-		e2e.Eventually(t, "gpuletd to log the end of job's lease", func() bool { return strings.Contains(c.d.Log.String(), want) })
+		testutil.Eventually(t, "gpuletd to log the end of job's lease", func() bool { return strings.Contains(c.d.Log.String(), want) })
 	})
 
 	t.Run("with the epilog off the cgroup watch frees", func(t *testing.T) {

@@ -14,6 +14,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestUnitFilesVerify runs systemd-analyze verify on the shipped unit files,
@@ -63,7 +64,7 @@ func TestSocketActivationAndNotify(t *testing.T) {
 	cmd := exec.Command(activate, "-l", sock, "-E", "NOTIFY_SOCKET="+notifyPath, e2e.Bin("gpuletd"),
 		"--backend", "sim", "--mps", "off", "--mount", "", "--run-dir", filepath.Join(dir, "run"),
 		"--state-dir", filepath.Join(dir, "state"), "--socket", filepath.Join(dir, "unused.sock"))
-	log := &e2e.SyncBuffer{}
+	log := &testutil.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -79,7 +80,7 @@ func TestSocketActivationAndNotify(t *testing.T) {
 	// on it: wait for an answer, not for the file.
 	c := &client.Client{Socket: sock}
 	var s *api.Snapshot
-	e2e.Eventually(t, "gpuletd to answer on the activation socket", func() bool {
+	testutil.Eventually(t, "gpuletd to answer on the activation socket", func() bool {
 		s, err = c.Snapshot(e2e.Ctx(t))
 		return err == nil
 	})

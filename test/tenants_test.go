@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestReloadOfAFIFOBlocksNothing: SIGHUP with the config path turned into a
@@ -26,7 +27,7 @@ func TestReloadOfAFIFOBlocksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer claim.Process.Kill()
-	e2e.Eventually(t, "the offline claim counted", func() bool {
+	testutil.Eventually(t, "the offline claim counted", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 1
 	})
@@ -36,12 +37,12 @@ func TestReloadOfAFIFOBlocksNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	syscall.Kill(d.Pid(), syscall.SIGHUP)
-	e2e.Eventually(t, "the FIFO refused", func() bool {
+	testutil.Eventually(t, "the FIFO refused", func() bool {
 		return strings.Contains(d.Log.String(), "not a regular file (a FIFO)")
 	})
 	claim.Process.Kill()
 	claim.Wait()
-	e2e.Eventually(t, "the exited claimer's unit freed by the sweep", func() bool {
+	testutil.Eventually(t, "the exited claimer's unit freed by the sweep", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 0
 	})
@@ -49,7 +50,7 @@ func TestReloadOfAFIFOBlocksNothing(t *testing.T) {
 	os.Remove(conf)
 	writeConfigFile(t, conf, "quotas:\n  \"*\": 3\n")
 	syscall.Kill(d.Pid(), syscall.SIGHUP)
-	e2e.Eventually(t, "the good file reloaded", func() bool {
+	testutil.Eventually(t, "the good file reloaded", func() bool {
 		return strings.Contains(d.Log.String(), "SIGHUP: config reloaded")
 	})
 }
@@ -105,7 +106,7 @@ func TestTaskProfilesArePerUser(t *testing.T) {
 			t.Fatalf("mallory's run: exit %d\n%s", code, out)
 		}
 	}
-	e2e.Eventually(t, "mallory's runs measured", func() bool {
+	testutil.Eventually(t, "mallory's runs measured", func() bool {
 		p, err := d.Client.Profiles(e2e.Ctx(t))
 		return err == nil && len(p.Learned) == 1 && p.Learned[0].UID == mallory.uid && p.Learned[0].Profiles[0].Models[0].Runs == runs
 	})
@@ -160,7 +161,7 @@ func TestOfflineClaimsKeepToPools(t *testing.T) {
 	// A pool of a group and a user: the ledger lets both in, through an ACL.
 	writeConfigFile(t, conf, fmt.Sprintf("pools:\n  training:\n    gpus: [\"0\"]\n    users: [\"group:%s\", %s]\n", ml, bob.name))
 	syscall.Kill(d.Pid(), syscall.SIGHUP)
-	e2e.Eventually(t, "the reload", func() bool { return strings.Count(d.Log.String(), "config reloaded") == 1 })
+	testutil.Eventually(t, "the reload", func() bool { return strings.Count(d.Log.String(), "config reloaded") == 1 })
 	for _, u := range []testUser{alice, bob} {
 		if out, code := claim(u, "0"); code != 0 {
 			t.Fatalf("%s after the reload: exit %d\n%s", u.name, code, out)
@@ -169,7 +170,7 @@ func TestOfflineClaimsKeepToPools(t *testing.T) {
 	// Without pools, the GPU is the socket group's again.
 	writeConfigFile(t, conf, "quotas:\n  \"*\": 64\n")
 	syscall.Kill(d.Pid(), syscall.SIGHUP)
-	e2e.Eventually(t, "the second reload", func() bool { return strings.Count(d.Log.String(), "config reloaded") == 2 })
+	testutil.Eventually(t, "the second reload", func() bool { return strings.Count(d.Log.String(), "config reloaded") == 2 })
 	var st syscall.Stat_t
 	dir := filepath.Join(d.RunDir, "units")
 	s, err := d.Client.Snapshot(e2e.Ctx(t))
@@ -204,7 +205,7 @@ func TestOfflineClaimsOverAQuotaAreFlagged(t *testing.T) {
 		defer c.Process.Kill()
 		claims = append(claims, c)
 	}
-	e2e.Eventually(t, "the quota flagged in the snapshot", func() bool {
+	testutil.Eventually(t, "the quota flagged in the snapshot", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && len(s.OverQuota) == 1 && s.OverQuota[0].Quota == carol.name && s.OverQuota[0].Held == 2 && s.OverQuota[0].Limit == 1
 	})
@@ -225,14 +226,14 @@ func TestOfflineClaimsOverAQuotaAreFlagged(t *testing.T) {
 	// Back under once a claim ends; with none left, she leases again.
 	claims[0].Process.Kill()
 	claims[0].Wait()
-	e2e.Eventually(t, "the flag gone", func() bool {
+	testutil.Eventually(t, "the flag gone", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && len(s.OverQuota) == 0
 	})
-	e2e.Eventually(t, "the return logged", func() bool { return strings.Contains(d.Log.String(), "quota back under its limit") })
+	testutil.Eventually(t, "the return logged", func() bool { return strings.Contains(d.Log.String(), "quota back under its limit") })
 	claims[1].Process.Kill()
 	claims[1].Wait()
-	e2e.Eventually(t, "the claims gone", func() bool {
+	testutil.Eventually(t, "the claims gone", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.GPUs[0].UnitsOffline == 0
 	})

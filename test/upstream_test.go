@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestUpstreamReceivesSnapshots: gpuletd pushes its snapshot to a real
@@ -40,12 +41,12 @@ func TestUpstreamReceivesSnapshots(t *testing.T) {
 		}
 		return got[len(got)-1]
 	}
-	e2e.Eventually(t, "the first push", func() bool { return last().Seq > 0 })
+	testutil.Eventually(t, "the first push", func() bool { return last().Seq > 0 })
 	l, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "the lease pushed", func() bool {
+	testutil.Eventually(t, "the lease pushed", func() bool {
 		s := last()
 		return len(s.GPUs) > l.GPU.Index && s.GPUs[l.GPU.Index].UnitsUsed == 1
 	})
@@ -92,7 +93,7 @@ func TestUpstreamSecretsStayHidden(t *testing.T) {
 	secret := strings.Replace(rcv.URL, "http://", "http://user:pw-SECRET@", 1) + "/a?api_key=KEY-SECRET"
 	addr := freePort(t)
 	d := e2e.Start(t, "--upstream", secret, "--upstream", rcv.URL+"/b", "--report-interval", "200ms", "--listen", addr)
-	e2e.Eventually(t, "pushes that show both upstreams", func() bool {
+	testutil.Eventually(t, "pushes that show both upstreams", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(bodies) > 2 && strings.Contains(bodies[len(bodies)-1], `"pushes":`)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 func isMounted(t *testing.T, dir string) bool {
@@ -111,7 +112,7 @@ func TestViewEndToEnd(t *testing.T) {
 	// After kill -9 of gpuletd its view process unmounts (its standard input
 	// ends), and the next start mounts again.
 	d.Kill9()
-	e2e.Eventually(t, "the view process to unmount after gpuletd died", func() bool { return !isMounted(t, view) })
+	testutil.Eventually(t, "the view process to unmount after gpuletd died", func() bool { return !isMounted(t, view) })
 	d.Restart()
 	if got := readView(t, view, "total_units"); got != "32\n" {
 		t.Fatalf("after restart total_units %q", got)
@@ -142,7 +143,7 @@ func TestUnusableMountPointIsNotFatal(t *testing.T) {
 	if err := os.Mkdir(file, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "the view to come up", func() bool {
+	testutil.Eventually(t, "the view to come up", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.View != nil && s.View.Mounted && isMounted(t, file)
 	})
@@ -183,11 +184,11 @@ func TestViewProcessIsStartedAgain(t *testing.T) {
 	if err := syscall.Kill(old, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "the snapshot to say the view process ended", func() bool {
+	testutil.Eventually(t, "the snapshot to say the view process ended", func() bool {
 		s, err := d.Client.Snapshot(e2e.Ctx(t))
 		return err == nil && s.View != nil && !s.View.Mounted && strings.Contains(s.View.Error, "view process ended")
 	})
-	e2e.Eventually(t, "the view to come back", func() bool {
+	testutil.Eventually(t, "the view to come back", func() bool {
 		b, err := os.ReadFile(filepath.Join(view, "total_units"))
 		return err == nil && string(b) == "32\n"
 	})

@@ -14,6 +14,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestXidFailsGPUUntilAnAdminClearsIt injects a critical Xid on a simulated GPU:
@@ -55,7 +56,7 @@ func TestXidFailsGPUUntilAnAdminClearsIt(t *testing.T) {
 		}
 	}
 	checkGPU0(api.GPUFailed, false, 79)
-	e2e.Eventually(t, "the Xid's log line", func() bool {
+	testutil.Eventually(t, "the Xid's log line", func() bool {
 		return strings.Contains(d.Log.String(), "critical Xid event (simulated)") && strings.Contains(d.Log.String(), "xid=79")
 	})
 

@@ -1,7 +1,6 @@
 package inventory
 
 import (
-	"github.com/gpulet/gpulet/internal/e2e"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // testWaitMS is the Xid watcher's wait in tests: Close waits at most this long.
@@ -109,7 +109,7 @@ func newMockServer(t *testing.T) (*server.Server, *xidEvents) {
 }
 
 // logBuffer collects a logger's lines, safe for the watcher goroutine.
-type logBuffer struct{ e2e.SyncBuffer }
+type logBuffer struct{ testutil.SyncBuffer }
 
 func (l *logBuffer) lines(substr string) []string {
 	var out []string
@@ -137,18 +137,6 @@ func openNVML(t *testing.T, s *server.Server) (*NVML, *logBuffer) {
 	}
 	t.Cleanup(func() { b.Close() })
 	return b, buf
-}
-
-// waitFor polls cond for up to five seconds.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
 
 func TestNVMLReadsDevices(t *testing.T) {

@@ -12,6 +12,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock/server"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // xidOf is the Xid a sample was failed with, 0 if none.
@@ -57,7 +58,7 @@ func TestNVMLCriticalXidFailsItsGPUUntilCleared(t *testing.T) {
 		}
 	}
 	// The line follows the latch; wait for it.
-	waitFor(t, "the event's log line", func() bool { return len(logs.lines("xid=79")) > 0 })
+	testutil.Eventually(t, "the event's log line", func() bool { return len(logs.lines("xid=79")) > 0 })
 	lines := logs.lines("xid=79")
 	if len(lines) != 1 || !strings.Contains(lines[0], "level=ERROR") || !strings.Contains(lines[0], "gpu=2 ") ||
 		!strings.Contains(lines[0], s.Devices[2].(*server.Device).UUID) || !strings.Contains(lines[0], "fallen off the bus") {
@@ -66,7 +67,7 @@ func TestNVMLCriticalXidFailsItsGPUUntilCleared(t *testing.T) {
 	// Good samples do not clear it; a second fault keeps the first Xid.
 	time.Sleep(3 * testWaitMS * time.Millisecond)
 	x.xid(s.Devices[2], 48)
-	waitFor(t, "the second event logged", func() bool { return len(logs.lines("xid=48")) == 1 })
+	testutil.Eventually(t, "the second event logged", func() bool { return len(logs.lines("xid=48")) == 1 })
 	if got := xidOf(t, b.Sample(2, Load{})); got != 79 {
 		t.Fatalf("GPU 2 Xid %d after good readings and a second fault, want 79 still", got)
 	}
@@ -81,7 +82,7 @@ func TestNVMLCriticalXidFailsItsGPUUntilCleared(t *testing.T) {
 	}
 	// A new fault after clearing fails it again.
 	x.xid(s.Devices[2], 74)
-	waitFor(t, "GPU 2 failed with Xid 74", func() bool { return b.Sample(2, Load{}).Xid == 74 })
+	testutil.Eventually(t, "GPU 2 failed with Xid 74", func() bool { return b.Sample(2, Load{}).Xid == 74 })
 }
 
 func TestNVMLApplicationXidAndOtherEventsIgnored(t *testing.T) {
@@ -96,11 +97,11 @@ func TestNVMLApplicationXidAndOtherEventsIgnored(t *testing.T) {
 	x.send(nvml.EventData{Device: s.Devices[1], EventType: nvml.EventTypeSingleBitEccError, EventData: 79})
 	// Events are handled in order: once GPU 3 fails, those before were seen.
 	x.xid(s.Devices[3], 64)
-	waitFor(t, "GPU 3 failed", func() bool { return b.Sample(3, Load{}).Xid == 64 })
+	testutil.Eventually(t, "GPU 3 failed", func() bool { return b.Sample(3, Load{}).Xid == 64 })
 	if got := b.Sample(1, Load{}); got.Err != nil || got.Xid != 0 {
 		t.Fatalf("GPU 1 failed by application Xids or a non-Xid event: %+v", got)
 	}
-	waitFor(t, "the Xid 64 line", func() bool { return len(logs.lines("xid=64")) > 0 })
+	testutil.Eventually(t, "the Xid 64 line", func() bool { return len(logs.lines("xid=64")) > 0 })
 	if n := len(logs.lines("application error")); n != 6 {
 		t.Errorf("%d application Xid lines, want 6 (one per event)", n)
 	}
@@ -120,7 +121,7 @@ func TestNVMLXidOfUnreadableGPUFailsEveryGPU(t *testing.T) {
 	b, logs := openNVML(t, s)
 	lost := &mock.Device{GetUUIDFunc: func() (string, nvml.Return) { return "", nvml.ERROR_GPU_IS_LOST }}
 	x.xid(lost, 79)
-	waitFor(t, "every GPU failed", func() bool {
+	testutil.Eventually(t, "every GPU failed", func() bool {
 		for i := range 8 {
 			if b.Sample(i, Load{}).Xid != 79 {
 				return false
@@ -128,20 +129,20 @@ func TestNVMLXidOfUnreadableGPUFailsEveryGPU(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, "the line", func() bool { return len(logs.lines("UUID does not read")) > 0 })
+	testutil.Eventually(t, "the line", func() bool { return len(logs.lines("UUID does not read")) > 0 })
 	if l := logs.lines("UUID does not read"); len(l) != 1 || !strings.Contains(l[0], `gpus="[0 1 2 3 4 5 6 7]"`) {
 		t.Fatalf("log %q, want one line naming every GPU", l)
 	}
 	// An event without a device counts for every GPU as well.
 	b.ClearXid(0)
 	x.send(nvml.EventData{EventType: nvml.EventTypeXidCriticalError, EventData: 48})
-	waitFor(t, "GPU 0 failed by a device-less event", func() bool { return b.Sample(0, Load{}).Xid == 48 })
+	testutil.Eventually(t, "GPU 0 failed by a device-less event", func() bool { return b.Sample(0, Load{}).Xid == 48 })
 }
 
 func TestNVMLCloseStopsTheWatcher(t *testing.T) {
 	s, x := newMockServer(t)
 	b, _ := openNVML(t, s)
-	waitFor(t, "the watcher waiting", func() bool { return x.waits.Load() >= 2 })
+	testutil.Eventually(t, "the watcher waiting", func() bool { return x.waits.Load() >= 2 })
 	start := time.Now()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -180,8 +181,8 @@ func TestNVMLWaitFailureIsLoggedOnceAndDoesNotSpin(t *testing.T) {
 	}
 	x.fail.Store(int32(nvml.SUCCESS))
 	x.xid(s.Devices[0], 79)
-	waitFor(t, "GPU 0 failed after the wait recovered", func() bool { return b.Sample(0, Load{}).Xid == 79 })
-	waitFor(t, "the Xid line", func() bool { return len(logs.lines("xid=79")) > 0 })
+	testutil.Eventually(t, "GPU 0 failed after the wait recovered", func() bool { return b.Sample(0, Load{}).Xid == 79 })
+	testutil.Eventually(t, "the Xid line", func() bool { return len(logs.lines("xid=79")) > 0 })
 	if l := logs.lines("works again"); len(l) != 1 {
 		t.Errorf("recovery lines %q, want one", l)
 	}
@@ -213,7 +214,7 @@ func TestNVMLWithoutXidEventsStillWorks(t *testing.T) {
 			t.Fatalf("GPU 4 failed for lack of Xid events: %+v", got)
 		}
 		x.xid(s.Devices[6], 79)
-		waitFor(t, "GPU 6 failed", func() bool { return b.Sample(6, Load{}).Xid == 79 })
+		testutil.Eventually(t, "GPU 6 failed", func() bool { return b.Sample(6, Load{}).Xid == 79 })
 	})
 	t.Run("no GPU can register", func(t *testing.T) {
 		s, x := newMockServer(t)

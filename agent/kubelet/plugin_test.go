@@ -22,8 +22,8 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/kubelettest"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -318,7 +318,7 @@ func TestPodLeasesFollowPodResources(t *testing.T) {
 	}
 	id := resp.ContainerResponses[0].Envs["GPULET_LEASE_ID"]
 	n.kubelet.SetPods(kubelettest.Pod("ns", "train", "main", ResourceName, n.ids(0, 1, 2)...))
-	eventually(t, "the lease named after its pod", func() bool {
+	testutil.Eventually(t, "the lease named after its pod", func() bool {
 		l, err := n.leases.Get(lease.Peer{Admin: true}, id)
 		return err == nil && l.Pod.Namespace == "ns" && l.Pod.Name == "train" && l.Pod.Container == "main"
 	})
@@ -326,7 +326,7 @@ func TestPodLeasesFollowPodResources(t *testing.T) {
 	n.kubelet.SetPods(kubelettest.Pod("ns", "train", "main", ResourceName, n.ids(0, 1, 2)...),
 		kubelettest.Pod("ns", "old", "c", ResourceName, n.ids(1, 4)...),
 		kubelettest.Pod("ns", "other", "c", "nvidia.com/gpu", "GPU-x"))
-	eventually(t, "the pod lease rebuilt", func() bool { return len(n.leases.View().Leases()) == 2 })
+	testutil.Eventually(t, "the pod lease rebuilt", func() bool { return len(n.leases.View().Leases()) == 2 })
 	var rebuilt api.Lease
 	for _, l := range n.leases.View().Leases() {
 		if l.ID != id {
@@ -339,7 +339,7 @@ func TestPodLeasesFollowPodResources(t *testing.T) {
 	// The pod ends: its lease is released within a few intervals.
 	lists := n.kubelet.Lists()
 	n.kubelet.SetPods(kubelettest.Pod("ns", "old", "c", ResourceName, n.ids(1, 4)...))
-	eventually(t, "the lease released", func() bool {
+	testutil.Eventually(t, "the lease released", func() bool {
 		_, err := n.leases.Get(lease.Peer{Admin: true}, id)
 		return err != nil
 	})
@@ -408,7 +408,7 @@ func TestSecondPluginOnTheSameFolderIsRefused(t *testing.T) {
 func TestWaitsForTheKubeletAndSaysSo(t *testing.T) {
 	n := newNode(t)
 	dir := t.TempDir()
-	var logs e2e.SyncBuffer
+	var logs testutil.SyncBuffer
 	p, err := Start(Config{Dir: dir, PodResourcesSocket: n.kubelet.PodResourcesSocket, Interval: time.Second,
 		Devices: n.devs, UnitsPerGPU: 16, Leases: n.leases, Changed: n.store.Changed, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -416,7 +416,7 @@ func TestWaitsForTheKubeletAndSaysSo(t *testing.T) {
 	}
 	defer p.Close()
 	const line = "waiting for the kubelet"
-	eventually(t, "the plugin saying it waits for the kubelet", func() bool { return strings.Contains(logs.String(), line) })
+	testutil.Eventually(t, "the plugin saying it waits for the kubelet", func() bool { return strings.Contains(logs.String(), line) })
 	// Woken by its folder's changes, it does not say so again.
 	if err := os.WriteFile(filepath.Join(dir, "unrelated"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -424,16 +424,5 @@ func TestWaitsForTheKubeletAndSaysSo(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if got := strings.Count(logs.String(), line); got != 1 {
 		t.Fatalf("the wait logged %d times:\n%s", got, logs.String())
-	}
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
 	}
 }

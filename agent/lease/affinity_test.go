@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestTaskRunIsMeasuredWhenItsProcessExits: a task lease that ends by its
@@ -58,8 +58,8 @@ func TestTaskRunIsMeasuredWhenItsProcessExits(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	e2e.Eventually(t, "task lease to end", func() bool { return len(m.View().Leases()) == 0 })
-	e2e.Eventually(t, "run to be reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(runs) > 0 })
+	testutil.Eventually(t, "task lease to end", func() bool { return len(m.View().Leases()) == 0 })
+	testutil.Eventually(t, "run to be reported", func() bool { mu.Lock(); defer mu.Unlock(); return len(runs) > 0 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(runs) != 1 || runs[0].task != "bert" || runs[0].model != last.Name || runs[0].d <= 0 {
@@ -99,7 +99,7 @@ func TestReclaimedBorrowerReportsNoRun(t *testing.T) {
 	if _, err := h.m.Advance(alice, "wf1"); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "borrower gone", func() bool { _, err := h.m.Get(root, g.ID); return err != nil })
+	testutil.Eventually(t, "borrower gone", func() bool { _, err := h.m.Get(root, g.ID); return err != nil })
 	time.Sleep(50 * time.Millisecond)
 	mu.Lock()
 	defer mu.Unlock()

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/clock"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // processLease starts a sleep and leases a unit bound to it; the sleep is
@@ -45,7 +45,7 @@ func TestProcessBoundLeaseEndsWithItsProcess(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	e2e.Eventually(t, "lease to end after its process was killed", func() bool { return len(m.View().Leases()) == 0 })
+	testutil.Eventually(t, "lease to end after its process was killed", func() bool { return len(m.View().Leases()) == 0 })
 	if f.fifoCount(t, l.GPU.Index) != 0 {
 		t.Fatal("FIFO left after the holder died")
 	}
@@ -133,7 +133,7 @@ func TestOwnProcessBindsThroughItsPidfd(t *testing.T) {
 	}
 	cmd.Process.Kill()
 	cmd.Wait()
-	e2e.Eventually(t, "lease to end with the process its pidfd held", func() bool { return len(m.View().Leases()) == 0 })
+	testutil.Eventually(t, "lease to end with the process its pidfd held", func() bool { return len(m.View().Leases()) == 0 })
 	_, err = m.Acquire(context.Background(), peer, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
 	if !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "which connected, is not running") {
 		t.Fatalf("lease for an exited peer: err = %v, want bad_request", err)
@@ -159,12 +159,12 @@ func TestTTLExpiresAndRenewExtends(t *testing.T) {
 		t.Fatalf("renew: %+v, %v", r, err)
 	}
 	c.Advance(300 * time.Millisecond)
-	e2e.Eventually(t, "the old deadline's timer to be replaced", func() bool { return c.Pending() == 1 })
+	testutil.Eventually(t, "the old deadline's timer to be replaced", func() bool { return c.Pending() == 1 })
 	if len(m.View().Leases()) != 1 {
 		t.Fatal("lease ended at its old deadline after a renewal")
 	}
 	c.Advance(2 * time.Second)
-	e2e.Eventually(t, "ttl lease to expire", func() bool { return len(m.View().Leases()) == 0 })
+	testutil.Eventually(t, "ttl lease to expire", func() bool { return len(m.View().Leases()) == 0 })
 	if f.fifoCount(t, 0) != 0 {
 		t.Fatal("expired lease left its FIFO")
 	}

@@ -9,12 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
-	"github.com/gpulet/gpulet/placement"
 	"os"
 	"path/filepath"
 	"sync/atomic"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/placement"
 )
 
 func TestGrantAndRelease(t *testing.T) {
@@ -428,7 +429,7 @@ func TestJunkAtAUnitNameIsPassedOver(t *testing.T) {
 		t.Fatalf("granted unit 0, where the folder is")
 	}
 	f.ledger.Sweep()
-	e2e.Eventually(t, "the swept unit free again", func() bool {
+	testutil.Eventually(t, "the swept unit free again", func() bool {
 		v := m.View()
 		return v.GPUs[0].Used+v.GPUs[1].Used == 1
 	})

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 func TestUIDCap(t *testing.T) {
@@ -70,7 +70,7 @@ func TestWaitersPerUIDAreCapped(t *testing.T) {
 	first, cancelFirst := context.WithCancel(ctx)
 	wait(first, user)
 	wait(ctx, user)
-	e2e.Eventually(t, "two waiters of uid 4242", func() bool { return m.waitCap.count(4242) == 2 })
+	testutil.Eventually(t, "two waiters of uid 4242", func() bool { return m.waitCap.count(4242) == 2 })
 	_, err := m.Acquire(ctx, user, req)
 	if !errors.Is(err, api.ErrTooManyRequests) {
 		t.Fatalf("third waiter: %v, want too_many_requests", err)
@@ -83,12 +83,12 @@ func TestWaitersPerUIDAreCapped(t *testing.T) {
 		t.Fatalf("request without wait: %v, want insufficient_units", err)
 	}
 	wait(ctx, other)
-	e2e.Eventually(t, "a waiter of uid 4343", func() bool { return m.waitCap.count(4343) == 1 })
+	testutil.Eventually(t, "a waiter of uid 4343", func() bool { return m.waitCap.count(4343) == 1 })
 	cancelFirst()
 	if err := <-ended; !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("cancelled waiter: %v", err)
 	}
-	e2e.Eventually(t, "the cancelled waiter's place to be freed", func() bool { return m.waitCap.count(4242) == 1 })
+	testutil.Eventually(t, "the cancelled waiter's place to be freed", func() bool { return m.waitCap.count(4242) == 1 })
 	wait(ctx, user)
-	e2e.Eventually(t, "uid 4242 to queue again", func() bool { return m.waitCap.count(4242) == 2 })
+	testutil.Eventually(t, "uid 4242 to queue again", func() bool { return m.waitCap.count(4242) == 2 })
 }

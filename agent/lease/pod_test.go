@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 func unitsOf(g int, idx ...int) []Unit {
@@ -71,7 +71,7 @@ func TestGrantPodRefusals(t *testing.T) {
 	}
 	fd := claimOffline(t, f, 1, 0)
 	defer unix.Close(fd)
-	e2e.Eventually(t, "the offline claim counted", func() bool { return m.View().GPUs[1].Offline == 1 })
+	testutil.Eventually(t, "the offline claim counted", func() bool { return m.View().GPUs[1].Offline == 1 })
 	for _, c := range []struct {
 		name  string
 		units []Unit

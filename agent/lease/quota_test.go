@@ -12,7 +12,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -96,14 +96,14 @@ func TestOfflineClaimsCountTowardTheirOwner(t *testing.T) {
 	me := uint32(os.Getuid())
 	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: config.User, ID: me, Limit: 1}}))
 	fd := claimOffline(t, f, 0, 0)
-	e2e.Eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	testutil.Eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 	peer := Peer{UID: me, GID: uint32(os.Getgid())}
 	if _, err := m.Acquire(context.Background(), peer, ttlReq(1, "1m")); !errors.Is(err, api.ErrQuotaExceeded) {
 		t.Fatalf("err = %v, want the offline claim counted", err)
 	}
 	unix.Close(fd)
 	os.Remove(f.ledger.Path(0, 0))
-	e2e.Eventually(t, "offline claim gone", func() bool { return m.View().GPUs[0].Offline == 0 })
+	testutil.Eventually(t, "offline claim gone", func() bool { return m.View().GPUs[0].Offline == 0 })
 	if _, err := m.Acquire(context.Background(), peer, ttlReq(1, "1m")); err != nil {
 		t.Fatal(err)
 	}
@@ -114,30 +114,30 @@ func TestOfflineClaimsCountTowardTheirOwner(t *testing.T) {
 // leaves the list, and that is logged too.
 func TestOfflineClaimsOverAQuotaAreShown(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
-	var logs e2e.SyncBuffer
+	var logs testutil.SyncBuffer
 	m := f.manager(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	me := uint32(os.Getuid())
 	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: config.User, ID: me, Limit: 1}}))
 	first := claimOffline(t, f, 0, 0)
-	e2e.Eventually(t, "the first claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	testutil.Eventually(t, "the first claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 	if over := m.View().OverQuota; len(over) != 0 {
 		t.Fatalf("at the limit, shown over: %+v", over)
 	}
 	second := claimOffline(t, f, 0, 1)
-	e2e.Eventually(t, "the quota shown over", func() bool {
+	testutil.Eventually(t, "the quota shown over", func() bool {
 		over := m.View().OverQuota
 		return len(over) == 1 && over[0] == api.QuotaOver{Quota: "me", Limit: 1, Held: 2}
 	})
-	e2e.Eventually(t, "the excess logged", func() bool { return strings.Contains(logs.String(), "quota exceeded") })
+	testutil.Eventually(t, "the excess logged", func() bool { return strings.Contains(logs.String(), "quota exceeded") })
 	unix.Close(second)
 	os.Remove(f.ledger.Path(0, 1))
-	e2e.Eventually(t, "the quota back under", func() bool { return len(m.View().OverQuota) == 0 })
-	e2e.Eventually(t, "the return logged", func() bool { return strings.Contains(logs.String(), "quota back under its limit") })
+	testutil.Eventually(t, "the quota back under", func() bool { return len(m.View().OverQuota) == 0 })
+	testutil.Eventually(t, "the return logged", func() bool { return strings.Contains(logs.String(), "quota back under its limit") })
 	unix.Close(first)
 	// A lowered quota is shown over at once.
 	third := claimOffline(t, f, 0, 2)
 	defer unix.Close(third)
-	e2e.Eventually(t, "the claim counted", func() bool { return m.View().GPUs[0].Offline >= 1 })
+	testutil.Eventually(t, "the claim counted", func() bool { return m.View().GPUs[0].Offline >= 1 })
 	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: config.User, ID: me, Limit: 0}}))
 	if over := m.View().OverQuota; len(over) != 1 || over[0].Limit != 0 {
 		t.Fatalf("after a lowered quota: %+v", over)

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // claimOffline claims unit i of GPU g the way docs/design.md §5 says, returning
@@ -41,9 +41,9 @@ func TestOfflineClaimsAreCountedAndNeverLeased(t *testing.T) {
 	f := newFixture(t, 1, 2, 1) // 2 units per GPU
 	m := f.manager(t)
 	fd := claimOffline(t, f, 0, 0)
-	e2e.Eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	testutil.Eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 	unix.Mkfifo(f.ledger.Path(0, 1), 0o600) // a claim nobody holds: stale
-	e2e.Eventually(t, "second claim counted", func() bool { return m.View().GPUs[0].Offline == 2 })
+	testutil.Eventually(t, "second claim counted", func() bool { return m.View().GPUs[0].Offline == 2 })
 	l, err := m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "0"}, TTL: time.Minute})
 	if !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("leased a claimed unit: %+v %v", l, err)
@@ -66,7 +66,7 @@ func TestReplacedOfflineClaimIsProbedByItsOwnFIFO(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t)
 	fdA := claimOffline(t, f, 0, 2)
-	e2e.Eventually(t, "claim A counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	testutil.Eventually(t, "claim A counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 	// A goes and B takes the same unit before the daemon looks.
 	unix.Unlink(f.ledger.Path(0, 2))
 	unix.Close(fdA)
@@ -113,7 +113,7 @@ func TestClaimRightBehindLeaseChurnIsCounted(t *testing.T) {
 		// Best fit keeps taking unit 0 of GPU 0: claim it while the churn's
 		// events may still be on their way.
 		fd := claimOffline(t, f, 0, 0)
-		e2e.Eventually(t, "claim behind churn counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+		testutil.Eventually(t, "claim behind churn counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 		l, err := m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "0"}, TTL: time.Minute})
 		if err != nil || l.Units[0] == 0 {
 			t.Fatalf("round %d: lease %+v, %v: the claimed unit was leased", round, l, err)
@@ -121,7 +121,7 @@ func TestClaimRightBehindLeaseChurnIsCounted(t *testing.T) {
 		m.Release(root, l.ID)
 		unix.Close(fd)
 		m.probeOffline()
-		e2e.Eventually(t, "dropped claim freed", func() bool { return m.View().GPUs[0].Used == 0 })
-		e2e.Eventually(t, "every own event arrived", func() bool { return pending() == 0 })
+		testutil.Eventually(t, "dropped claim freed", func() bool { return m.View().GPUs[0].Used == 0 })
+		testutil.Eventually(t, "every own event arrived", func() bool { return pending() == 0 })
 	}
 }

@@ -14,11 +14,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"time"
+
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/clock"
-	"github.com/gpulet/gpulet/internal/e2e"
-	"time"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // fullFile stands in for the journal's file on a disk with room bytes left:
@@ -122,7 +123,7 @@ func TestFullDiskRefusesWhatItCannotRecord(t *testing.T) {
 	// The holder exits: the lease ends although its end is not recorded.
 	holder.Process.Kill()
 	holder.Wait()
-	e2e.Eventually(t, "lease to end with its holder", func() bool {
+	testutil.Eventually(t, "lease to end with its holder", func() bool {
 		_, err := m.Get(root, c.ID)
 		return errors.Is(err, api.ErrNotFound)
 	})
@@ -201,7 +202,7 @@ func TestUnrecordedEndLeavesAClaimersFIFOAlone(t *testing.T) {
 	fillDisk(m, 0, nil)
 	holder.Process.Kill()
 	holder.Wait()
-	e2e.Eventually(t, "lease to end with its holder", func() bool { return len(m.View().Leases()) == 0 })
+	testutil.Eventually(t, "lease to end with its holder", func() bool { return len(m.View().Leases()) == 0 })
 	fd := claimOffline(t, f, l.GPU.Index, l.Units[0])
 	defer unix.Close(fd)
 	m.Close()

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestReplayKeepsWhatFollowsDamageAndNamesWhatItLost: damage in an old
@@ -60,7 +60,7 @@ func TestReplayKeepsWhatFollowsDamageAndNamesWhatItLost(t *testing.T) {
 	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var log e2e.SyncBuffer
+	var log testutil.SyncBuffer
 	m2 := f.manager(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&log, nil)) })
 	want := slices.DeleteFunc(slices.Clone(live), func(id string) bool { return id == lost })
 	if got := leaseIDs(m2.View()); !slices.Equal(got, sortedIDs(want...)) {
@@ -78,7 +78,7 @@ func TestReplayKeepsWhatFollowsDamageAndNamesWhatItLost(t *testing.T) {
 		}
 	}
 	// The lost lease's FIFO is nobody's now: it goes, and its unit is free.
-	e2e.Eventually(t, "the lost lease's FIFO to go", func() bool {
+	testutil.Eventually(t, "the lost lease's FIFO to go", func() bool {
 		m2.probeOffline()
 		return m2.View().GPUs[0].Used+m2.View().GPUs[1].Used == len(want)
 	})

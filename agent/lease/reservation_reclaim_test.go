@@ -13,7 +13,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestWorkedExample is the example of docs/design.md §1.6 run through the engine: stages
@@ -68,7 +68,7 @@ func TestWorkedExample(t *testing.T) {
 		note(r)
 		// Reclaimed holders end (at SIGTERM, or SIGKILL after the grace).
 		h.clock.Advance(10 * time.Second)
-		e2e.Eventually(t, "reclaimed borrowers gone", func() bool { return h.get("wf1").Reclaiming == 0 })
+		testutil.Eventually(t, "reclaimed borrowers gone", func() bool { return h.get("wf1").Reclaiming == 0 })
 		draw(r.Need - h.get("wf1").InUse)
 		borrow(stubborn)
 		if got := h.get("wf1"); got.Lent != got.Lendable || got.InUse != got.Need || h.reserved() != 0 {

@@ -14,7 +14,7 @@ import (
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -49,7 +49,7 @@ func TestPriorityAdmission(t *testing.T) {
 		_, err := h.m.Acquire(context.Background(), carol, Request{LeaseRequest: api.LeaseRequest{Units: 1}, TTL: time.Hour, Wait: time.Hour})
 		waited <- err
 	}()
-	e2e.Eventually(t, "the lease to wait", func() bool {
+	testutil.Eventually(t, "the lease to wait", func() bool {
 		h.m.mu.Lock()
 		defer h.m.mu.Unlock()
 		return len(h.m.waiters) == 1
@@ -130,7 +130,7 @@ func TestPendingOwnerLeaseWaitsForAdmission(t *testing.T) {
 		_, err := h.m.Acquire(context.Background(), alice, Request{LeaseRequest: api.LeaseRequest{Units: 1, Reservation: "wf"}, TTL: time.Hour, Wait: time.Hour})
 		got <- err
 	}()
-	e2e.Eventually(t, "the draw to wait", func() bool {
+	testutil.Eventually(t, "the draw to wait", func() bool {
 		h.m.mu.Lock()
 		defer h.m.mu.Unlock()
 		return len(h.m.waiters) == 1
@@ -255,7 +255,7 @@ func TestReservationsSurviveRestarts(t *testing.T) {
 		t.Fatalf("advance: %+v, %v", r.ReservationStatus, err)
 	}
 	// The two that end at SIGTERM give their units back at once.
-	e2e.Eventually(t, "two borrowers gone", func() bool { r := h.get("wf"); return r.Reclaiming == 2 && r.Lent == 4 })
+	testutil.Eventually(t, "two borrowers gone", func() bool { r := h.get("wf"); return r.Reclaiming == 2 && r.Lent == 4 })
 	taken := bs[2:]
 	for _, p := range taken {
 		if !slices.Equal(p.got(), []syscall.Signal{syscall.SIGTERM}) {
@@ -287,8 +287,8 @@ func TestReservationsSurviveRestarts(t *testing.T) {
 		t.Fatal("killed before its grace ran out")
 	}
 	h.clock.Advance(time.Second)
-	e2e.Eventually(t, "the reclaimed borrower killed", func() bool { return !still.running() })
-	e2e.Eventually(t, "its units back", func() bool { r := h.get("wf"); return r.Lent == 2 && r.Reclaiming == 0 })
+	testutil.Eventually(t, "the reclaimed borrower killed", func() bool { return !still.running() })
+	testutil.Eventually(t, "its units back", func() bool { r := h.get("wf"); return r.Lent == 2 && r.Reclaiming == 0 })
 	if len(reused.got()) != 0 {
 		t.Fatalf("the process that reused a borrower's pid got %v", reused.got())
 	}
@@ -384,7 +384,7 @@ func TestOfflineClaimOnAReservedUnit(t *testing.T) {
 	r := h.reserve(alice, spec("wf", []int{2}))
 	g, u := r.Units[0].GPU, r.Units[0].Units[0]
 	fd := claimOffline(t, h.f, g, u)
-	e2e.Eventually(t, "the claim counted", func() bool { return h.m.View().GPUs[g].Offline == 1 })
+	testutil.Eventually(t, "the claim counted", func() bool { return h.m.View().GPUs[g].Offline == 1 })
 	if v := h.m.View().GPUs[g]; v.Reserved != 1 || v.Used != 1 {
 		t.Fatalf("GPU %d with a claim on a reserved unit: %+v", g, v)
 	}

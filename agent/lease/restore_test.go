@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -72,7 +72,7 @@ func TestRestartKeepsLiveLeasesAndFreesDeadOnes(t *testing.T) {
 	}
 	live.Process.Kill()
 	live.Wait()
-	e2e.Eventually(t, "kept lease to end with its process", func() bool { return len(m2.View().Leases()) == 1 })
+	testutil.Eventually(t, "kept lease to end with its process", func() bool { return len(m2.View().Leases()) == 1 })
 }
 
 func TestCorruptJournalIsRebuiltFromLedger(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // slurmNode is a fake cgroup tree of one node and the cgroup file of each
@@ -117,7 +117,7 @@ func TestSlurmLeaseIsTheJobsAndEndsWithIt(t *testing.T) {
 		t.Fatal("the lease ended with the process that asked; it is the job's")
 	}
 	n.endJob(12, 1000)
-	e2e.Eventually(t, "the lease to end with its job", func() bool { return len(m.View().Leases()) == 0 })
+	testutil.Eventually(t, "the lease to end with its job", func() bool { return len(m.View().Leases()) == 0 })
 	if f.fifoCount(t, g.GPU.Index) != 0 {
 		t.Fatal("FIFOs left after the job ended")
 	}
@@ -144,7 +144,7 @@ func TestSlurmLeaseOutlivesAnEmptiedStep(t *testing.T) {
 		t.Fatal("the lease ended while a process of the job was left")
 	}
 	os.WriteFile(filepath.Join(job, "step_batch", "cgroup.procs"), nil, 0o644)
-	e2e.Eventually(t, "the lease to end once the job has no process", func() bool { return len(m.View().Leases()) == 0 })
+	testutil.Eventually(t, "the lease to end once the job has no process", func() bool { return len(m.View().Leases()) == 0 })
 }
 
 func TestSlurmStepLease(t *testing.T) {
@@ -158,7 +158,7 @@ func TestSlurmStepLease(t *testing.T) {
 		t.Fatalf("slurm %+v, want job 7 step 0", g.Slurm)
 	}
 	os.RemoveAll(filepath.Join(n.root, "freezer", "slurm/uid_0/job_7/step_0"))
-	e2e.Eventually(t, "the step's lease to end with its step", func() bool { return len(m.View().Leases()) == 0 })
+	testutil.Eventually(t, "the step's lease to end with its step", func() bool { return len(m.View().Leases()) == 0 })
 }
 
 func TestSlurmRefusals(t *testing.T) {
@@ -256,7 +256,7 @@ func TestSlurmLeaseAcrossRestart(t *testing.T) {
 		t.Fatalf("after restart: %+v; want only %s of job 40", ls, live.ID)
 	}
 	n.endJob(40, 1000)
-	e2e.Eventually(t, "the kept lease to end with its job", func() bool { return len(m2.View().Leases()) == 0 })
+	testutil.Eventually(t, "the kept lease to end with its job", func() bool { return len(m2.View().Leases()) == 0 })
 }
 
 func TestAddSlurmJob(t *testing.T) {

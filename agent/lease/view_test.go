@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/internal/clock"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestLeaseLinesStayWithinTheirBudget: past leaseLinesPerSecond, grant and
@@ -18,7 +18,7 @@ import (
 // counters still count every lease.
 func TestLeaseLinesStayWithinTheirBudget(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
-	var logs e2e.SyncBuffer
+	var logs testutil.SyncBuffer
 	c := clock.NewFake(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
 	m := f.manager(t, func(cfg *Config) {
 		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
@@ -97,13 +97,13 @@ func TestEveryChangeIsTold(t *testing.T) {
 		req.Wait = time.Minute
 		m.Acquire(ctx, root, req)
 	}()
-	e2e.Eventually(t, "the request to wait", func() bool {
+	testutil.Eventually(t, "the request to wait", func() bool {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return len(m.waiters) == 1
 	})
 	before := told.Load()
 	claimOffline(t, f, 0, 1)
-	e2e.Eventually(t, "the claim in the view", func() bool { return m.View().GPUs[0].Offline == 1 })
-	e2e.Eventually(t, "OnChange told of it", func() bool { return told.Load() > before })
+	testutil.Eventually(t, "the claim in the view", func() bool { return m.View().GPUs[0].Offline == 1 })
+	testutil.Eventually(t, "OnChange told of it", func() bool { return told.Load() > before })
 }

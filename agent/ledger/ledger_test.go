@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/agent/units"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -245,7 +245,7 @@ func TestWatchEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var logs e2e.SyncBuffer
+	var logs testutil.SyncBuffer
 	l, err := New(t.TempDir(), m, []GPU{{0, "GPU-a", "A"}}, testGID(), slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
@@ -269,7 +269,7 @@ func TestWatchEvents(t *testing.T) {
 	os.Chmod(l.Path(0, 1), 0o644)
 	os.Remove(l.Path(0, 1))
 	want := []UnitEvent{{GPU: 0, Unit: 1}, {GPU: 0, Unit: 1, Gone: true}}
-	e2e.Eventually(t, "the claim's unit events", func() bool { return len(h.seen()) >= len(want) })
+	testutil.Eventually(t, "the claim's unit events", func() bool { return len(h.seen()) >= len(want) })
 	// Anything else would have come in order before the removal.
 	if got := h.seen(); !slices.Equal(got, want) {
 		t.Fatalf("unit events %+v, want %+v", got, want)
@@ -278,7 +278,7 @@ func TestWatchEvents(t *testing.T) {
 	if err := os.Remove(l.InstanceDir(0, 1)); err != nil {
 		t.Fatal(err)
 	}
-	e2e.Eventually(t, "an error logged for a removed instance folder", func() bool {
+	testutil.Eventually(t, "an error logged for a removed instance folder", func() bool {
 		l.Sweep()
 		return strings.Contains(logs.String(), "instance folder was removed")
 	})

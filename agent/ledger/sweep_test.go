@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/agent/units"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -55,7 +55,7 @@ func wantUID(uid int) uint32 {
 }
 
 func TestSweepRemovesWhatIsNoClaim(t *testing.T) {
-	var logs e2e.SyncBuffer
+	var logs testutil.SyncBuffer
 	l := newLoggedLedger(t, &logs)
 	// Targets outside the ledger, which must stay as they are.
 	outside := t.TempDir()
@@ -145,7 +145,7 @@ func TestSweepRemovesWhatIsNoClaim(t *testing.T) {
 // A folder too big for one Sweep's budget goes over several, and is logged
 // once, when gone.
 func TestSweepFinishesABigFolderLater(t *testing.T) {
-	var logs e2e.SyncBuffer
+	var logs testutil.SyncBuffer
 	l := newLoggedLedger(t, &logs)
 	l.sweepBudget = 100
 	dir := l.Path(1, 6)
@@ -288,7 +288,7 @@ func TestClaimSeenThroughAFloodOfJunk(t *testing.T) {
 		}
 		defer unix.Close(fd)
 	}
-	e2e.Eventually(t, "both claims seen", func() bool { return h.has(1, 5) && h.has(0, 2) })
+	testutil.Eventually(t, "both claims seen", func() bool { return h.has(1, 5) && h.has(0, 2) })
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the watch logged %d lines for junk", n)
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
@@ -96,8 +96,8 @@ func TestUpstreamSecretsAreRedacted(t *testing.T) {
 	secretURL := strings.Replace(srv.URL, "http://", "http://user:pw-SECRET@", 1) + "/v1/snapshots?api_key=KEY-SECRET"
 	ok := start(t, Config{URL: secretURL, Interval: 100 * time.Millisecond}, src)
 	failing := start(t, Config{URL: "http://user:pw-SECRET@" + dead + "/p?api_key=KEY-SECRET", Interval: 100 * time.Millisecond}, src)
-	e2e.Eventually(t, "a push", func() bool { return rcv.count() >= 1 })
-	e2e.Eventually(t, "a failed push", func() bool { return failing.Status().Failures >= 1 })
+	testutil.Eventually(t, "a push", func() bool { return rcv.count() >= 1 })
+	testutil.Eventually(t, "a failed push", func() bool { return failing.Status().Failures >= 1 })
 	for _, st := range []api.UpstreamStatus{ok.Status(), failing.Status()} {
 		if strings.Contains(st.URL+st.LastError, "SECRET") {
 			t.Fatalf("a secret of the URL shows: %+v", st)
@@ -125,7 +125,7 @@ func TestPushDoesNotFollowRedirects(t *testing.T) {
 	srv := httptest.NewServer(redirector)
 	defer srv.Close()
 	s := start(t, Config{URL: srv.URL, Interval: 100 * time.Millisecond}, newSource())
-	e2e.Eventually(t, "a failed push", func() bool { return s.Status().Failures >= 2 })
+	testutil.Eventually(t, "a failed push", func() bool { return s.Status().Failures >= 2 })
 	if n := elsewhere.count(); n != 0 {
 		t.Fatalf("the redirect was followed: %d pushes elsewhere", n)
 	}
@@ -145,7 +145,7 @@ func TestDroppedPushIsAFailure(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	s := start(t, Config{URL: srv.URL, Interval: 100 * time.Millisecond}, newSource())
-	e2e.Eventually(t, "a failed push", func() bool { return s.Status().Failures >= 1 })
+	testutil.Eventually(t, "a failed push", func() bool { return s.Status().Failures >= 1 })
 	if st := s.Status(); !strings.Contains(st.LastError, "dropped") || st.Pushes != 0 {
 		t.Fatalf("status %+v", st)
 	}
@@ -188,7 +188,7 @@ func TestPushRedactedWithoutCredentials(t *testing.T) {
 		start(t, cfg, src)
 	}
 	for name, rcv := range map[string]*bodies{"plain": plain, "token": withToken, "tls": overTLS} {
-		e2e.Eventually(t, "a push to "+name, func() bool { return rcv.count() >= 1 })
+		testutil.Eventually(t, "a push to "+name, func() bool { return rcv.count() >= 1 })
 		rcv.mu.Lock()
 		body := rcv.got[0]
 		rcv.mu.Unlock()
@@ -208,7 +208,7 @@ func writePEM(t *testing.T, path string, srv *httptest.Server) {
 
 // A client certificate is presented to an https upstream that asks for one.
 func TestPushClientCertificate(t *testing.T) {
-	ca := e2e.NewCA(t)
+	ca := testutil.NewCA(t)
 	rcv := &bodies{}
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || r.TLS.VerifiedChains[0][0].Subject.CommonName != "n1" {
@@ -231,8 +231,8 @@ func TestPushClientCertificate(t *testing.T) {
 	certFile, keyFile := ca.Issue(t, "n1", true)
 	start(t, Config{URL: srv.URL, Interval: time.Hour, CAFile: ca.File, CertFile: certFile, KeyFile: keyFile}, newSource())
 	without := start(t, Config{URL: srv.URL, Interval: time.Hour, CAFile: ca.File}, newSource())
-	e2e.Eventually(t, "a push with the client certificate", func() bool { return rcv.count() >= 1 })
-	e2e.Eventually(t, "the sender without one failing", func() bool { return without.Status().Failures >= 1 })
+	testutil.Eventually(t, "a push with the client certificate", func() bool { return rcv.count() >= 1 })
+	testutil.Eventually(t, "the sender without one failing", func() bool { return without.Status().Failures >= 1 })
 	if _, err := New(Config{URL: srv.URL, CertFile: certFile, KeyFile: serverCert}, newSource()); err == nil {
 		t.Fatal("a key that is no key was accepted")
 	}

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
@@ -101,10 +101,10 @@ func TestPushOnChangeAndInterval(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	start(t, Config{URL: srv.URL, Interval: 200 * time.Millisecond}, src)
-	e2e.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
+	testutil.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
 	time.Sleep(300 * time.Millisecond) // quiet
 	src.change()
-	e2e.Eventually(t, "the change pushed", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 2 })
+	testutil.Eventually(t, "the change pushed", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 2 })
 	n := len(rcv.got())
 	time.Sleep(700 * time.Millisecond)
 	if g := rcv.got(); len(g)-n < 2 {
@@ -126,7 +126,7 @@ func TestPushCoalescesChurn(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	start(t, Config{URL: srv.URL, Interval: time.Hour}, src)
-	e2e.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
+	testutil.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
 	begin := time.Now()
 	for time.Since(begin) < time.Second {
 		src.change()
@@ -134,7 +134,7 @@ func TestPushCoalescesChurn(t *testing.T) {
 	}
 	elapsed := time.Since(begin)
 	final := src.Published().Snapshot.Seq
-	e2e.Eventually(t, "the newest snapshot pushed", func() bool { g := rcv.got(); return g[len(g)-1] == final })
+	testutil.Eventually(t, "the newest snapshot pushed", func() bool { g := rcv.got(); return g[len(g)-1] == final })
 	pushes := len(rcv.got()) - 1
 	if limit := int(elapsed/minGap) + 2; pushes > limit {
 		t.Fatalf("%d pushes for %d changes in %s, want at most %d", pushes, final, elapsed, limit)
@@ -150,7 +150,7 @@ func TestPushRetriesAndRecovers(t *testing.T) {
 	defer srv.Close()
 	var changes atomic.Int32
 	s := start(t, Config{URL: srv.URL, Interval: time.Hour, OnStateChange: func() { changes.Add(1) }}, src)
-	e2e.Eventually(t, "failures counted", func() bool { return s.Status().Failures >= 2 })
+	testutil.Eventually(t, "failures counted", func() bool { return s.Status().Failures >= 2 })
 	if n := changes.Load(); n != 1 {
 		t.Fatalf("OnStateChange called %d times while failing, want once", n)
 	}
@@ -161,12 +161,12 @@ func TestPushRetriesAndRecovers(t *testing.T) {
 	rcv.mu.Lock()
 	rcv.status = 0
 	rcv.mu.Unlock()
-	e2e.Eventually(t, "the newest pushed after recovery", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 2 })
-	e2e.Eventually(t, "status recovered", func() bool {
+	testutil.Eventually(t, "the newest pushed after recovery", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 2 })
+	testutil.Eventually(t, "status recovered", func() bool {
 		st := s.Status()
 		return st.Failures == 0 && st.LastError == "" && st.LastSuccess != nil && st.LastSeq == 2 && st.Pushes >= 1
 	})
-	e2e.Eventually(t, "the recovery told", func() bool { return changes.Load() == 2 })
+	testutil.Eventually(t, "the recovery told", func() bool { return changes.Load() == 2 })
 }
 
 // A receiver that accepts and never answers holds up neither another
@@ -196,7 +196,7 @@ func TestHangingReceiverHoldsUpNothing(t *testing.T) {
 		src.change()
 		time.Sleep(150 * time.Millisecond)
 	}
-	e2e.Eventually(t, "the good upstream has the newest", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 6 })
+	testutil.Eventually(t, "the good upstream has the newest", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 6 })
 }
 
 // The bearer token comes from its file and is read again when it changes.
@@ -211,13 +211,13 @@ func TestPushToken(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	start(t, Config{URL: srv.URL, Interval: time.Hour, TokenFile: tok}, src)
-	e2e.Eventually(t, "a push", func() bool { return len(rcv.got()) >= 1 })
+	testutil.Eventually(t, "a push", func() bool { return len(rcv.got()) >= 1 })
 	if err := os.WriteFile(tok, []byte("second-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(150 * time.Millisecond)
 	src.change()
-	e2e.Eventually(t, "a push with the new token", func() bool {
+	testutil.Eventually(t, "a push with the new token", func() bool {
 		rcv.mu.Lock()
 		defer rcv.mu.Unlock()
 		return len(rcv.auth) >= 2 && rcv.auth[len(rcv.auth)-1] == "Bearer second-token"
@@ -243,8 +243,8 @@ func TestPushPrivateCA(t *testing.T) {
 	src := newSource()
 	untrusted := start(t, Config{URL: srv.URL, Interval: time.Hour}, src)
 	start(t, Config{URL: srv.URL, Interval: time.Hour, CAFile: ca}, src)
-	e2e.Eventually(t, "a push through the private CA", func() bool { return len(rcv.got()) >= 1 })
-	e2e.Eventually(t, "the sender without the CA failing", func() bool { return untrusted.Status().Failures >= 1 })
+	testutil.Eventually(t, "a push through the private CA", func() bool { return len(rcv.got()) >= 1 })
+	testutil.Eventually(t, "the sender without the CA failing", func() bool { return untrusted.Status().Failures >= 1 })
 	if _, err := New(Config{URL: srv.URL, CAFile: filepath.Join(t.TempDir(), "none.pem")}, src); err == nil {
 		t.Fatal("a missing CA file was accepted")
 	}

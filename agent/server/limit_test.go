@@ -2,7 +2,6 @@ package server
 
 import (
 	"encoding/binary"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"io"
 	"log/slog"
 	"net"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/internal/ratelog"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // dialEnv makes the test binary a client that connects to the socket it
@@ -41,7 +41,7 @@ func TestMain(m *testing.M) {
 
 // testListener listens on a fresh socket and wraps it like the daemon does,
 // with the peer's uid and the descriptor usage given by the test.
-func testListener(t *testing.T, perUID int, uid func() uint32, usage func() (int, uint64, error)) (*limitListener, string, *e2e.SyncBuffer) {
+func testListener(t *testing.T, perUID int, uid func() uint32, usage func() (int, uint64, error)) (*limitListener, string, *testutil.SyncBuffer) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := net.Listen("unix", sock)
@@ -49,7 +49,7 @@ func testListener(t *testing.T, perUID int, uid func() uint32, usage func() (int
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	logBuf := &e2e.SyncBuffer{}
+	logBuf := &testutil.SyncBuffer{}
 	l := LimitListener(ln, perUID, slog.New(slog.NewTextHandler(logBuf, nil))).(*limitListener)
 	// No budget: the test reads every refusal line.
 	l.refused = ratelog.New(slog.New(slog.NewTextHandler(logBuf, nil)), "refused connections", 1<<20, nil)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"io"
 	"log/slog"
 	"net"
@@ -22,6 +21,7 @@ import (
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
@@ -433,7 +433,7 @@ func FuzzDecodeUndrain(f *testing.F) {
 // Accept error: ...") and internal-error lines go through the structured log,
 // at most a budget a second, however many a caller causes.
 func TestServerErrorsAreStructuredAndBudgeted(t *testing.T) {
-	var buf e2e.SyncBuffer
+	var buf testutil.SyncBuffer
 	s := New(newFakeCore(t), -1, slog.New(slog.NewJSONHandler(&buf, nil)))
 	srv := s.HTTPServer()
 	for range 1000 {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // tcpTestListener serves --listen's limits on a loopback port, counting
@@ -86,7 +86,7 @@ func TestTCPListenerReleases(t *testing.T) {
 		t.Fatal("a second connection past the cap of 1 was kept")
 	}
 	(<-held).Close()
-	e2e.Eventually(t, "a connection once the first closed", func() bool {
+	testutil.Eventually(t, "a connection once the first closed", func() bool {
 		_, ok := dialFrom(t, "127.0.0.1", addr)
 		return ok
 	})

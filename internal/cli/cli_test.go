@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // fakeDaemon serves a fixed snapshot and lease list, and answers DELETE of an
@@ -146,7 +146,7 @@ func TestLeasesOnlyOwnWithoutAll(t *testing.T) {
 func TestTopEndsCleanlyOnSignal(t *testing.T) {
 	sock := fakeDaemon(t)
 	ctx, cancel := context.WithCancel(context.Background())
-	out := &e2e.SyncBuffer{}
+	out := &testutil.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() {
 		done <- Run(ctx, []string{"--socket", sock, "top", "--interval", "100ms"}, out, &bytes.Buffer{})

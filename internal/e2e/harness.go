@@ -4,23 +4,21 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/gpulet/gpulet/client"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // binDir holds the binaries built for this run.
@@ -85,31 +83,13 @@ type Daemon struct {
 	RunDir string
 	Args   []string
 	Client *client.Client
-	Log    *SyncBuffer
+	Log    *testutil.SyncBuffer
 	// Binary is the gpuletd that runs: the one this harness built, unless
 	// StartBinary named another (an older build, to compare against).
 	Binary string
 
 	cmd  *exec.Cmd
 	done chan error
-}
-
-// SyncBuffer is a bytes.Buffer safe for a process's output and a reader.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Start starts gpuletd in a fresh folder with extra flags (which override the
@@ -143,7 +123,7 @@ func StartBinary(t testing.TB, binary string, extra ...string) *Daemon {
 // answers.
 func (d *Daemon) Restart() {
 	d.t.Helper()
-	d.Log = &SyncBuffer{}
+	d.Log = &testutil.SyncBuffer{}
 	d.cmd = exec.Command(d.Binary, d.Args...)
 	d.cmd.Stdout, d.cmd.Stderr = d.Log, d.Log
 	if err := d.cmd.Start(); err != nil {
@@ -198,14 +178,7 @@ func (d *Daemon) Pid() int { return d.cmd.Process.Pid }
 
 // HTTP is a plain HTTP client on the daemon's socket.
 func (d *Daemon) HTTP() *http.Client {
-	return &http.Client{Transport: UnixTransport(d.Socket)}
-}
-
-// UnixTransport dials sock for every request.
-func UnixTransport(sock string) *http.Transport {
-	return &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}
+	return &http.Client{Transport: testutil.UnixTransport(d.Socket)}
 }
 
 // Output runs cmd and returns its combined output and exit status; only a
@@ -228,18 +201,6 @@ func Ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return c
-}
-
-// Eventually polls cond until it holds or 10 seconds pass.
-func Eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }
 
 // CountFIFOs counts the unit FIFOs of a GPU in the ledger under runDir.

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 func TestParse(t *testing.T) {
@@ -265,7 +265,7 @@ func TestWaitIsCancelledBySignal(t *testing.T) {
 	f := startFakeDaemon(t)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	done := make(chan int, 1)
-	var errb e2e.SyncBuffer
+	var errb testutil.SyncBuffer
 	go func() {
 		done <- Run(ctx, []string{"--socket", f.sock, "--wait", "1m", "--type", "t4", "--", "true"}, io.Discard, &errb)
 	}()

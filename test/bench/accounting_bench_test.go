@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // BenchmarkLeaseReleaseAccounting is lease+release at 8 clients on a 16-GPU
@@ -39,7 +40,7 @@ func BenchmarkLeaseReleaseAccounting(b *testing.B) {
 		ls, err := d.Client.Leases(e2e.Ctx(b))
 		return err == nil && len(ls) == held && ls[0].Usage != nil && len(ls[0].Usage.PIDs) == 1
 	}
-	e2e.Eventually(b, "the held leases measured", func() bool { return measured(on) })
+	testutil.Eventually(b, "the held leases measured", func() bool { return measured(on) })
 	if measured(off) {
 		b.Fatal("--accounting=false measured the leases")
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -185,7 +186,7 @@ func startFloorProcess(tb testing.TB, body, leaseBody []byte, env ...string) str
 	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	c := httpClient(sock)
 	defer c.CloseIdleConnections()
-	e2e.Eventually(tb, "the floor process answers", func() bool {
+	testutil.Eventually(tb, "the floor process answers", func() bool {
 		resp, err := c.Get("http://floor/")
 		if err != nil {
 			return false

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // BenchmarkLeaseUnderReaders is lease+release at 8 clients on gpuletd while 8
@@ -242,7 +243,7 @@ func holdLeases(b *testing.B, sock string, n int) {
 func waitForFile(b testing.TB, path string) {
 	b.Helper()
 	buf := make([]byte, 64<<10)
-	e2e.Eventually(b, path+" to be readable", func() bool {
+	testutil.Eventually(b, path+" to be readable", func() bool {
 		_, err := readFile(path, buf)
 		return err == nil
 	})
