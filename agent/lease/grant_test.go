@@ -216,7 +216,7 @@ func TestWaitIsServedWhenUnitsFree(t *testing.T) {
 		_, err := m.Acquire(context.Background(), root, req)
 		got <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	testutil.Eventually(t, "the request queued", func() bool { return waiting(m) == 1 })
 	if err := m.Release(root, held[2].ID); err != nil {
 		t.Fatal(err)
 	}
@@ -443,7 +443,10 @@ func TestWaiterIsServedWhenConditionsChange(t *testing.T) {
 	cond.Store(&Conditions{GPUs: []GPUCondition{{Unusable: "is busy", MemoryFreeMiB: 1 << 20}, {Unusable: "is busy", MemoryFreeMiB: 1 << 20}}})
 	m := f.manager(t, func(c *Config) { c.Conditions = cond.Load })
 	go func() {
-		time.Sleep(50 * time.Millisecond)
+		// Not Eventually: a goroutine other than the test's must not end it.
+		for waiting(m) == 0 {
+			time.Sleep(time.Millisecond)
+		}
 		cond.Store(&Conditions{GPUs: []GPUCondition{{MemoryFreeMiB: 1 << 20}, {MemoryFreeMiB: 1 << 20}}})
 		m.ConditionsChanged()
 	}()
@@ -482,4 +485,11 @@ func TestSetRulesSwapsThePolicy(t *testing.T) {
 	if b.GPU.Index != 1 {
 		t.Fatalf("after the swap to spread the second lease went to GPU %d, want 1", b.GPU.Index)
 	}
+}
+
+// waiting counts the requests queued for units.
+func waiting(m *Manager) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.waiters)
 }
