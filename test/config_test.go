@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // configCheck runs the real `gpulet config check FILE` on socket and returns

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // TestFragLearnsTheMix is the worked example of docs/placement.md at U = 10:

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // gpulet runs the real gpulet against d, returning its output and exit code.

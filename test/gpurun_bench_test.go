@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // wrapperSource is the least a lease-and-exec wrapper can do: one POST

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // TestOneProcessHoldsAtMostMUnits: with --units-per-client 1, a plain user's

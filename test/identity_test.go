@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // TestOrdinaryUserSeesOnlyOwnLeases runs a client as uid 65534 (nobody), let in

@@ -17,8 +17,8 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // TestFullRunDirNeitherLosesNorRevivesLeases: a user fills the run dir (a

@@ -18,9 +18,9 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
-	"github.com/gpulet/gpulet/internal/e2e"
-	"github.com/gpulet/gpulet/internal/kubelettest"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
+	"github.com/gpulet/gpulet/test/kubelettest"
 )
 
 const unitResource = "gpulet.io/unit"

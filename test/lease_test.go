@@ -12,8 +12,8 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // TestConcurrentClientsRaceForFewerUnits: many clients, each on its own

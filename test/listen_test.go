@@ -16,8 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // freePort is a loopback TCP port nothing listens on now.

@@ -1,11 +1,11 @@
-// Package test runs gpulet's real binaries end to end through internal/e2e.
+// Package test runs gpulet's real binaries end to end through test/e2e.
 package test
 
 import (
 	"os"
 	"testing"
 
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 func TestMain(m *testing.M) {

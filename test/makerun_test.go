@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // clonePathLen is about how long the clone's path is: longer than the MPS pipe

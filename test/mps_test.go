@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // startMPSDaemon starts gpuletd with MPS on and a short run dir: the control

@@ -18,8 +18,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // request runs one API request as u and returns what it printed.

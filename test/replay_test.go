@@ -8,8 +8,8 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/collector/cluster"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/placement"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // TestReplayModelAgreesWithGpuletd places the same 200 requests through a

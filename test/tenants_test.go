@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // TestReloadOfAFIFOBlocksNothing: SIGHUP with the config path turned into a

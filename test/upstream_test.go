@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // TestUpstreamReceivesSnapshots: gpuletd pushes its snapshot to a real

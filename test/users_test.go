@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // uniqueName is a user or group name no other test run uses.

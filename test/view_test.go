@@ -12,8 +12,8 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 func isMounted(t *testing.T, dir string) bool {

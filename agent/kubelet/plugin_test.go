@@ -22,10 +22,10 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/kubelettest"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/snapshot"
+	"github.com/gpulet/gpulet/test/kubelettest"
 )
 
 // node is an in-process gpuletd's lease side: two simulated GPUs, a real

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // BenchmarkSnapshot is GET /v1/snapshot through the real gpuletd against the

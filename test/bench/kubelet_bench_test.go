@@ -10,8 +10,8 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
-	"github.com/gpulet/gpulet/internal/e2e"
-	"github.com/gpulet/gpulet/internal/kubelettest"
+	"github.com/gpulet/gpulet/test/e2e"
+	"github.com/gpulet/gpulet/test/kubelettest"
 )
 
 // startKubeletPlugin starts a test kubelet and gpuletd as its device plugin,

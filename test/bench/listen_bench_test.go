@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/internal/e2e"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // floodAttempts is how many TCP connections the flood opens: what one

@@ -20,8 +20,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/internal/e2e"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/e2e"
 )
 
 // BenchmarkLeaseUnderReaders is lease+release at 8 clients on gpuletd while 8
