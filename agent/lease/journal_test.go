@@ -81,7 +81,7 @@ func FuzzLeaseRecordIsWhatJSONMakes(f *testing.F) {
 			Labels: map[string]string{key: value}, Env: map[string]string{"K": value},
 		}
 		e := journalEntry{Lease: l, StartTime: start}
-		if ttl > 0 && ttl <= int64(maxTTL) {
+		if ttl > 0 && ttl <= int64(30*24*time.Hour) { // the API's longest ttl
 			d := created.Add(time.Duration(ttl))
 			e.Deadline, e.TTLNanos = &d, ttl
 		}

@@ -108,19 +108,6 @@ func (b *slurmBinding) armLocked(m *Manager, l *lease) {
 
 func (b *slurmBinding) release() { b.once.Do(func() { close(b.stop) }) }
 
-// validateSlurm checks a request's "slurm" field.
-func validateSlurm(lr *api.LeaseRequest) error {
-	switch lr.Slurm {
-	case "", api.SlurmScopeJob, api.SlurmScopeStep:
-	default:
-		return api.Errorf(api.ErrBadRequest, "slurm: must be %q or %q, got %q", api.SlurmScopeJob, api.SlurmScopeStep, lr.Slurm)
-	}
-	if lr.Slurm != "" && (lr.TTL != "" || lr.PID != 0) {
-		return api.Errorf(api.ErrBadRequest, "slurm: a lease is bound to a Slurm job, a process or a ttl, only one")
-	}
-	return nil
-}
-
 // slurmBindingFor binds a lease to the Slurm job (or step) of the process
 // that connected, read from its cgroup through the pidfd the connection gave
 // (or, on kernels without SO_PEERPIDFD, a process of the caller's user with

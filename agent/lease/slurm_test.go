@@ -196,17 +196,6 @@ func TestSlurmRefusals(t *testing.T) {
 	}
 }
 
-func TestSlurmRequestValidation(t *testing.T) {
-	for _, body := range []string{`{"units":1,"slurm":"node"}`, `{"units":1,"slurm":"job","ttl":"1m"}`, `{"units":1,"slurm":"job","pid":1}`} {
-		if _, err := DecodeRequestBytes([]byte(body)); !errors.Is(err, api.ErrBadRequest) {
-			t.Errorf("%s: %v, want a bad request", body, err)
-		}
-	}
-	if r, err := DecodeRequestBytes([]byte(`{"units":1,"slurm":"step"}`)); err != nil || r.Slurm != "step" {
-		t.Errorf("a step request: %+v, %v", r, err)
-	}
-}
-
 func TestReleaseSlurmJob(t *testing.T) {
 	n := newSlurmNode(t)
 	m := newFixture(t, 4, 16, 1).manager(t, n.config)

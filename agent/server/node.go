@@ -110,7 +110,7 @@ func DecodeUndrain(r io.Reader) (api.UndrainRequest, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return req, nil
 	}
-	if err := lease.DecodeJSON(bytes.NewReader(b), &req); err != nil {
+	if err := DecodeJSON(bytes.NewReader(b), &req); err != nil {
 		return req, err
 	}
 	if strings.TrimSpace(req.GPU) == "" {
@@ -138,7 +138,7 @@ func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer lease.Peer,
 		return api.Errorf(api.ErrBadRequest, "GPU index %q is not a number", p[0])
 	}
 	var u api.SimGPUUpdate
-	if err := lease.DecodeJSON(r.Body, &u); err != nil {
+	if err := DecodeJSON(r.Body, &u); err != nil {
 		return err
 	}
 	if err := s.core.SimGPU()(idx, u); err != nil {

@@ -8,7 +8,7 @@ import (
 
 // placements is the dry run: where a lease of the body would go now.
 func (s *Server) placements(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
-	req, err := lease.DecodeRequestBytes(bodyBytes(r))
+	req, err := DecodeRequestBytes(bodyBytes(r))
 	if err != nil {
 		return err
 	}

@@ -212,8 +212,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, api.Errorf(api.ErrForbidden, "caller identity unknown: the API is served only on the Unix socket"))
 		return
 	}
-	if r.ContentLength > lease.MaxRequestBody {
-		s.writeError(w, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", lease.MaxRequestBody))
+	if r.ContentLength > MaxRequestBody {
+		s.writeError(w, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", MaxRequestBody))
 		return
 	}
 	// The body is read whole here, so that the decoders see bytes and a body
@@ -222,7 +222,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var tooLarge *http.MaxBytesError
 		if errors.As(err, &tooLarge) {
-			s.writeError(w, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", lease.MaxRequestBody))
+			s.writeError(w, api.Errorf(api.ErrRequestTooLarge, "request body: larger than %d bytes", MaxRequestBody))
 		} else {
 			s.writeError(w, api.Errorf(api.ErrBadRequest, "request body: %v", err))
 		}
@@ -253,7 +253,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.writeError(w, api.Errorf(api.ErrNotFound, "no such endpoint: %s", r.URL.Path))
 }
 
-// readBody reads a request's body whole, at most lease.MaxRequestBody bytes
+// readBody reads a request's body whole, at most MaxRequestBody bytes
 // of it: into a buffer of its length where the request says it, so that the
 // common small body costs one exact allocation, and none where there is no
 // body.
@@ -261,12 +261,12 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	if n := r.ContentLength; n > 0 && n <= lease.MaxRequestBody {
+	if n := r.ContentLength; n > 0 && n <= MaxRequestBody {
 		b := make([]byte, n)
 		_, err := io.ReadFull(r.Body, b)
 		return b, err
 	}
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, lease.MaxRequestBody))
+	return io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBody))
 }
 
 // wholeBody is a request body that ServeHTTP has read whole: handlers may read
@@ -382,7 +382,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.
 		start := time.Now()
 		defer func() { s.Live.ObserveLease(time.Since(start), err == nil) }()
 	}
-	req, err := lease.DecodeRequestBytes(bodyBytes(r))
+	req, err := DecodeRequestBytes(bodyBytes(r))
 	if err != nil {
 		return err
 	}

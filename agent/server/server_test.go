@@ -320,7 +320,7 @@ func TestProcessBoundLeaseGetsTheCallersPidfd(t *testing.T) {
 
 func TestBodyLimit(t *testing.T) {
 	c := serve(t, newFakeCore(t))
-	big := `{"units":1,"task":"` + strings.Repeat("a", lease.MaxRequestBody) + `"}`
+	big := `{"units":1,"task":"` + strings.Repeat("a", MaxRequestBody) + `"}`
 	status, _, body := do(t, c, "POST", "/v1/leases", big)
 	if status != 413 || !strings.Contains(body, api.CodeRequestTooLarge) {
 		t.Fatalf("oversized body: %d %s", status, body)

@@ -1,10 +1,11 @@
-package lease
+package server
 
 import (
 	"encoding/json"
 	"reflect"
 	"testing"
 
+	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/api"
 )
 
@@ -53,8 +54,8 @@ func FuzzDecodeRequestFastIsWhatJSONMakes(f *testing.F) {
 		if !ok {
 			return
 		}
-		fast := Request{LeaseRequest: lr}
-		fastErr := fast.validate()
+		fast := lease.Request{LeaseRequest: lr}
+		fastErr := validate(&fast)
 		slow, slowErr := decodeRequestJSON([]byte(body))
 		if (fastErr == nil) != (slowErr == nil) || fastErr != nil && fastErr.Error() != slowErr.Error() {
 			t.Fatalf("%q: fast decode says %v, encoding/json %v", body, fastErr, slowErr)

@@ -1,4 +1,4 @@
-package lease
+package server
 
 import (
 	"strconv"
