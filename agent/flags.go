@@ -47,7 +47,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs.IntVar(&n, "clients-per-instance", 16, "N: most processes one MPS instance serves at once")
 	fs.IntVar(&k, "instances-per-gpu", 1, "K: MPS control daemons per GPU; more let more users run at once, each instance serving one user at a time")
 	fs.IntVar(&u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K; a unit is 1/U of the GPU's memory and SMs (default 16; M×N×K when --units-per-client is given)")
-	fs.IntVar(&cfg.MaxUtilization, "max-utilization", 90, "percent; a GPU busier than this takes no new leases")
+	fs.IntVar(&cfg.MaxUtilization, "max-utilization", 90, "percent of a GPU's SMs in use (GPM, else per-process SM figures; never the time any kernel ran) above which it takes no new leases")
 	fs.StringVar(&policy, "policy", string(placement.BestFit), "placement policy: best-fit, first-fit, spread, score (the strongest card whose free resources are shaped most like the request), or frag (the choice that fragments the node least over the mix of the requests it has been receiving; best-fit until it has seen some)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")
 	fs.BoolVar(&cfg.Accounting, "accounting", true, "at every sample, attribute the GPU's processes and their memory to leases, offline claims and processes beside gpulet (--accounting=false: leases show no usage)")
