@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -244,6 +245,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	closers = append(closers, a.leases.Close)
+	// Replaying the journal leaves its garbage: many times the table's own
+	// size with thousands of leases, which the collector's pace (GOGC 400)
+	// would keep until much later. It goes back to the system now.
+	debug.FreeOSMemory()
 	a.store.SetBuilder(a.buildSnapshot)
 	a.applyRules(rules)
 	bg, stopBackground := context.WithCancel(context.Background())
