@@ -224,9 +224,10 @@ func TestSlurm(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("freed %s after scancel, by the cgroup watch", took)
-		if want := "Slurm job " + strconv.FormatUint(job, 10) + " left the node"; !strings.Contains(c.d.Log.String(), want) {
-			t.Fatalf("gpuletd's log does not say %q", want)
-		}
+		// The line is written once the change is published: a moment after
+		// the units show free.
+		want := "Slurm job " + strconv.FormatUint(job, 10) + " left the node"
+		testutil.Eventually(t, "gpuletd to log "+want, func() bool { return strings.Contains(c.d.Log.String(), want) })
 
 		t.Run("a gpuletd restart mid-job keeps the lease, which still ends with the job", func(t *testing.T) {
 			job := c.sbatch(alice, "shard:2", "srun --gres=shard:2 sleep 300")
