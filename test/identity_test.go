@@ -70,7 +70,7 @@ func runAsNobody(t *testing.T, extra []string, want []string) {
 
 // copyForOthers copies an executable where other users may run it: the test
 // binary's own folder is private to root.
-func copyForOthers(t *testing.T, path string) string {
+func copyForOthers(t testing.TB, path string) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "gpulet-e2e-user-")
 	if err != nil {

@@ -38,7 +38,9 @@ const slurmKillWait = 2
 // front of a gpuletd on the simulated backend whose socket two job users
 // reach.
 type slurmCluster struct {
-	t      *testing.T
+	t testing.TB
+	// prolog is gpulet under its task-prolog name.
+	prolog string
 	d      *e2e.Daemon
 	etc    string // slurm.conf, gres.conf, cgroup.conf, the epilog
 	out    string // the jobs' working folder, writable by the users
@@ -82,14 +84,14 @@ GresTypes=gpu,shard
 MpiDefault=none
 ReturnToService=2
 KillWait={{.KillWait}}
-TaskProlog={{.TaskProlog}}
-{{if .Epilog}}Epilog={{.Epilog}}
+{{if .TaskProlog}}TaskProlog={{.TaskProlog}}
+{{end}}{{if .Epilog}}Epilog={{.Epilog}}
 {{end}}NodeName={{.Node}} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs=8 Gres=gpu:2,shard:32 State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 `
 
 // startSlurm starts gpuletd and the cluster, or skips saying what is missing.
-func startSlurm(t *testing.T) *slurmCluster {
+func startSlurm(t testing.TB) *slurmCluster {
 	t.Helper()
 	needUserTools(t)
 	for _, tool := range []string{"munged", "slurmctld", "slurmd", "srun", "sbatch", "scancel", "squeue", "scontrol", "sinfo"} {
@@ -139,6 +141,7 @@ func startSlurm(t *testing.T) *slurmCluster {
 	}
 	epilog := filepath.Join(c.etc, "epilog")
 	os.WriteFile(epilog, []byte(fmt.Sprintf("#!/bin/sh\nexec %s --socket %s slurm epilog\n", c.gpulet, c.d.Socket)), 0o755)
+	c.prolog = prolog
 	c.conf = slurmConf{Dir: base, MungeSocket: filepath.Join(mungeDir, "munge.sock"), Cgroup: cgroup, TaskProlog: prolog, Epilog: epilog,
 		CtldPort: freeTCPPort(t), NodePort: freeTCPPort(t), KillWait: slurmKillWait, Node: slurmNodeName}
 	c.writeConf()
@@ -154,7 +157,7 @@ func startSlurm(t *testing.T) *slurmCluster {
 
 // slurmCgroupPlugin is Slurm's cgroup plugin for this machine's layout, or a
 // skip where proctrack/cgroup cannot run.
-func slurmCgroupPlugin(t *testing.T) string {
+func slurmCgroupPlugin(t testing.TB) string {
 	var fs unix.Statfs_t
 	if err := unix.Statfs("/sys/fs/cgroup", &fs); err != nil {
 		t.Skip("no /sys/fs/cgroup: Slurm's proctrack/cgroup cannot run:", err)
@@ -170,7 +173,7 @@ func slurmCgroupPlugin(t *testing.T) string {
 	return "cgroup/v1"
 }
 
-func freeTCPPort(t *testing.T) int {
+func freeTCPPort(t testing.TB) int {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -371,20 +374,33 @@ func removeCgroupTree(dir string) {
 // setEpilog turns the epilog on or off and waits until slurmctld has read
 // the config again.
 func (c *slurmCluster) setEpilog(on bool) {
-	want := "(null)"
 	c.conf.Epilog = ""
 	if on {
 		c.conf.Epilog = filepath.Join(c.etc, "epilog")
-		want = c.conf.Epilog
+	}
+	c.reconfigure("Epilog", c.conf.Epilog)
+}
+
+// setTaskProlog makes path the task prolog; "" for none (a plain step).
+func (c *slurmCluster) setTaskProlog(path string) {
+	c.conf.TaskProlog = path
+	c.reconfigure("TaskProlog", path)
+}
+
+// reconfigure writes the config, has slurmctld and slurmd read it again,
+// and waits until slurmctld shows key as want ("" shows as "(null)").
+func (c *slurmCluster) reconfigure(key, want string) {
+	if want == "" {
+		want = "(null)"
 	}
 	c.writeConf()
 	if out, err := c.asRoot("scontrol", "reconfigure"); err != nil {
 		c.t.Fatalf("scontrol reconfigure: %v\n%s", err, out)
 	}
-	testutil.Eventually(c.t, "slurmctld to read Epilog="+want, func() bool {
+	testutil.Eventually(c.t, "slurmctld to read "+key+"="+want, func() bool {
 		out, _ := c.asRoot("scontrol", "show", "config")
 		for _, line := range strings.Split(string(out), "\n") {
-			if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == "Epilog" {
+			if k, v, ok := strings.Cut(line, "="); ok && strings.TrimSpace(k) == key {
 				return strings.TrimSpace(v) == want
 			}
 		}

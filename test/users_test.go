@@ -16,7 +16,7 @@ import (
 )
 
 // uniqueName is a user or group name no other test run uses.
-func uniqueName(t *testing.T) string {
+func uniqueName(t testing.TB) string {
 	t.Helper()
 	b := make([]byte, 5)
 	rand.Read(b)
@@ -25,7 +25,7 @@ func uniqueName(t *testing.T) string {
 
 // needUserTools skips a test that must create users when this is not root or
 // the shadow tools are missing.
-func needUserTools(t *testing.T) {
+func needUserTools(t testing.TB) {
 	t.Helper()
 	if os.Getuid() != 0 {
 		t.Skip("needs root to create users and run processes as them; runs as", os.Getuid())
@@ -38,7 +38,7 @@ func needUserTools(t *testing.T) {
 }
 
 // addGroup creates a group, removed when the test ends.
-func addGroup(t *testing.T) string {
+func addGroup(t testing.TB) string {
 	t.Helper()
 	name := uniqueName(t)
 	if out, err := exec.Command("groupadd", name).CombinedOutput(); err != nil {
@@ -57,7 +57,7 @@ type testUser struct {
 
 // addUser creates a user (with a group of its own) that is also a member of
 // groups, removed when the test ends.
-func addUser(t *testing.T, groups ...string) testUser {
+func addUser(t testing.TB, groups ...string) testUser {
 	t.Helper()
 	name := uniqueName(t)
 	args := []string{"--no-create-home", "--user-group", "--shell", "/usr/sbin/nologin"}
@@ -88,7 +88,7 @@ func addUser(t *testing.T, groups ...string) testUser {
 	return tu
 }
 
-func atou32(t *testing.T, s string) uint32 {
+func atou32(t testing.TB, s string) uint32 {
 	t.Helper()
 	n, err := strconv.ParseUint(s, 10, 32)
 	if err != nil {
