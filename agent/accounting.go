@@ -15,26 +15,38 @@ import (
 	"github.com/gpulet/gpulet/internal/procfs"
 )
 
-// claimPIDs finds the process holding each offline claim's FIFO; nil when the
-// view has no claim, so that an idle ledger costs no read of /proc/locks.
-func claimPIDs(view *lease.View) map[procfs.LockedFile]int {
+// claimsOf groups each GPU's claimed units by instance, owner and the
+// process holding their FIFOs, with their share of the GPU's memory: once a
+// round, for the simulated backend and the accounting alike. /proc/locks is
+// read only when some unit is claimed, so that an idle ledger costs nothing.
+func (a *Agent) claimsOf(view *lease.View) [][]usage.Claim {
 	if view == nil {
 		return nil
 	}
-	for _, g := range view.GPUs {
-		if len(g.Claimed) > 0 {
-			held, err := procfs.FlockHolders()
-			if err != nil {
-				return nil
+	var held map[procfs.LockedFile]int
+	out := make([][]usage.Claim, len(view.GPUs))
+	for g, gv := range view.GPUs {
+		if len(gv.Claimed) > 0 && held == nil {
+			// A failed read leaves every claim's process unknown (pid 0).
+			held, _ = procfs.FlockHolders()
+			if held == nil {
+				held = map[procfs.LockedFile]int{}
 			}
-			return held
+		}
+		for _, u := range gv.Claimed {
+			pid := held[procfs.LockedFile{Major: unix.Major(u.FIFO.Dev), Minor: unix.Minor(u.FIFO.Dev), Inode: u.FIFO.Ino}]
+			k := slices.IndexFunc(out[g], func(c usage.Claim) bool { return c.Instance == u.Instance && c.UID == u.UID && c.PID == pid })
+			if k < 0 {
+				out[g] = append(out[g], usage.Claim{GPU: g, Instance: u.Instance, UID: u.UID, PID: pid})
+				k = len(out[g]) - 1
+			}
+			out[g][k].Units = append(out[g][k].Units, u.Unit)
+		}
+		for k := range out[g] {
+			out[g][k].ShareMiB = a.shareMiB(g, len(out[g][k].Units), 0)
 		}
 	}
-	return nil
-}
-
-func claimPID(held map[procfs.LockedFile]int, c lease.OfflineUnit) int {
-	return held[procfs.LockedFile{Major: unix.Major(c.FIFO.Dev), Minor: unix.Minor(c.FIFO.Dev), Inode: c.FIFO.Ino}]
+	return out
 }
 
 // shareMiB is a lease's share of its GPU's memory: what it asked for, else
@@ -48,7 +60,7 @@ func (a *Agent) shareMiB(g int, units int, asked uint64) uint64 {
 
 // loadOf is what the simulated backend derives GPU g's figures from: its
 // units in use and the processes known to hold them.
-func (a *Agent) loadOf(g int, view *lease.View, held map[procfs.LockedFile]int) inventory.Load {
+func (a *Agent) loadOf(g int, view *lease.View, claims [][]usage.Claim) inventory.Load {
 	load := inventory.Load{UnitsTotal: a.cfg.Model.UnitsPerGPU, MPS: a.mpsOn}
 	if view == nil {
 		return load
@@ -61,10 +73,10 @@ func (a *Agent) loadOf(g int, view *lease.View, held map[procfs.LockedFile]int) 
 				Units: len(l.Units), ShareMiB: a.shareMiB(g, len(l.Units), l.MemoryMiB)})
 		}
 	}
-	for _, c := range groupClaims(g, gv.Claimed, held) {
+	for _, c := range claims[g] {
 		if c.PID > 0 {
 			load.Clients = append(load.Clients, inventory.Client{PID: c.PID, UID: c.UID, Instance: c.Instance,
-				Units: len(c.Units), ShareMiB: a.shareMiB(g, len(c.Units), 0)})
+				Units: len(c.Units), ShareMiB: c.ShareMiB})
 		}
 	}
 	// In a stable order, so that the simulated servers' uids do not depend
@@ -73,24 +85,9 @@ func (a *Agent) loadOf(g int, view *lease.View, held map[procfs.LockedFile]int) 
 	return load
 }
 
-// groupClaims groups GPU g's claimed units by instance, owner and process.
-func groupClaims(g int, units []lease.OfflineUnit, held map[procfs.LockedFile]int) []usage.Claim {
-	var out []usage.Claim
-	for _, u := range units {
-		pid := claimPID(held, u)
-		i := slices.IndexFunc(out, func(c usage.Claim) bool { return c.Instance == u.Instance && c.UID == u.UID && c.PID == pid })
-		if i < 0 {
-			out = append(out, usage.Claim{GPU: g, Instance: u.Instance, UID: u.UID, PID: pid})
-			i = len(out) - 1
-		}
-		out[i].Units = append(out[i].Units, u.Unit)
-	}
-	return out
-}
-
 // account attributes one round of samples to leases, claims, gpulet's MPS
 // servers and the processes beside them.
-func (a *Agent) account(view *lease.View, samples []inventory.Sample, held map[procfs.LockedFile]int) {
+func (a *Agent) account(view *lease.View, samples []inventory.Sample, claims [][]usage.Claim) {
 	if a.usage == nil || view == nil {
 		return
 	}
@@ -110,10 +107,7 @@ func (a *Agent) account(view *lease.View, samples []inventory.Sample, held map[p
 			}
 			in.Leases = append(in.Leases, ul)
 		}
-		for _, c := range groupClaims(g, view.GPUs[g].Claimed, held) {
-			c.ShareMiB = a.shareMiB(g, len(c.Units), 0)
-			in.Claims = append(in.Claims, c)
-		}
+		in.Claims = append(in.Claims, claims[g]...)
 		for _, st := range a.mps.Status(d.UUID) {
 			for _, s := range st.Servers {
 				in.Servers = append(in.Servers, usage.Server{GPU: g, Instance: st.Instance, PID: s.PID})

@@ -20,12 +20,12 @@ func (a *Agent) sample() {
 	if a.leases != nil {
 		view = a.leases.View()
 	}
-	held := claimPIDs(view)
+	claims := a.claimsOf(view)
 	out := make([]inventory.Sample, len(a.devs))
 	for i := range a.devs {
-		out[i] = a.inv.Sample(i, a.loadOf(i, view, held))
+		out[i] = a.inv.Sample(i, a.loadOf(i, view, claims))
 	}
-	a.account(view, out, held)
+	a.account(view, out, claims)
 	a.sampleMu.Lock()
 	same := sameSamples(a.samples, out)
 	a.samples = out

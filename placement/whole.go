@@ -16,11 +16,11 @@ import (
 
 // wholeNow says why g, which could take r some day, is not whole now.
 func wholeNow(g *GPU, r Request) reason {
+	// What every request is refused for now: the GPU unusable, its memory.
+	if why := gpuNow(g, Request{MemoryMiB: r.MemoryMiB}); why.kind != fits {
+		return why
+	}
 	switch {
-	case g.Unusable != "":
-		return reason{kind: unusable, text: g.Unusable}
-	case r.MemoryMiB > g.MemoryFreeMiB:
-		return reason{kind: memoryFree, have: g.MemoryFreeMiB, want: r.MemoryMiB}
 	case g.Free < g.Units:
 		return reason{kind: notWhole, have: uint64(g.Free), want: uint64(g.Units)}
 	}

@@ -25,8 +25,7 @@ type NVML struct {
 	// initErrs holds, per GPU, why its static figures could not be read.
 	initErrs []error
 	faults   *xidFaults
-	// util holds, per GPU, how its SM utilization is measured; only Sample
-	// uses it, one call at a time per GPU.
+	// util holds, per GPU, how its SM utilization is measured.
 	util []*smMeter
 
 	// events is the Xid event set; nil when no GPU could register for Xids.

@@ -3,6 +3,7 @@ package inventory
 import (
 	"log/slog"
 	"math"
+	"sync"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -21,6 +22,9 @@ const processUtilEvery = 10
 // and newer), then the sum of NVML's per-process SM utilization, and only
 // then utilization.gpu, which then refuses no lease (api.UtilizationRefuses).
 type smMeter struct {
+	// mu makes one read at a time: the main loop samples, and so does the
+	// Xid watcher when a fault fails the GPU, and a read swaps GPM samples.
+	mu    sync.Mutex
 	lib   nvml.Interface
 	h     nvml.Device
 	index int
@@ -149,6 +153,8 @@ func (b *NVML) read(index int) Sample {
 	}
 	s := Sample{KernelTimePct: int(u.Gpu), MemoryUsedMiB: mem.Used / (1 << 20)}
 	m := b.util[index]
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	sm, gpm := m.gpmSM()
 	s.SMByPID = m.processSM(!gpm)
 	switch {
