@@ -262,6 +262,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer close(mpsChecked)
 		a.checkMPS(bg, cfg.SampleInterval)
 	}()
+	usersPublished := make(chan struct{})
+	closers = append(closers, func() error {
+		stopBackground()
+		<-usersPublished
+		return nil
+	})
+	go func() {
+		defer close(usersPublished)
+		a.publishUsers(bg, cfg.SampleInterval)
+	}()
 	if err := a.leases.Watch(bg); err != nil {
 		return err
 	}

@@ -50,6 +50,16 @@ func (f *Folder) Stat(u int) (unix.Stat_t, error) {
 	return st, err
 }
 
+// Owner is the uid that owns the folder: gpuletd's, whose own FIFOs (its
+// leases') are its uid's too.
+func (f *Folder) Owner() (uint32, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(f.fd, &st); err != nil {
+		return 0, &os.PathError{Op: "stat", Path: f.path, Err: err}
+	}
+	return st.Uid, nil
+}
+
 // IsFIFO says whether a Stat result is a FIFO, the only entry that claims.
 func IsFIFO(st *unix.Stat_t) bool { return st.Mode&unix.S_IFMT == unix.S_IFIFO }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/pipefile"
 	"github.com/gpulet/gpulet/test/e2e"
 )
 
@@ -132,4 +133,82 @@ func TestLeaseUsageIsMeasured(t *testing.T) {
 		m, err := d.Client.Metrics(e2e.Ctx(t))
 		return err == nil && !bytes.Contains(m, []byte(id))
 	})
+}
+
+// TestOfflineClaimKeepsOffAnotherUsersInstance: with MPS, an offline claim
+// goes to an instance that serves no other user. On the H100 a second user's
+// claim on an instance busy with a first user's job waited until that job
+// ended (docs/hardware.md). Where every instance with room serves another
+// user, the claim is refused and says whom.
+func TestOfflineClaimKeepsOffAnotherUsersInstance(t *testing.T) {
+	group := e2e.NewGroup(t)
+	a, b := e2e.NewUser(t, group), e2e.NewUser(t, group)
+	d, runDir := startMPSDaemon(t, "--socket-group", group.Name, "--sim-gpus", "1xH100", "--instances-per-gpu", "2", "--sample-interval", "50ms")
+	openToOthers(t, d)
+	if err := os.Chmod(runDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	gpurun := copyForOthers(t, e2e.Bin("gpurun"))
+	jobOfA := func(units string) *api.Lease {
+		t.Helper()
+		job := a.Command(exec.Command(gpurun, "--units", units, "--", "sleep", "300"))
+		job.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
+		var stderr testutil.SyncBuffer
+		job.Stderr = &stderr
+		if err := job.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { job.Process.Kill(); job.Wait() })
+		var l api.Lease
+		testutil.Eventually(t, "user A's lease of "+units+" units", func() bool {
+			if stderr.String() != "" {
+				t.Fatalf("user A's job of %s units: %s", units, stderr.String())
+			}
+			ls, err := d.Client.Leases(e2e.Ctx(t))
+			for _, x := range ls {
+				if fmt.Sprint(len(x.Units)) == units {
+					l = x
+				}
+			}
+			return err == nil && l.ID != ""
+		})
+		return &l
+	}
+	usersSay := func(want string) {
+		t.Helper()
+		testutil.Eventually(t, "users.json to say "+want, func() bool {
+			u, err := pipefile.ReadUsers(runDir)
+			return err == nil && u != nil && fmt.Sprint(u.GPUs) == want
+		})
+	}
+	claimOfB := func() (string, error) {
+		c := b.Command(exec.Command(gpurun, "--offline", "--units", "2", "--", "printenv", "CUDA_MPS_PIPE_DIRECTORY"))
+		c.Env = append(os.Environ(), "GPULET_RUN_DIR="+runDir)
+		out, err := c.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+
+	first := jobOfA("2")
+	uuid := first.GPU.UUID
+	usersSay(fmt.Sprintf("map[%s:[[%d] []]]", uuid, a.UID))
+	pipe, err := claimOfB()
+	if err != nil || pipe == "" || pipe == first.Env["CUDA_MPS_PIPE_DIRECTORY"] {
+		t.Fatalf("user B's claim ran on pipe folder %q (%v); user A's job is on %s: want the other instance", pipe, err, first.Env["CUDA_MPS_PIPE_DIRECTORY"])
+	}
+
+	testutil.Eventually(t, "user B's ended claim swept", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.GPUs[0].UnitsOffline == 0
+	})
+	// A's second job takes 7 of instance 1's 8 units: instance 0 has 6 free
+	// but serves A, instance 1 has 1.
+	second := jobOfA("7")
+	if second.Instance != 1 {
+		t.Fatalf("user A's second job on instance %d, want 1", second.Instance)
+	}
+	usersSay(fmt.Sprintf("map[%s:[[%d] [%d]]]", uuid, a.UID, a.UID))
+	out, err := claimOfB()
+	if want := fmt.Sprintf("GPU 0 instance 0 has 6 free but serves uid %d", a.UID); err == nil || !strings.Contains(out, want) {
+		t.Fatalf("user B's claim with every instance serving A: %v\n%s\nwant a refusal that says %q", err, out, want)
+	}
 }

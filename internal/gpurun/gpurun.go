@@ -423,7 +423,7 @@ func claimOffline(o Options) (map[string]string, func(), error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("--offline: %w", err)
 	}
-	cl, err := offline.Take(runDir, lay, offline.Request{Units: o.Units, GPU: o.GPU, Type: o.Type})
+	cl, err := offline.Take(runDir, lay, offline.Request{Units: o.Units, GPU: o.GPU, Type: o.Type, UID: uint32(os.Geteuid())})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--offline: %w", err)
 	}

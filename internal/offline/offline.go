@@ -11,6 +11,8 @@ package offline
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +27,10 @@ type Request struct {
 	GPU string
 	// Type is a case-insensitive substring of the GPU's name; empty: any.
 	Type string
+	// UID is the claimer's: with MPS, an instance that serves another user
+	// is passed by, since the claimer's process would wait there until that
+	// user's processes end.
+	UID uint32
 }
 
 // Claim is a set of held units of one instance of one GPU.
@@ -62,11 +68,15 @@ func Take(runDir string, lay *pipefile.Layout, req Request) (*Claim, error) {
 	if len(gpus) == 0 {
 		return nil, fmt.Errorf("no GPU in the layout matches%s (this node has %s)", describeFilter(req), listGPUs(lay.GPUs))
 	}
-	var free []string
+	users, err := pipefile.ReadUsers(runDir)
+	if err != nil {
+		return nil, fmt.Errorf("--offline: %w", err)
+	}
+	var free, others []string
 	for _, g := range gpus {
 		gpuFree := 0
 		for _, in := range g.Instances {
-			c, n, err := takeIn(runDir, g, in, req.Units)
+			c, n, other, err := takeIn(runDir, g, in, req, users.Of(g.UUID, in.Instance))
 			if err != nil {
 				return nil, err
 			}
@@ -74,38 +84,54 @@ func Take(runDir string, lay *pipefile.Layout, req Request) (*Claim, error) {
 				return c, nil
 			}
 			gpuFree += n
+			if other != "" {
+				others = append(others, other)
+			}
 		}
 		free = append(free, fmt.Sprintf("GPU %d (%s) %d of %d", g.Index, g.Name, gpuFree, g.UnitsTotal))
+	}
+	if len(others) > 0 {
+		return nil, fmt.Errorf("%w: no instance that serves only uid %d has %d unit(s) free; %s (an MPS server serves one user at a time: a process there would wait until theirs end)",
+			ErrNoUnits, req.UID, req.Units, strings.Join(others, "; "))
 	}
 	return nil, fmt.Errorf("%w: no instance has %d unit(s) free; free now: %s", ErrNoUnits, req.Units, strings.Join(free, ", "))
 }
 
-// takeIn claims n units of instance in of GPU g, or returns how many it found
-// free when that is fewer.
-func takeIn(runDir string, g pipefile.LayoutGPU, in pipefile.LayoutInstance, n int) (*Claim, int, error) {
+// takeIn claims req.Units units of instance in of GPU g, or returns how many
+// it found free when that is fewer. served is whom users.json says the
+// instance serves. With MPS, an instance with room that serves another user
+// is passed by, and other says so.
+func takeIn(runDir string, g pipefile.LayoutGPU, in pipefile.LayoutInstance, req Request, served []uint32) (c *Claim, free int, other string, err error) {
+	n := req.Units
 	dir, err := pipefile.OpenFolder(pipefile.InstanceDir(runDir, g.UUID, in.Instance))
 	if err != nil {
-		return nil, 0, explain(err)
+		return nil, 0, "", explain(err)
 	}
-	free, err := countFree(dir, in.Units)
+	free, claimers, err := look(dir, in.Units)
 	if err != nil || free < n {
 		dir.Close()
-		return nil, free, err
+		return nil, free, "", err
+	}
+	if in.Env[pipefile.EnvPipeDirectory] != "" {
+		if uids := othersThan(req.UID, served, claimers); len(uids) > 0 {
+			dir.Close()
+			return nil, 0, fmt.Sprintf("GPU %d instance %d has %d free but serves uid %s", g.Index, in.Instance, free, joinUIDs(uids)), nil
+		}
 	}
 	// The environment is checked before anything is claimed, so a bad
 	// layout leaves nothing behind.
 	env, err := pipefile.ScaleEnv(in.Env, g.UUID, n, g.UnitsTotal)
 	if err != nil {
 		dir.Close()
-		return nil, 0, fmt.Errorf("layout: GPU %d instance %d: %w", g.Index, in.Instance, err)
+		return nil, 0, "", fmt.Errorf("layout: GPU %d instance %d: %w", g.Index, in.Instance, err)
 	}
 	units, fds, err := claimIn(dir, in.Units, n)
 	if err != nil || units == nil {
 		// nil units: others took names between the count and the claim.
 		dir.Close()
-		return nil, 0, err
+		return nil, 0, "", err
 	}
-	return &Claim{GPU: g, Instance: in.Instance, Units: units, FDs: fds, Env: env, dir: dir}, 0, nil
+	return &Claim{GPU: g, Instance: in.Instance, Units: units, FDs: fds, Env: env, dir: dir}, 0, "", nil
 }
 
 // explain adds what to do to a refusal of the ledger's folders: they are open
@@ -139,19 +165,47 @@ func listGPUs(gpus []pipefile.LayoutGPU) string {
 	return strings.Join(s, ", ")
 }
 
-// countFree counts the unit names in dir that nothing holds.
-func countFree(dir *pipefile.Folder, names []int) (int, error) {
-	n := 0
+// look counts the unit names in dir that nothing holds, and lists the owners
+// of the offline claims there: the FIFOs that the folder's owner, gpuletd, did
+// not make. They are the claims too new for users.json.
+func look(dir *pipefile.Folder, names []int) (free int, claimers []uint32, err error) {
+	daemon, err := dir.Owner()
+	if err != nil {
+		return 0, nil, explain(err)
+	}
 	for _, u := range names {
-		_, err := dir.Stat(u)
+		st, err := dir.Stat(u)
 		switch {
 		case errors.Is(err, unix.ENOENT):
-			n++
+			free++
 		case err != nil:
-			return 0, explain(fmt.Errorf("cannot look at %s/%s: %w", dir.Path(), pipefile.UnitName(u), err))
+			return 0, nil, explain(fmt.Errorf("cannot look at %s/%s: %w", dir.Path(), pipefile.UnitName(u), err))
+		case pipefile.IsFIFO(&st) && st.Uid != daemon:
+			claimers = append(claimers, st.Uid)
 		}
 	}
-	return n, nil
+	return free, claimers, nil
+}
+
+// othersThan lists, ascending and each once, the uids of served and claimers
+// that are not uid.
+func othersThan(uid uint32, served, claimers []uint32) []uint32 {
+	var out []uint32
+	for _, u := range slices.Concat(served, claimers) {
+		if u != uid {
+			out = append(out, u)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func joinUIDs(uids []uint32) string {
+	s := make([]string, len(uids))
+	for i, u := range uids {
+		s[i] = strconv.FormatUint(uint64(u), 10)
+	}
+	return strings.Join(s, ", ")
 }
 
 // claimIn claims n of the unit names in dir, or none (nil) when fewer are free.
