@@ -7,6 +7,7 @@ import (
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
@@ -20,16 +21,16 @@ func (a *Agent) Published() *snapshot.Published { return a.store.Load() }
 func (a *Agent) Changed() <-chan struct{} { return a.store.Changed() }
 
 // Acquire grants a lease.
-func (a *Agent) Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (lease.Grant, error) {
+func (a *Agent) Acquire(ctx context.Context, peer identity.Peer, req lease.Request) (lease.Grant, error) {
 	a.observe(req)
 	return a.leases.Acquire(ctx, peer, req)
 }
 
 // List lists peer's leases (all, for admins).
-func (a *Agent) List(peer lease.Peer) []api.Lease { return a.withUsage(a.leases.List(peer)) }
+func (a *Agent) List(peer identity.Peer) []api.Lease { return a.withUsage(a.leases.List(peer)) }
 
 // Get returns one lease.
-func (a *Agent) Get(peer lease.Peer, id string) (api.Lease, error) {
+func (a *Agent) Get(peer identity.Peer, id string) (api.Lease, error) {
 	l, err := a.leases.Get(peer, id)
 	if err != nil {
 		return l, err
@@ -38,18 +39,20 @@ func (a *Agent) Get(peer lease.Peer, id string) (api.Lease, error) {
 }
 
 // Renew extends a time-bound lease.
-func (a *Agent) Renew(peer lease.Peer, id string) (api.Lease, error) { return a.leases.Renew(peer, id) }
+func (a *Agent) Renew(peer identity.Peer, id string) (api.Lease, error) {
+	return a.leases.Renew(peer, id)
+}
 
 // Release ends a lease.
-func (a *Agent) Release(peer lease.Peer, id string) error { return a.leases.Release(peer, id) }
+func (a *Agent) Release(peer identity.Peer, id string) error { return a.leases.Release(peer, id) }
 
 // ReleaseSlurmJob ends the leases of a Slurm job.
-func (a *Agent) ReleaseSlurmJob(peer lease.Peer, job uint64) ([]string, error) {
+func (a *Agent) ReleaseSlurmJob(peer identity.Peer, job uint64) ([]string, error) {
 	return a.leases.ReleaseSlurmJob(peer, job)
 }
 
 // Reserve makes a workflow reservation.
-func (a *Agent) Reserve(peer lease.Peer, spec reserve.Spec) (api.Reservation, error) {
+func (a *Agent) Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservation, error) {
 	return a.leases.Reserve(peer, spec)
 }
 
@@ -60,12 +63,14 @@ func (a *Agent) Reservations() []api.Reservation { return a.leases.Reservations(
 func (a *Agent) Reservation(name string) (api.Reservation, error) { return a.leases.Reservation(name) }
 
 // Advance starts the next stage of a reservation.
-func (a *Agent) Advance(peer lease.Peer, name string) (api.Reservation, error) {
+func (a *Agent) Advance(peer identity.Peer, name string) (api.Reservation, error) {
 	return a.leases.Advance(peer, name)
 }
 
 // Unreserve ends a reservation.
-func (a *Agent) Unreserve(peer lease.Peer, name string) error { return a.leases.Unreserve(peer, name) }
+func (a *Agent) Unreserve(peer identity.Peer, name string) error {
+	return a.leases.Unreserve(peer, name)
+}
 
 // SetDraining stops or resumes new leases.
 func (a *Agent) SetDraining(on bool) {

@@ -10,6 +10,7 @@ import (
 	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -30,7 +31,7 @@ func (a *Agent) loadConfig() (*config.Rules, error) {
 		gpus[i] = config.GPURef{Index: d.Index, UUID: d.UUID}
 		names[i] = d.Name
 	}
-	r, err := f.Resolve(gpus, config.SystemDirectory{})
+	r, err := f.Resolve(gpus, identity.SystemDirectory{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", a.cfg.ConfigPath, err)
 	}
@@ -135,18 +136,18 @@ func (a *Agent) taskRan(task, model string, uid uint32, d time.Duration) {
 }
 
 // Explain is the dry run of a lease.
-func (a *Agent) Explain(peer lease.Peer, req lease.Request) (api.Placement, error) {
+func (a *Agent) Explain(peer identity.Peer, req lease.Request) (api.Placement, error) {
 	return a.leases.Explain(peer, req)
 }
 
 // Profiles is the task–engine affinity table as peer sees it: its own
 // measured runs over the config's figures, and every user's for admins.
-func (a *Agent) Profiles(peer lease.Peer) api.ProfileList {
+func (a *Agent) Profiles(peer identity.Peer) api.ProfileList {
 	return a.profiles.Table().API(peer.UID, peer.Admin)
 }
 
 // Pools lists the configured pools with their free units now.
-func (a *Agent) Pools(peer lease.Peer) api.PoolList {
+func (a *Agent) Pools(peer identity.Peer) api.PoolList {
 	out := api.PoolList{Pools: []api.Pool{}}
 	r := a.rules.Load()
 	if r == nil {
@@ -159,7 +160,7 @@ func (a *Agent) Pools(peer lease.Peer) api.PoolList {
 		}
 	}
 	out.SkippedRules = r.Skipped
-	gids := append([]uint32{peer.GID}, peer.Groups...)
+	gids := peer.GIDs()
 	for _, p := range r.Pools {
 		ap := api.Pool{Name: p.Name, GPUs: p.GPUs, Allowed: peer.Admin || p.Allows(peer.UID, gids)}
 		for _, g := range p.GPUs {
@@ -173,7 +174,7 @@ func (a *Agent) Pools(peer lease.Peer) api.PoolList {
 }
 
 // Quotas lists the quotas that apply to peer and what it holds against each.
-func (a *Agent) Quotas(peer lease.Peer) api.QuotaList {
+func (a *Agent) Quotas(peer identity.Peer) api.QuotaList {
 	out := api.QuotaList{Admin: peer.Admin, Quotas: []api.QuotaUsage{}}
 	for _, q := range a.leases.QuotaUse(peer) {
 		out.Quotas = append(out.Quotas, api.QuotaUsage{Quota: q.Key, Limit: q.Limit, Held: q.Held, Reserved: q.Reserved})

@@ -54,6 +54,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/gpulet/gpulet/identity"
 )
 
 // Limits of a config file; the package comment says why.
@@ -118,49 +120,12 @@ type GPUSpec struct {
 	path  string
 }
 
-// Kind says whom a quota or a pool's user entry is about.
-type Kind uint8
-
-// Kinds of Principal and Quota.
-const (
-	User Kind = iota + 1
-	Group
-	Everyone
-)
-
-func (k Kind) String() string {
-	switch k {
-	case User:
-		return "user"
-	case Group:
-		return "group"
-	case Everyone:
-		return "everyone"
-	}
-	return "kind(" + strconv.Itoa(int(k)) + ")"
-}
-
-// Principal is a user entry of a pool or the key of a quota, as written.
+// Principal is a user entry of a pool or the key of a quota, as written,
+// with where it was written.
 type Principal struct {
-	Kind Kind
-	// Name is the user or group as written, without "group:"; a uid or gid
-	// when ByID. Empty for Everyone.
-	Name string
-	ByID bool
-	ID   uint32 // when ByID
+	identity.Principal
 	Line int
 	path string
-}
-
-// String is the entry as written: "alice", "group:ml", "1001", "*".
-func (p Principal) String() string {
-	switch p.Kind {
-	case Group:
-		return groupPrefix + p.Name
-	case Everyone:
-		return "*"
-	}
-	return p.Name
 }
 
 // QuotaSpec is a quota as written.

@@ -11,10 +11,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gpulet/gpulet/identity"
 	"go.yaml.in/yaml/v3"
 )
-
-const groupPrefix = "group:"
 
 // Parse checks a config file's bytes and returns the file as written. The
 // error, an *Error, is the first problem found, with its line and key.
@@ -237,7 +236,7 @@ func (p *PoolSpec) parseUsers(path string, k, v *yaml.Node) error {
 	seen := map[string]int{}
 	return eachItem(v, path, "users and group:NAME", func(i int, text string, item *yaml.Node) error {
 		who, msg := parsePrincipal(text)
-		if msg == "" && who.Kind == Everyone {
+		if msg == "" && who.Kind == identity.Everyone {
 			msg = `"*" is for quotas: leave users out to open the pool to everyone`
 		}
 		if msg != "" {
@@ -253,48 +252,14 @@ func (p *PoolSpec) parseUsers(path string, k, v *yaml.Node) error {
 	})
 }
 
-// parsePrincipal reads "*", a user name, a uid, "group:NAME" or "group:GID".
+// parsePrincipal reads "*", a user name, a uid, "group:NAME" or "group:GID",
+// by identity's one rule; the message says what is wrong, or is "".
 func parsePrincipal(s string) (Principal, string) {
-	if s == "*" {
-		return Principal{Kind: Everyone}, ""
+	p, err := identity.Parse(s)
+	if err != nil {
+		return Principal{}, err.Error()
 	}
-	kind, name, what := User, s, "user"
-	if rest, ok := strings.CutPrefix(s, groupPrefix); ok {
-		kind, name, what = Group, rest, "group"
-	}
-	if name == "" {
-		if kind == Group {
-			return Principal{}, `"group:" names no group: write group:NAME`
-		}
-		return Principal{}, "empty: write a user name, group:NAME or a uid"
-	}
-	if strings.Trim(name, "0123456789") == "" {
-		// (uid_t)-1 means "no id" to the kernel's calls.
-		n, err := strconv.ParseUint(name, 10, 32)
-		if err != nil || n == math.MaxUint32 {
-			return Principal{}, fmt.Sprintf("%s id %s is out of range (0 to %d)", what, number(name), uint32(math.MaxUint32-1))
-		}
-		return Principal{Kind: kind, Name: name, ByID: true, ID: uint32(n)}, ""
-	}
-	if msg := checkAccountName(name); msg != "" {
-		return Principal{}, fmt.Sprintf("%s name %s %s: write a user name, group:NAME or a uid", what, brief(name), msg)
-	}
-	return Principal{Kind: kind, Name: name}, ""
-}
-
-// checkAccountName says what is wrong with a user or group name, or "": the
-// characters of portable names (POSIX), and @ and $ that directory services
-// and Samba use.
-func checkAccountName(name string) string {
-	switch {
-	case len(name) > MaxName:
-		return fmt.Sprintf("is longer than %d bytes", MaxName)
-	case name[0] == '-':
-		return "starts with -"
-	case strings.ContainsFunc(name, func(r rune) bool { return !isAlnum(r) && !strings.ContainsRune("._-@$", r) }):
-		return "holds a character other than letters, digits and . _ - @ $"
-	}
-	return ""
+	return Principal{Principal: p}, ""
 }
 
 func (f *File) parseQuotas(n *yaml.Node) error {

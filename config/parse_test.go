@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gpulet/gpulet/identity"
 )
 
 // designExample is the config example of docs/design.md §11, as it stands there.
@@ -40,15 +42,15 @@ func TestParseDesignExample(t *testing.T) {
 				{Index: 0, Line: 3, path: "pools.training.gpus[0]"},
 				{Index: 1, Line: 3, path: "pools.training.gpus[1]"},
 			}, Users: []Principal{
-				{Kind: User, Name: "alice", Line: 4, path: "pools.training.users[0]"},
-				{Kind: Group, Name: "ml", Line: 4, path: "pools.training.users[1]"},
+				{Principal: identity.Principal{Kind: identity.User, Name: "alice"}, Line: 4, path: "pools.training.users[0]"},
+				{Principal: identity.Principal{Kind: identity.Group, Name: "ml"}, Line: 4, path: "pools.training.users[1]"},
 			}},
 			{Name: "inference", Line: 5, Everyone: true, GPUs: []GPUSpec{{Index: 2, Line: 6, path: "pools.inference.gpus[0]"}}},
 		},
 		Quotas: []QuotaSpec{
-			{Who: Principal{Kind: User, Name: "alice", Line: 8, path: "quotas.alice"}, Limit: 8},
-			{Who: Principal{Kind: Group, Name: "ml", Line: 9, path: `quotas."group:ml"`}, Limit: 24},
-			{Who: Principal{Kind: Everyone, Line: 10, path: `quotas."*"`}, Limit: 64},
+			{Who: Principal{Principal: identity.Principal{Kind: identity.User, Name: "alice"}, Line: 8, path: "quotas.alice"}, Limit: 8},
+			{Who: Principal{Principal: identity.Principal{Kind: identity.Group, Name: "ml"}, Line: 9, path: `quotas."group:ml"`}, Limit: 24},
+			{Who: Principal{Principal: identity.Principal{Kind: identity.Everyone}, Line: 10, path: `quotas."*"`}, Limit: 64},
 		},
 		Profiles: map[string]map[string]time.Duration{"resnet50": {"NVIDIA A100-SXM4-80GB": 95 * time.Second, "Tesla T4": 410 * time.Second}},
 		Weights:  DefaultWeights,
@@ -79,8 +81,8 @@ func TestParseForms(t *testing.T) {
 		{"admins only", "pools:\n  p:\n    gpus: [0]\n    users: []\n", func(f *File) bool { return !f.Pools[0].Everyone && len(f.Pools[0].Users) == 0 }},
 		{"numeric uid and gid", "pools:\n  p:\n    gpus: [0]\n    users: [1001, 'group:2000', bob.smith, 'svc$', 'ann@corp']\n", func(f *File) bool {
 			u := f.Pools[0].Users
-			return u[0] == Principal{Kind: User, Name: "1001", ByID: true, ID: 1001, Line: 4, path: "pools.p.users[0]"} &&
-				u[1].Kind == Group && u[1].ByID && u[1].ID == 2000 && u[2].Name == "bob.smith" && !u[2].ByID && len(u) == 5
+			return u[0] == Principal{Principal: identity.Principal{Kind: identity.User, Name: "1001", ByID: true, ID: 1001}, Line: 4, path: "pools.p.users[0]"} &&
+				u[1].Kind == identity.Group && u[1].ByID && u[1].ID == 2000 && u[2].Name == "bob.smith" && !u[2].ByID && len(u) == 5
 		}},
 		{"quota 0 bars a user", "quotas:\n  mallory: 0\n", func(f *File) bool { return f.Quotas[0].Limit == 0 }},
 		{"pool names as the file orders them", "pools:\n  zeta: {gpus: [0]}\n  alpha: {gpus: [1]}\n", func(f *File) bool { return f.Pools[0].Name == "zeta" && f.Pools[1].Name == "alpha" }},

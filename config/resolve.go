@@ -1,66 +1,19 @@
 package config
 
 import (
-	"errors"
 	"fmt"
 	"maps"
-	"os/user"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gpulet/gpulet/identity"
 )
 
 // GPURef is one GPU of the node: its index and UUID.
 type GPURef struct {
 	Index int
 	UUID  string
-}
-
-// Directory turns user and group names into ids. Its errors say what is
-// wrong without naming the file: "no user \"alice\" on this machine".
-type Directory interface {
-	LookupUser(name string) (uid uint32, err error)
-	LookupGroup(name string) (gid uint32, err error)
-}
-
-// SystemDirectory is this machine's user database, through os/user: with
-// cgo, the C library's (NSS: files, LDAP, SSSD, ...); built without cgo,
-// /etc/passwd and /etc/group only.
-type SystemDirectory struct{}
-
-// LookupUser returns the uid of the user name.
-func (SystemDirectory) LookupUser(name string) (uint32, error) {
-	u, err := user.Lookup(name)
-	if err != nil {
-		var unknown user.UnknownUserError
-		if errors.As(err, &unknown) {
-			return 0, fmt.Errorf("no user %q on this machine", name)
-		}
-		return 0, fmt.Errorf("looking up user %q: %w", name, err)
-	}
-	return parseID(u.Uid)
-}
-
-// LookupGroup returns the gid of the group name.
-func (SystemDirectory) LookupGroup(name string) (uint32, error) {
-	g, err := user.LookupGroup(name)
-	if err != nil {
-		var unknown user.UnknownGroupError
-		if errors.As(err, &unknown) {
-			return 0, fmt.Errorf("no group %q on this machine", name)
-		}
-		return 0, fmt.Errorf("looking up group %q: %w", name, err)
-	}
-	return parseID(g.Gid)
-}
-
-func parseID(s string) (uint32, error) {
-	n, err := strconv.ParseUint(s, 10, 32)
-	if err != nil {
-		return 0, fmt.Errorf("the user database gave the id %q: %w", s, err)
-	}
-	return uint32(n), nil
 }
 
 // Resolve makes the file's rules for a node with the GPUs gpus, looking user
@@ -70,7 +23,7 @@ func parseID(s string) (uint32, error) {
 // not: that rule is skipped, a pool's user entry or a quota, and said in the
 // Rules' Skipped, so that a node whose user database changed still starts.
 // Skipping fails closed: a pool loses a member, never gains one.
-func (f *File) Resolve(gpus []GPURef, dir Directory) (*Rules, error) {
+func (f *File) Resolve(gpus []GPURef, dir identity.Directory) (*Rules, error) {
 	r, res := f.resolve(gpus, true, dir)
 	if res.firstGPU != nil {
 		return nil, res.firstGPU
@@ -81,7 +34,7 @@ func (f *File) Resolve(gpus []GPURef, dir Directory) (*Rules, error) {
 // Check is the check of the file for a node with the GPUs gpus: the problem
 // on the earliest line, a name dir does not know included, as an *Error; nil
 // when Resolve would skip nothing.
-func (f *File) Check(gpus []GPURef, dir Directory) error {
+func (f *File) Check(gpus []GPURef, dir identity.Directory) error {
 	_, res := f.resolve(gpus, true, dir)
 	if res.first != nil {
 		return res.first
@@ -92,7 +45,7 @@ func (f *File) Check(gpus []GPURef, dir Directory) error {
 // CheckNames looks the file's user and group names up in dir, for a check of
 // the file away from the node it is for: what Resolve does but for the GPUs,
 // and a name dir does not know is an error, the one on the earliest line.
-func (f *File) CheckNames(dir Directory) error {
+func (f *File) CheckNames(dir identity.Directory) error {
 	_, res := f.resolve(nil, false, dir)
 	if res.first != nil {
 		return res.first
@@ -102,16 +55,16 @@ func (f *File) CheckNames(dir Directory) error {
 
 // resolve makes the rules, skipping the entries whose names dir does not
 // resolve, and returns the resolver, which holds the problems met.
-func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir Directory) (*Rules, *resolver) {
+func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir identity.Directory) (*Rules, *resolver) {
 	res := &resolver{dir: dir, users: map[string]uint32{}, groups: map[string]uint32{}}
 	r := &Rules{Weights: f.Weights, MaxUserPriority: f.MaxUserPriority}
 	for _, ps := range f.Pools {
-		p := Pool{Name: ps.Name, Everyone: ps.Everyone}
+		p := Pool{Name: ps.Name, Set: identity.Set{Everyone: ps.Everyone}}
 		for _, who := range ps.Users {
 			id, ok := res.id(who, "the pool's entry is skipped")
 			switch {
 			case !ok:
-			case who.Kind == User:
+			case who.Kind == identity.User:
 				p.UIDs = append(p.UIDs, id)
 			default:
 				p.GIDs = append(p.GIDs, id)
@@ -152,7 +105,7 @@ func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir Directory) (*Rules, *r
 // line (entries are met pool by pool, not in the file's order), the GPU
 // problem on the earliest line, and every name it could not resolve.
 type resolver struct {
-	dir             Directory
+	dir             identity.Directory
 	users, groups   map[string]uint32
 	first, firstGPU *Error
 	skipped         []*Error
@@ -161,14 +114,14 @@ type resolver struct {
 // id is who's uid or gid; false when it could not be had (then the entry is
 // recorded as skipped, with the consequence said). Everyone has none.
 func (res *resolver) id(who Principal, consequence string) (uint32, bool) {
-	if who.Kind == Everyone {
+	if who.Kind == identity.Everyone {
 		return 0, true
 	}
 	if who.ByID {
 		return who.ID, true
 	}
 	known, lookup := res.users, res.dir.LookupUser
-	if who.Kind == Group {
+	if who.Kind == identity.Group {
 		known, lookup = res.groups, res.dir.LookupGroup
 	}
 	if id, ok := known[who.Name]; ok {

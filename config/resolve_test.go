@@ -3,12 +3,12 @@ package config
 import (
 	"errors"
 	"fmt"
-	"os/user"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpulet/gpulet/identity"
 )
 
 // fakeDirectory knows the users and groups it holds, and counts lookups.
@@ -62,13 +62,13 @@ func TestResolveDesignExample(t *testing.T) {
 	}
 	want := &Rules{
 		Pools: []Pool{
-			{Name: "inference", GPUs: []int{2}, Everyone: true},
-			{Name: "training", GPUs: []int{0, 1}, UIDs: []uint32{1001}, GIDs: []uint32{2000}},
+			{Name: "inference", GPUs: []int{2}, Set: identity.Set{Everyone: true}},
+			{Name: "training", GPUs: []int{0, 1}, Set: identity.Set{UIDs: []uint32{1001}, GIDs: []uint32{2000}}},
 		},
 		Quotas: []Quota{
-			{Key: "alice", Kind: User, ID: 1001, Limit: 8},
-			{Key: "group:ml", Kind: Group, ID: 2000, Limit: 24},
-			{Key: "*", Kind: Everyone, Limit: 64},
+			{Key: "alice", Kind: identity.User, ID: 1001, Limit: 8},
+			{Key: "group:ml", Kind: identity.Group, ID: 2000, Limit: 24},
+			{Key: "*", Kind: identity.Everyone, Limit: 64},
 		},
 		Profiles: map[string]map[string]time.Duration{"resnet50": {"NVIDIA A100-SXM4-80GB": 95 * time.Second, "Tesla T4": 410 * time.Second}},
 		Weights:  DefaultWeights,
@@ -97,7 +97,7 @@ func TestResolveSetsAndIDs(t *testing.T) {
 	if !reflect.DeepEqual(p.GPUs, []int{0, 2}) || !reflect.DeepEqual(p.UIDs, []uint32{500, 1001, 1002}) || !reflect.DeepEqual(p.GIDs, []uint32{7, 2001}) {
 		t.Fatalf("pool %+v", p)
 	}
-	if want := []Quota{{"1002", User, 1002, 3}, {"group:7", Group, 7, 4}}; !reflect.DeepEqual(r.Quotas, want) {
+	if want := []Quota{{"1002", identity.User, 1002, 3}, {"group:7", identity.Group, 7, 4}}; !reflect.DeepEqual(r.Quotas, want) {
 		t.Fatalf("quotas %+v", r.Quotas)
 	}
 	if r.Weights != (Weights{Clock: 1}) {
@@ -258,29 +258,10 @@ func TestResolveCopiesProfiles(t *testing.T) {
 	}
 }
 
-func TestSystemDirectory(t *testing.T) {
-	var dir SystemDirectory
-	if uid, err := dir.LookupUser("root"); err != nil || uid != 0 {
-		t.Fatalf("root: %d, %v", uid, err)
-	}
-	if gid, err := dir.LookupGroup("root"); err != nil || gid != 0 {
-		t.Fatalf("group root: %d, %v", gid, err)
-	}
-	if _, err := dir.LookupUser("gpulet-no-such-user"); err == nil || err.Error() != `no user "gpulet-no-such-user" on this machine` {
-		t.Fatalf("unknown user: %v", err)
-	}
-	if _, err := dir.LookupGroup("gpulet-no-such-group"); err == nil || err.Error() != `no group "gpulet-no-such-group" on this machine` {
-		t.Fatalf("unknown group: %v", err)
-	}
-	// The ids are the database's, whoever runs the test.
-	me, err := user.Current()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if uid, err := dir.LookupUser(me.Username); err != nil || strconv.Itoa(int(uid)) != me.Uid {
-		t.Fatalf("%s: %d, %v; want %s", me.Username, uid, err, me.Uid)
-	}
-	r, err := mustParse(t, "pools:\n  p: {gpus: [0], users: [root, 'group:root']}\n").Resolve([]GPURef{{0, "GPU-a"}}, dir)
+// TestResolveWithSystemDirectory: names in the file resolve through this
+// machine's user database (identity.SystemDirectory).
+func TestResolveWithSystemDirectory(t *testing.T) {
+	r, err := mustParse(t, "pools:\n  p: {gpus: [0], users: [root, 'group:root']}\n").Resolve([]GPURef{{0, "GPU-a"}}, identity.SystemDirectory{})
 	if err != nil || !reflect.DeepEqual(r.Pools[0].UIDs, []uint32{0}) || !reflect.DeepEqual(r.Pools[0].GIDs, []uint32{0}) {
 		t.Fatalf("%+v, %v", r, err)
 	}

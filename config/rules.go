@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gpulet/gpulet/identity"
 )
 
 // Rules are a config file resolved for one node: what the daemon consults on
@@ -31,19 +33,17 @@ type Rules struct {
 type Pool struct {
 	Name string
 	GPUs []int // indices, sorted, each once
-	// Everyone may lease from the pool when it is true (the file gave no
-	// users); otherwise the uids UIDs and the members of the groups GIDs
-	// (both sorted) may, and admins.
-	Everyone bool
-	UIDs     []uint32
-	GIDs     []uint32
+	// Set is whom it is open to: everyone when the file gave no users;
+	// otherwise the uids UIDs and the members of the groups GIDs. Admins
+	// may lease from every pool.
+	identity.Set
 }
 
 // Quota caps the units some holders may hold at once.
 type Quota struct {
 	// Key is the quota as written: "alice", "1001", "group:ml", "*".
 	Key  string
-	Kind Kind
+	Kind identity.Kind
 	// ID is the uid of a User quota, the gid of a Group quota.
 	ID    uint32
 	Limit int
@@ -62,24 +62,11 @@ func (r *Rules) Pool(name string) (*Pool, bool) {
 }
 
 // Allows says whether a caller with uid and groups gids (its primary group
-// and its supplementary ones) may lease from the pool. Admins may lease from
-// every pool; that is for the caller to know.
+// and its supplementary ones) may lease from the pool, by identity's rule;
+// no pool (nil) allows no one. Admins may lease from every pool; that is for
+// the caller to know.
 func (p *Pool) Allows(uid uint32, gids []uint32) bool {
-	if p == nil {
-		return false
-	}
-	if p.Everyone {
-		return true
-	}
-	if _, ok := slices.BinarySearch(p.UIDs, uid); ok {
-		return true
-	}
-	for _, g := range gids {
-		if _, ok := slices.BinarySearch(p.GIDs, g); ok {
-			return true
-		}
-	}
-	return false
+	return p != nil && p.Set.Allows(uid, gids)
 }
 
 // ScoreWeights returns the score policy's weights: the file's, or 1/3 each.

@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 
+	"github.com/gpulet/gpulet/identity"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -139,17 +139,7 @@ func what(n *yaml.Node) string {
 }
 
 // brief quotes s, cut short so that an error stays one readable line.
-func brief(s string) string {
-	const most = 64
-	if len(s) > most {
-		cut := most
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return strconv.Quote(s)
-}
+func brief(s string) string { return identity.Quote(s) }
 
 // number shows a value that reads as a number as it is written, anything
 // else (a tag can make any text a number) quoted and cut short by brief.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // pools is an engine's pools, indexed for decisions.
@@ -16,11 +17,8 @@ type pools struct {
 	// no words.
 	of    [][]int
 	names []string
-	// everyone lists the pools open to all; byUID and byGID the pools each
-	// uid and gid is named in: who may use what is a few lookups per
-	// request, not a search of every pool's members.
-	everyone     []int
-	byUID, byGID map[uint32][]int
+	// allowed says who may use which pool, by identity's rule.
+	allowed identity.Index
 }
 
 // WithPools returns a copy of e that places by the pools ps (docs/design.md §1.7
@@ -36,18 +34,11 @@ func (e *Engine) WithPools(ps []config.Pool) *Engine {
 			c.pools.of[g] = append(c.pools.of[g], pi)
 		}
 	}
-	c.pools.byUID, c.pools.byGID = map[uint32][]int{}, map[uint32][]int{}
-	for pi, p := range ps {
-		if p.Everyone {
-			c.pools.everyone = append(c.pools.everyone, pi)
-		}
-		for _, u := range p.UIDs {
-			c.pools.byUID[u] = append(c.pools.byUID[u], pi)
-		}
-		for _, g := range p.GIDs {
-			c.pools.byGID[g] = append(c.pools.byGID[g], pi)
-		}
+	sets := make([]*identity.Set, len(ps))
+	for pi := range ps {
+		sets[pi] = &ps[pi].Set
 	}
+	c.pools.allowed = identity.NewIndex(sets)
 	c.pools.names = make([]string, len(c.pools.of))
 	for g, in := range c.pools.of {
 		names := make([]string, len(in))
@@ -117,17 +108,7 @@ func (ps *pools) markAllowed(allowed []bool, r Request) {
 		}
 		return
 	}
-	for _, pi := range ps.everyone {
-		allowed[pi] = true
-	}
-	for _, pi := range ps.byUID[r.UID] {
-		allowed[pi] = true
-	}
-	for _, g := range r.GIDs {
-		for _, pi := range ps.byGID[g] {
-			allowed[pi] = true
-		}
-	}
+	ps.allowed.Mark(allowed, r.UID, r.GIDs)
 }
 
 func (e *Engine) poolsOf(gpu int) []int {

@@ -2,9 +2,11 @@ package placement
 
 import (
 	"errors"
-	"github.com/gpulet/gpulet/config"
 	"strings"
 	"testing"
+
+	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -13,8 +15,8 @@ import (
 // "training" and "shared" (everyone), GPU 2 (the T4) in no pool.
 func testPools() []config.Pool {
 	return []config.Pool{
-		{Name: "shared", GPUs: []int{1}, Everyone: true},
-		{Name: "training", GPUs: []int{0, 1}, UIDs: []uint32{1000}, GIDs: []uint32{50}},
+		{Name: "shared", GPUs: []int{1}, Set: identity.Set{Everyone: true}},
+		{Name: "training", GPUs: []int{0, 1}, Set: identity.Set{UIDs: []uint32{1000}, GIDs: []uint32{50}}},
 	}
 }
 
@@ -34,7 +36,7 @@ func TestPoolAllows(t *testing.T) {
 			t.Errorf("Allows(%d, %v) = %v, want %v", tc.uid, tc.gids, got, tc.want)
 		}
 	}
-	if !(&config.Pool{Everyone: true}).Allows(5, nil) {
+	if !(&config.Pool{Set: identity.Set{Everyone: true}}).Allows(5, nil) {
 		t.Error("a pool naming no users must allow everyone")
 	}
 }

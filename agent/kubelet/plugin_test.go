@@ -22,6 +22,7 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/snapshot"
@@ -154,7 +155,7 @@ func TestRegistersAndListsEveryUnit(t *testing.T) {
 func TestUnitsTakenOutsideKubernetesTurnUnhealthy(t *testing.T) {
 	n := newNode(t)
 	seen := len(n.kubelet.Updates())
-	l, err := n.leases.Acquire(context.Background(), lease.Peer{Admin: true}, lease.Request{LeaseRequest: api.LeaseRequest{Units: 2}, TTL: time.Minute})
+	l, err := n.leases.Acquire(context.Background(), identity.Peer{Admin: true}, lease.Request{LeaseRequest: api.LeaseRequest{Units: 2}, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +165,7 @@ func TestUnitsTakenOutsideKubernetesTurnUnhealthy(t *testing.T) {
 			t.Fatalf("leased unit %d is %s", u, h)
 		}
 	}
-	if err := n.leases.Release(lease.Peer{Admin: true}, l.ID); err != nil {
+	if err := n.leases.Release(identity.Peer{Admin: true}, l.ID); err != nil {
 		t.Fatal(err)
 	}
 	_, seen = n.kubelet.WaitUpdate(seen, 5*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == 32 })
@@ -196,7 +197,7 @@ func TestAllocateMakesAPodLease(t *testing.T) {
 	}
 	cr := resp.ContainerResponses[0]
 	leaseID := cr.Envs["GPULET_LEASE_ID"]
-	l, err := n.leases.Get(lease.Peer{Admin: true}, leaseID)
+	l, err := n.leases.Get(identity.Peer{Admin: true}, leaseID)
 	if err != nil {
 		t.Fatalf("lease %q of the answer: %v", leaseID, err)
 	}
@@ -246,7 +247,7 @@ func TestAllocateMakesAPodLease(t *testing.T) {
 		})
 	}
 	// Units a lease outside Kubernetes holds are refused, naming it.
-	ttl, err := n.leases.Acquire(context.Background(), lease.Peer{Admin: true}, lease.Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "0"}, TTL: time.Minute})
+	ttl, err := n.leases.Acquire(context.Background(), identity.Peer{Admin: true}, lease.Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "0"}, TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,7 +320,7 @@ func TestPodLeasesFollowPodResources(t *testing.T) {
 	id := resp.ContainerResponses[0].Envs["GPULET_LEASE_ID"]
 	n.kubelet.SetPods(kubelettest.Pod("ns", "train", "main", ResourceName, n.ids(0, 1, 2)...))
 	testutil.Eventually(t, "the lease named after its pod", func() bool {
-		l, err := n.leases.Get(lease.Peer{Admin: true}, id)
+		l, err := n.leases.Get(identity.Peer{Admin: true}, id)
 		return err == nil && l.Pod.Namespace == "ns" && l.Pod.Name == "train" && l.Pod.Container == "main"
 	})
 	// A container holding units no lease holds is recorded.
@@ -340,7 +341,7 @@ func TestPodLeasesFollowPodResources(t *testing.T) {
 	lists := n.kubelet.Lists()
 	n.kubelet.SetPods(kubelettest.Pod("ns", "old", "c", ResourceName, n.ids(1, 4)...))
 	testutil.Eventually(t, "the lease released", func() bool {
-		_, err := n.leases.Get(lease.Peer{Admin: true}, id)
+		_, err := n.leases.Get(identity.Peer{Admin: true}, id)
 		return err != nil
 	})
 	if got := n.kubelet.Lists() - lists; got < missesToRelease {
@@ -358,7 +359,7 @@ func TestRegistersAgainWhenTheKubeletRestarts(t *testing.T) {
 	n.kubelet.Wait("a second registration", 10*time.Second, func() bool { return len(n.kubelet.Registrations()) >= 2 })
 	_, seen = n.kubelet.WaitUpdate(seen, 10*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == 32 })
 	// The new stream is live: a change reaches it.
-	if _, err := n.leases.Acquire(context.Background(), lease.Peer{Admin: true}, lease.Request{LeaseRequest: api.LeaseRequest{Units: 1}, TTL: time.Minute}); err != nil {
+	if _, err := n.leases.Acquire(context.Background(), identity.Peer{Admin: true}, lease.Request{LeaseRequest: api.LeaseRequest{Units: 1}, TTL: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	n.kubelet.WaitUpdate(seen, 10*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == 31 })

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
 
@@ -41,7 +42,7 @@ func TestTaskRunIsMeasuredWhenItsProcessExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	holder := Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
+	holder := identity.Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
 	l, err := m.Acquire(context.Background(), holder, Request{LeaseRequest: api.LeaseRequest{Units: 1, Task: "bert"}})
 	if err != nil {
 		t.Fatal(err)

@@ -12,6 +12,7 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -80,12 +81,12 @@ func benchRules() ([]config.Pool, []config.Quota) {
 	}
 	quotas := make([]config.Quota, 0, 1000)
 	for u := range 997 {
-		quotas = append(quotas, config.Quota{Key: fmt.Sprint(3000 + u), Kind: config.User, ID: uint32(3000 + u), Limit: 8})
+		quotas = append(quotas, config.Quota{Key: fmt.Sprint(3000 + u), Kind: identity.User, ID: uint32(3000 + u), Limit: 8})
 	}
 	quotas = append(quotas,
-		config.Quota{Key: "1001", Kind: config.User, ID: 1001, Limit: 1 << 20},
-		config.Quota{Key: "group:5017", Kind: config.Group, ID: 5017, Limit: 1 << 20},
-		config.Quota{Key: "*", Kind: config.Everyone, Limit: 1 << 20})
+		config.Quota{Key: "1001", Kind: identity.User, ID: 1001, Limit: 1 << 20},
+		config.Quota{Key: "group:5017", Kind: identity.Group, ID: 5017, Limit: 1 << 20},
+		config.Quota{Key: "*", Kind: identity.Everyone, Limit: 1 << 20})
 	return pools, quotas
 }
 
@@ -102,7 +103,7 @@ func BenchmarkConfiguredLease(b *testing.B) {
 	configured, _ := benchManager(b)
 	pools, quotas := benchRules()
 	configured.SetRules(placement.New(placement.BestFit).WithPools(pools), NewQuotas(quotas))
-	caller := Peer{UID: 1001, GID: 1001, Groups: []uint32{5017, 7, 8}}
+	caller := identity.Peer{UID: 1001, GID: 1001, Groups: []uint32{5017, 7, 8}}
 	req := ttlReq(1, "1m")
 	op := func(m *Manager) {
 		l, err := m.Acquire(ctx, caller, req)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/agent/procwatch"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/clock"
 )
 
@@ -142,7 +143,7 @@ func (b *ttlBinding) release() {
 // process: the caller's own (through the pidfd of its connection where the
 // kernel gives one), or the one "pid" names, which must be the caller's
 // unless it is an admin.
-func (m *Manager) bindingFor(peer Peer, req Request) (binding, error) {
+func (m *Manager) bindingFor(peer identity.Peer, req Request) (binding, error) {
 	if req.TTL > 0 {
 		return &ttlBinding{ttl: req.TTL}, nil
 	}

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
@@ -28,7 +29,7 @@ func processLease(t *testing.T, m *Manager) (*exec.Cmd, Grant) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	holder := Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
+	holder := identity.Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
 	l, err := m.Acquire(context.Background(), holder, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
 	if err != nil {
 		t.Fatal(err)
@@ -85,7 +86,7 @@ func TestPidRefusalsLookAlike(t *testing.T) {
 	if err := gone.Run(); err != nil {
 		t.Fatal(err)
 	}
-	caller := Peer{UID: 4242, GID: 4242, PID: os.Getpid()}
+	caller := identity.Peer{UID: 4242, GID: 4242, PID: os.Getpid()}
 	for name, pid := range map[string]int{"pid 1": 1, "another user's process": theirs.Process.Pid, "a thread of root's": thread, "no process": gone.Process.Pid} {
 		_, err := m.Acquire(context.Background(), caller, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: pid}})
 		want := fmt.Sprintf("pid: process %d is not running or is not yours (give a process id, not a thread id)", pid)
@@ -123,7 +124,7 @@ func TestOwnProcessBindsThroughItsPidfd(t *testing.T) {
 	// The pid says this test process; the pidfd, which wins, the sleep. (A
 	// real peer's pid and pidfd agree; here they differ to show which one
 	// the lease follows.)
-	peer := Peer{UID: uint32(os.Getuid()), PID: cmd.Process.Pid, PIDFD: pidfd}
+	peer := identity.Peer{UID: uint32(os.Getuid()), PID: cmd.Process.Pid, PIDFD: pidfd}
 	l, err := m.Acquire(context.Background(), peer, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // Explain says where a lease for req would go now and why each GPU was kept
@@ -9,7 +10,7 @@ import (
 // (POST /v1/placements, gpurun --dry-run). A lease that would draw on or
 // borrow from a reservation says which, with no verdicts: its units come from
 // the reservation, not from a choice among GPUs.
-func (m *Manager) Explain(peer Peer, req Request) (api.Placement, error) {
+func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error) {
 	if req.Units > m.cfg.Model.UnitsPerClient {
 		return api.Placement{}, api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
 	}

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // expire ends lease id if its deadline has passed; a renewal or a wall clock
@@ -40,7 +41,7 @@ func (m *Manager) end(id, reason string) {
 }
 
 // Release ends lease id for peer.
-func (m *Manager) Release(peer Peer, id string) error {
+func (m *Manager) Release(peer identity.Peer, id string) error {
 	if !m.lockOpen() {
 		return errStopping
 	}
@@ -56,7 +57,7 @@ func (m *Manager) Release(peer Peer, id string) error {
 }
 
 // Renew extends a time-bound lease by its ttl from now.
-func (m *Manager) Renew(peer Peer, id string) (api.Lease, error) {
+func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 	if !m.lockOpen() {
 		return api.Lease{}, errStopping
 	}
@@ -139,7 +140,7 @@ func (m *Manager) dropLocked(l *lease) {
 		}
 	}
 	m.touchLocked(l.GPU.Index)
-	m.quotaUse.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), -len(l.Units))
+	m.quotaUse.add(l.Owner.UID, identity.GroupsOf(l.Owner.GID, l.Owner.Groups), -len(l.Units))
 	if l.holder != nil {
 		if m.held[*l.holder] -= len(l.Units); m.held[*l.holder] <= 0 {
 			delete(m.held, *l.holder)

@@ -16,6 +16,7 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/pipefile"
 	"github.com/gpulet/gpulet/placement"
 )
@@ -78,7 +79,7 @@ type Grant struct {
 func (l *lease) grant() Grant { return Grant{Lease: *l.pub, JSON: l.json} }
 
 type waiter struct {
-	peer Peer
+	peer identity.Peer
 	req  Request
 	bind binding
 	// done gets the grant, made under the lock, or nil when the Manager
@@ -89,7 +90,7 @@ type waiter struct {
 var errStopping = api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
 
 // Acquire grants a lease for req to peer, waiting up to req.Wait for units.
-func (m *Manager) Acquire(ctx context.Context, peer Peer, req Request) (Grant, error) {
+func (m *Manager) Acquire(ctx context.Context, peer identity.Peer, req Request) (Grant, error) {
 	if req.Units > m.cfg.Model.UnitsPerClient {
 		return Grant{}, api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
 	}
@@ -195,11 +196,11 @@ func (m *Manager) settle() {
 	m.cfg.OnChange()
 }
 
-func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
+func (m *Manager) placementRequest(peer identity.Peer, req Request) placement.Request {
 	r := placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, MinCC: req.MinCapability, UID: peer.UID,
 		Pool: req.Pool, Admin: peer.Admin}
 	if !m.engine.Load().Open() {
-		r.GIDs = leaseGroups(peer.GID, peer.Groups)
+		r.GIDs = peer.GIDs()
 	}
 	if req.Task != "" {
 		r.Prefer = m.cfg.Prefer(peer.UID, req.Task)
@@ -208,7 +209,7 @@ func (m *Manager) placementRequest(peer Peer, req Request) placement.Request {
 }
 
 // tryGrantLocked places and grants req, or says why it cannot now.
-func (m *Manager) tryGrantLocked(peer Peer, req Request, bind binding) (*lease, error) {
+func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) (*lease, error) {
 	if m.journal.failed != nil {
 		return nil, unrecorded("no lease is granted", m.journal.failed)
 	}
@@ -300,7 +301,7 @@ func (m *Manager) addLocked(l *lease) {
 	}
 	m.touchLocked(l.GPU.Index)
 	m.leases[l.ID] = l
-	m.quotaUse.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), len(l.Units))
+	m.quotaUse.add(l.Owner.UID, identity.GroupsOf(l.Owner.GID, l.Owner.Groups), len(l.Units))
 	if pb, ok := l.bind.(*pidBinding); ok {
 		key := pb.key()
 		l.holder = &key
@@ -308,7 +309,7 @@ func (m *Manager) addLocked(l *lease) {
 	}
 }
 
-func (m *Manager) newLease(peer Peer, req Request, bind binding, c placement.Choice, dr *draw) *lease {
+func (m *Manager) newLease(peer identity.Peer, req Request, bind binding, c placement.Choice, dr *draw) *lease {
 	dev := m.gpus[c.GPU].dev
 	now := m.clock.Now().UTC()
 	l := &lease{Lease: api.Lease{

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/placement"
 )
@@ -36,7 +37,7 @@ func TestGrantAndRelease(t *testing.T) {
 	if v := m.View(); v.GPUs[l.GPU.Index].Used != 2 || len(v.Leases()) != 1 {
 		t.Fatalf("view %+v", v)
 	}
-	if err := m.Release(Peer{UID: 1000}, l.ID); !errors.Is(err, api.ErrNotFound) {
+	if err := m.Release(identity.Peer{UID: 1000}, l.ID); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("another user released the lease: %v", err)
 	}
 	if err := m.Release(root, l.ID); err != nil {
@@ -294,7 +295,7 @@ func TestMPSEnv(t *testing.T) {
 func TestMPSKeepsUsersApart(t *testing.T) {
 	f := newFixture(t, 1, 4, 2) // 2 instances of 4 units per GPU
 	m := f.manager(t, func(c *Config) { c.MPS = true; c.Devices = c.Devices[:1] })
-	alice, bob := Peer{UID: 1001, Admin: true}, Peer{UID: 1002, Admin: true}
+	alice, bob := identity.Peer{UID: 1001, Admin: true}, identity.Peer{UID: 1002, Admin: true}
 	a, err := m.Acquire(context.Background(), alice, ttlReq(1, "1m"))
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +312,7 @@ func TestMPSKeepsUsersApart(t *testing.T) {
 		t.Fatalf("alice's second lease on instance %d (first on %d): %v", a2.Instance, a.Instance, err)
 	}
 	// A third user finds every instance serving someone else.
-	_, err = m.Acquire(context.Background(), Peer{UID: 1003, Admin: true}, ttlReq(1, "1m"))
+	_, err = m.Acquire(context.Background(), identity.Peer{UID: 1003, Admin: true}, ttlReq(1, "1m"))
 	if !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("third user: %v", err)
 	}

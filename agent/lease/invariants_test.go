@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // TestRandomOperationsKeepTheTableInStep drives one Manager through a long
@@ -210,7 +211,7 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 	}
 	want := newQuotaUse()
 	for _, l := range m.leases {
-		want.add(l.Owner.UID, leaseGroups(l.Owner.GID, l.Owner.Groups), len(l.Units))
+		want.add(l.Owner.UID, identity.GroupsOf(l.Owner.GID, l.Owner.Groups), len(l.Units))
 	}
 	for _, g := range m.gpus {
 		for _, s := range g.slots {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
 
@@ -57,14 +58,14 @@ func TestWaitersPerUIDAreCapped(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	user := Peer{UID: 4242, GID: 4242, PID: os.Getpid()}
-	other := Peer{UID: 4343, GID: 4343, PID: os.Getpid()}
+	user := identity.Peer{UID: 4242, GID: 4242, PID: os.Getpid()}
+	other := identity.Peer{UID: 4343, GID: 4343, PID: os.Getpid()}
 	req := ttlReq(1, "1m")
 	req.Wait = time.Minute
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ended := make(chan error, 4)
-	wait := func(ctx context.Context, p Peer) {
+	wait := func(ctx context.Context, p identity.Peer) {
 		go func() { _, err := m.Acquire(ctx, p, req); ended <- err }()
 	}
 	first, cancelFirst := context.WithCancel(ctx)

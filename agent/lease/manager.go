@@ -22,7 +22,6 @@ package lease
 import (
 	"context"
 	"log/slog"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,7 +29,7 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
-	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/placement"
@@ -54,21 +53,6 @@ type GPUCondition struct {
 	InstanceDown []string
 	// ServerUID is, per instance, the uid of its live MPS server (nil: none).
 	ServerUID []*uint32
-}
-
-// Peer is who calls, as SO_PEERCRED told.
-type Peer struct {
-	UID, GID uint32
-	PID      int
-	Admin    bool
-
-	// Groups are the caller's supplementary groups.
-	Groups []uint32
-	// PIDFD, when not nil, holds the process that connected (SO_PEERPIDFD):
-	// a lease bound to the caller's own process is bound to exactly it. Who
-	// made the Peer closes it (the API server, when the request is done);
-	// Acquire keeps a duplicate of what it needs.
-	PIDFD *os.File
 }
 
 // Config wires a Manager.
@@ -122,7 +106,7 @@ type Config struct {
 	// SIGKILL.
 	ReclaimGrace time.Duration
 	// Accounts resolves the names of share members; the system's when nil.
-	Accounts config.Directory
+	Accounts identity.Directory
 	// PeakMemory is the most GPU memory a live lease's processes have used,
 	// as measured (false: not measured), for the record and the log line of
 	// its end, as sacct keeps a job's peak. It is called under the lock and
@@ -238,7 +222,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Conditions = func() *Conditions { return nil }
 	}
 	if cfg.Accounts == nil {
-		cfg.Accounts = config.SystemDirectory{}
+		cfg.Accounts = identity.SystemDirectory{}
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal{path: cfg.JournalPath}}
 	if cfg.Engine == nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -100,4 +101,4 @@ func ttlReq(units int, ttl string) Request {
 	return r
 }
 
-var root = Peer{UID: 0, GID: 0, PID: os.Getpid(), Admin: true}
+var root = identity.Peer{UID: 0, GID: 0, PID: os.Getpid(), Admin: true}

@@ -14,7 +14,7 @@ import (
 	"slices"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // overQuotaLocked lists the quotas held above their limit now, in the
@@ -30,9 +30,9 @@ func (m *Manager) overQuotaLocked() []api.QuotaOver {
 		for _, q := range m.quotas.all {
 			var held, res int
 			switch q.Kind {
-			case config.User:
+			case identity.User:
 				held, res = m.quotaUse.byUID[q.ID], reserved.byUID[q.ID]
-			case config.Group:
+			case identity.Group:
 				held, res = m.quotaUse.byGID[q.ID], reserved.byGID[q.ID]
 			default:
 				held, res = m.quotaUse.total, reserved.total

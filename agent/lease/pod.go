@@ -7,6 +7,7 @@ import (
 	"strconv"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -37,7 +38,7 @@ type Unit struct {
 // allocates for every pod.
 // It acts as an admin: Kubernetes decides which pods run here and applies
 // its own quotas, so gpulet's pools and quotas do not bind pods.
-var podPeer = Peer{UID: 0, GID: 0, Admin: true}
+var podPeer = identity.Peer{UID: 0, GID: 0, Admin: true}
 
 // PreferPod says which size units of available a container should get, and
 // must include mustInclude: the placement engine's choice on the node as it

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -27,11 +28,11 @@ func NewQuotas(qs []config.Quota) *Quotas {
 	out := &Quotas{byUID: map[uint32]config.Quota{}, byGID: map[uint32]config.Quota{}}
 	for _, q := range qs {
 		switch q.Kind {
-		case config.User:
+		case identity.User:
 			out.byUID[q.ID] = q
-		case config.Group:
+		case identity.Group:
 			out.byGID[q.ID] = q
-		case config.Everyone:
+		case identity.Everyone:
 			out.everyone = &q
 		}
 	}
@@ -71,19 +72,6 @@ func bump(m map[uint32]int, k uint32, n int) {
 	if m[k] += n; m[k] <= 0 {
 		delete(m, k)
 	}
-}
-
-// leaseGroups is the set of groups a lease counts toward: the caller's
-// primary group and its supplementary groups, each once.
-func leaseGroups(gid uint32, groups []uint32) []uint32 {
-	out := make([]uint32, 0, len(groups)+1)
-	out = append(out, gid)
-	for _, g := range groups {
-		if !slices.Contains(out, g) {
-			out = append(out, g)
-		}
-	}
-	return out
 }
 
 // QuotaUse is one quota that applies to a caller, with what is held against
@@ -136,7 +124,7 @@ func (q *Quotas) applying(uid uint32, gids []uint32, u, r *quotaUse) []QuotaUse 
 // above a quota that applies, counting what reservations set aside; admins
 // are bound by none. A draw on the caller's own reservation adds nothing:
 // its units were counted when it was made.
-func (m *Manager) checkQuotaLocked(peer Peer, units int, reservation string) error {
+func (m *Manager) checkQuotaLocked(peer identity.Peer, units int, reservation string) error {
 	if peer.Admin || m.quotas == nil {
 		return nil
 	}
@@ -144,7 +132,7 @@ func (m *Manager) checkQuotaLocked(peer Peer, units int, reservation string) err
 		return nil
 	}
 	reserved := m.reservedUseLocked()
-	return m.quotas.each(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse, reserved, func(q QuotaUse) error {
+	return m.quotas.each(peer.UID, peer.GIDs(), &m.quotaUse, reserved, func(q QuotaUse) error {
 		return exceeds(q, units)
 	})
 }
@@ -155,9 +143,9 @@ func exceeds(q QuotaUse, units int) error {
 	}
 	whose := "you hold"
 	switch q.Kind {
-	case config.Group:
+	case identity.Group:
 		whose = "its members hold"
-	case config.Everyone:
+	case identity.Everyone:
 		whose = "everyone holds"
 	}
 	if q.Reserved > 0 {
@@ -186,11 +174,11 @@ func (m *Manager) SetEngine(e *placement.Engine) { m.engine.Store(e) }
 
 // QuotaUse lists the quotas that bind peer and what is held against each;
 // none for admins, whom no quota binds.
-func (m *Manager) QuotaUse(peer Peer) []QuotaUse {
+func (m *Manager) QuotaUse(peer identity.Peer) []QuotaUse {
 	if peer.Admin {
 		return nil
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.quotas.applying(peer.UID, leaseGroups(peer.GID, peer.Groups), &m.quotaUse, m.reservedUseLocked())
+	return m.quotas.applying(peer.UID, peer.GIDs(), &m.quotaUse, m.reservedUseLocked())
 }

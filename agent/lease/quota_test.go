@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/placement"
 )
@@ -20,15 +21,15 @@ func TestQuotas(t *testing.T) {
 	f := newFixture(t, 4, 4, 1)
 	m := f.manager(t)
 	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{
-		{Key: "alice", Kind: config.User, ID: 1000, Limit: 3},
-		{Key: "group:ml", Kind: config.Group, ID: 50, Limit: 4},
-		{Key: "*", Kind: config.Everyone, Limit: 6},
+		{Key: "alice", Kind: identity.User, ID: 1000, Limit: 3},
+		{Key: "group:ml", Kind: identity.Group, ID: 50, Limit: 4},
+		{Key: "*", Kind: identity.Everyone, Limit: 6},
 	}))
-	alice := Peer{UID: 1000, GID: 1000, Groups: []uint32{50}}
-	bob := Peer{UID: 1001, GID: 50}
-	carol := Peer{UID: 1002, GID: 1002}
+	alice := identity.Peer{UID: 1000, GID: 1000, Groups: []uint32{50}}
+	bob := identity.Peer{UID: 1001, GID: 50}
+	carol := identity.Peer{UID: 1002, GID: 1002}
 	ctx := context.Background()
-	grant := func(p Peer, units int) error {
+	grant := func(p identity.Peer, units int) error {
 		_, err := m.Acquire(ctx, p, ttlReq(units, "1m"))
 		return err
 	}
@@ -94,10 +95,10 @@ func TestOfflineClaimsCountTowardTheirOwner(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t)
 	me := uint32(os.Getuid())
-	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: config.User, ID: me, Limit: 1}}))
+	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: identity.User, ID: me, Limit: 1}}))
 	fd := claimOffline(t, f, 0, 0)
 	testutil.Eventually(t, "offline claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
-	peer := Peer{UID: me, GID: uint32(os.Getgid())}
+	peer := identity.Peer{UID: me, GID: uint32(os.Getgid())}
 	if _, err := m.Acquire(context.Background(), peer, ttlReq(1, "1m")); !errors.Is(err, api.ErrQuotaExceeded) {
 		t.Fatalf("err = %v, want the offline claim counted", err)
 	}
@@ -117,7 +118,7 @@ func TestOfflineClaimsOverAQuotaAreShown(t *testing.T) {
 	var logs testutil.SyncBuffer
 	m := f.manager(t, func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	me := uint32(os.Getuid())
-	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: config.User, ID: me, Limit: 1}}))
+	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: identity.User, ID: me, Limit: 1}}))
 	first := claimOffline(t, f, 0, 0)
 	testutil.Eventually(t, "the first claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
 	if over := m.View().OverQuota; len(over) != 0 {
@@ -138,7 +139,7 @@ func TestOfflineClaimsOverAQuotaAreShown(t *testing.T) {
 	third := claimOffline(t, f, 0, 2)
 	defer unix.Close(third)
 	testutil.Eventually(t, "the claim counted", func() bool { return m.View().GPUs[0].Offline >= 1 })
-	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: config.User, ID: me, Limit: 0}}))
+	m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "me", Kind: identity.User, ID: me, Limit: 0}}))
 	if over := m.View().OverQuota; len(over) != 1 || over[0].Limit != 0 {
 		t.Fatalf("after a lowered quota: %+v", over)
 	}

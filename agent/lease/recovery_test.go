@@ -18,6 +18,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
@@ -307,7 +308,7 @@ func TestFailedGrantGivesBackItsProcessUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	fillDisk(m, 40, nil)
-	hp := Peer{UID: 0, PID: holder.Process.Pid, Admin: true}
+	hp := identity.Peer{UID: 0, PID: holder.Process.Pid, Admin: true}
 	if _, err := m.Acquire(context.Background(), hp, Request{LeaseRequest: api.LeaseRequest{Units: 1}}); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("grant on a full journal: %v, want unavailable", err)
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -139,7 +140,7 @@ func (m *Manager) usageLocked(r *reservation) usage {
 }
 
 // mayManage reports whether peer may advance or end r: its owner and admins.
-func mayManage(peer Peer, r *reservation) bool {
+func mayManage(peer identity.Peer, r *reservation) bool {
 	return peer.Admin || peer.UID == 0 || peer.UID == r.owner.UID
 }
 
@@ -147,7 +148,7 @@ func mayManage(peer Peer, r *reservation) bool {
 // largest stage at once, or fails with insufficient_units; with Wait it
 // stays pending until they can be had. Pending reservations go before it
 // when their priority is higher or equal.
-func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error) {
+func (m *Manager) Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservation, error) {
 	if err := spec.Resolve(m.cfg.Accounts); err != nil {
 		return api.Reservation{}, err
 	}
@@ -186,7 +187,7 @@ func (m *Manager) Reserve(peer Peer, spec reserve.Spec) (api.Reservation, error)
 	}
 	m.resSeq++
 	r := &reservation{Spec: spec, owner: api.ReservationOwner{UID: peer.UID, GID: peer.GID},
-		groups: leaseGroups(peer.GID, peer.Groups), admin: peer.Admin || peer.UID == 0,
+		groups: peer.GIDs(), admin: peer.Admin || peer.UID == 0,
 		created: m.clock.Now().UTC(), seq: m.resSeq, reclaiming: map[string]time.Time{}}
 	if err := m.reservableLocked(r); err != nil {
 		return api.Reservation{}, err
@@ -411,7 +412,7 @@ func (m *Manager) admitPendingLocked() {
 // Unreserve ends reservation name for peer (its owner or an admin): its
 // units go back to the node. Leases drawn on it or borrowed from it go on as
 // plain leases.
-func (m *Manager) Unreserve(peer Peer, name string) error {
+func (m *Manager) Unreserve(peer identity.Peer, name string) error {
 	if !m.lockOpen() {
 		return errStopping
 	}
@@ -424,7 +425,7 @@ func (m *Manager) Unreserve(peer Peer, name string) error {
 }
 
 // managedLocked finds reservation name for peer to change.
-func (m *Manager) managedLocked(peer Peer, name, what string) (*reservation, error) {
+func (m *Manager) managedLocked(peer identity.Peer, name, what string) (*reservation, error) {
 	r, ok := m.reservations[name]
 	if !ok {
 		return nil, api.Errorf(api.ErrNotFound, "no reservation named %q", name)

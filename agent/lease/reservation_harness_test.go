@@ -15,6 +15,7 @@ import (
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/clock"
 )
 
@@ -163,10 +164,10 @@ func (a testAccounts) LookupGroup(name string) (uint32, error) {
 }
 
 var (
-	alice = Peer{UID: 1000, GID: 1000}
-	bob   = Peer{UID: 1001, GID: 1001}
-	carol = Peer{UID: 1002, GID: 1002, Groups: []uint32{50}}
-	dave  = Peer{UID: 1003, GID: 1003}
+	alice = identity.Peer{UID: 1000, GID: 1000}
+	bob   = identity.Peer{UID: 1001, GID: 1001}
+	carol = identity.Peer{UID: 1002, GID: 1002, Groups: []uint32{50}}
+	dave  = identity.Peer{UID: 1003, GID: 1003}
 	accts = testAccounts{"alice": 1000, "bob": 1001, "carol": 1002, "dave": 1003, "group:ml": 50}
 )
 
@@ -210,7 +211,7 @@ func member(name string, weight int) reserve.Member {
 	return reserve.Member{Name: name, Group: strings.HasPrefix(name, "group:"), Weight: weight}
 }
 
-func (h *resHarness) reserve(peer Peer, s reserve.Spec) api.Reservation {
+func (h *resHarness) reserve(peer identity.Peer, s reserve.Spec) api.Reservation {
 	h.t.Helper()
 	r, err := h.m.Reserve(peer, s)
 	if err != nil {
@@ -222,7 +223,7 @@ func (h *resHarness) reserve(peer Peer, s reserve.Spec) api.Reservation {
 // lease leases one unit bound to a new fake process of peer's, naming
 // reservation res ("" for none), and consenting to borrow. Each lease is made a millisecond after the
 // last, so that "newest first" has an order.
-func (h *resHarness) lease(peer Peer, res string, ignoreTERM bool) (Grant, *fakeProc, error) {
+func (h *resHarness) lease(peer identity.Peer, res string, ignoreTERM bool) (Grant, *fakeProc, error) {
 	h.t.Helper()
 	h.clock.Advance(time.Millisecond)
 	p := h.procs.spawn(ignoreTERM)
@@ -230,7 +231,7 @@ func (h *resHarness) lease(peer Peer, res string, ignoreTERM bool) (Grant, *fake
 	return g, p, err
 }
 
-func (h *resHarness) mustLease(peer Peer, res string, ignoreTERM bool) (Grant, *fakeProc) {
+func (h *resHarness) mustLease(peer identity.Peer, res string, ignoreTERM bool) (Grant, *fakeProc) {
 	h.t.Helper()
 	g, p, err := h.lease(peer, res, ignoreTERM)
 	if err != nil {

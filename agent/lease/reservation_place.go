@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -44,7 +45,7 @@ func isInsufficient(err error) bool { return errors.Is(err, api.ErrInsufficientU
 // other request goes to ordinary free units, and, when those are short, a
 // share member whose request is preemptible borrows from a reservation that
 // lends it enough.
-func (m *Manager) placeLocked(peer Peer, req Request) (placement.Decision, *draw, error) {
+func (m *Manager) placeLocked(peer identity.Peer, req Request) (placement.Decision, *draw, error) {
 	eng := m.engine.Load()
 	pr := m.placementRequest(peer, req)
 	if req.Reservation != "" {
@@ -68,7 +69,7 @@ func (m *Manager) placeLocked(peer Peer, req Request) (placement.Decision, *draw
 }
 
 // placeOnReservationLocked places a request that names reservation name.
-func (m *Manager) placeOnReservationLocked(eng *placement.Engine, peer Peer, name string, pr placement.Request) (placement.Decision, *draw, error) {
+func (m *Manager) placeOnReservationLocked(eng *placement.Engine, peer identity.Peer, name string, pr placement.Request) (placement.Decision, *draw, error) {
 	r, ok := m.reservations[name]
 	if !ok {
 		return placement.Decision{}, nil, api.Errorf(api.ErrNotFound, "reservation: no reservation named %q", name)
@@ -98,7 +99,7 @@ func (m *Manager) placeOnReservationLocked(eng *placement.Engine, peer Peer, nam
 // borrowLocked looks for a reservation that lends peer enough: those that
 // list peer in their share group, the lowest priority first (it matters
 // least), then by name.
-func (m *Manager) borrowLocked(eng *placement.Engine, peer Peer, pr placement.Request) (placement.Decision, *draw) {
+func (m *Manager) borrowLocked(eng *placement.Engine, peer identity.Peer, pr placement.Request) (placement.Decision, *draw) {
 	type lender struct {
 		r *reservation
 		i int

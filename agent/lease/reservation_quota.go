@@ -6,6 +6,7 @@ package lease
 
 import (
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // SetPriorityCeiling sets the highest reservation priority a caller who is
@@ -15,7 +16,7 @@ func (m *Manager) SetPriorityCeiling(p int) { m.priorityCeiling.Store(int64(p)) 
 
 // checkPriority refuses a priority above the ceiling from a caller who is
 // not an admin: a high priority puts a reservation in front of everyone's.
-func (m *Manager) checkPriority(peer Peer, priority int) error {
+func (m *Manager) checkPriority(peer identity.Peer, priority int) error {
 	ceiling := m.priorityCeiling.Load()
 	if peer.Admin || peer.UID == 0 || int64(priority) <= ceiling {
 		return nil

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -17,7 +18,7 @@ import (
 // reservation adds nothing.
 func TestReservedUnitsCountTowardQuotas(t *testing.T) {
 	h := newResHarness(t, 1, 8, 1) // 16 units
-	h.m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "alice", Kind: config.User, ID: alice.UID, Limit: 4}}))
+	h.m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "alice", Kind: identity.User, ID: alice.UID, Limit: 4}}))
 	h.reserve(alice, spec("a", []int{2}))
 	h.reserve(alice, spec("b", []int{1, 2}))
 	_, err := h.m.Reserve(alice, spec("c", []int{1}))
@@ -41,7 +42,7 @@ func TestReservedUnitsCountTowardQuotas(t *testing.T) {
 
 	// A pending reservation counts as much as an active one.
 	h2 := newResHarness(t, 1, 8, 1)
-	h2.m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "alice", Kind: config.User, ID: alice.UID, Limit: 4}}))
+	h2.m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "alice", Kind: identity.User, ID: alice.UID, Limit: 4}}))
 	h2.fill()
 	pending := spec("p", []int{3})
 	pending.Wait = true
@@ -54,7 +55,7 @@ func TestReservedUnitsCountTowardQuotas(t *testing.T) {
 		t.Fatalf("reserved beyond the quota beside a pending reservation: %v", err)
 	}
 	// Admins are bound by no quota.
-	h2.reserve(Peer{UID: 0, Admin: true}, more)
+	h2.reserve(identity.Peer{UID: 0, Admin: true}, more)
 }
 
 // TestPriorityCeiling: a priority above the ceiling needs an admin.
@@ -77,5 +78,5 @@ func TestPriorityCeiling(t *testing.T) {
 		t.Fatalf("priority 11 under a ceiling of 10: %v", err)
 	}
 	top.Priority = config.MaxPriority
-	h.reserve(Peer{UID: 1005, GID: 1005, Admin: true}, top)
+	h.reserve(identity.Peer{UID: 1005, GID: 1005, Admin: true}, top)
 }

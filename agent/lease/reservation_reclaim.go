@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // Advance starts the next stage of reservation name for peer (its owner or
@@ -21,7 +22,7 @@ import (
 // and, after the reclaim grace, SIGKILL, and its units come back when it
 // exits; any other borrower's lease ends at once. Advancing past the last
 // stage ends the reservation.
-func (m *Manager) Advance(peer Peer, name string) (api.Reservation, error) {
+func (m *Manager) Advance(peer identity.Peer, name string) (api.Reservation, error) {
 	if !m.lockOpen() {
 		return api.Reservation{}, errStopping
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
 
@@ -296,7 +297,7 @@ func TestReclaimNeverSignalsAnotherUsersProcess(t *testing.T) {
 		c.ReservationsPath = filepath.Join(t.TempDir(), reserve.FileName)
 		c.ReclaimGrace = time.Hour
 	})
-	ops := Peer{UID: 1005, GID: 1005, Admin: true}
+	ops := identity.Peer{UID: 1005, GID: 1005, Admin: true}
 	if _, err := m.Reserve(ops, spec("wf1", []int{1, 2}, member("1005", 0))); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/placement"
 )
@@ -427,7 +428,7 @@ func TestOtherUsersKeepOutOfAReservationsInstance(t *testing.T) {
 func TestReservationKeepsToItsOwnersPools(t *testing.T) {
 	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
 	h.m.SetRules(placement.New(placement.BestFit).WithPools([]config.Pool{
-		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
+		{Name: "training", GPUs: []int{0}, Set: identity.Set{UIDs: []uint32{alice.UID}}},
 	}), nil)
 	r := h.reserve(bob, spec("wf1", []int{2}))
 	for _, u := range r.Units {
@@ -457,7 +458,7 @@ func TestReservationKeepsToItsOwnersPools(t *testing.T) {
 func TestPendingReservationAdmittedAtStartKeepsToPools(t *testing.T) {
 	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
 	pools := placement.New(placement.BestFit).WithPools([]config.Pool{
-		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
+		{Name: "training", GPUs: []int{0}, Set: identity.Set{UIDs: []uint32{alice.UID}}},
 	})
 	h.m.SetRules(pools, nil)
 	h.fill()
@@ -490,8 +491,8 @@ func TestPendingReservationAdmittedAtStartKeepsToPools(t *testing.T) {
 func TestReservationThatCouldNeverBeUsedIsRefused(t *testing.T) {
 	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
 	h.m.SetRules(placement.New(placement.BestFit).WithPools([]config.Pool{
-		{Name: "training", GPUs: []int{0}, UIDs: []uint32{alice.UID}},
-	}), NewQuotas([]config.Quota{{Key: "alice", Kind: config.User, ID: alice.UID, Limit: 3}}))
+		{Name: "training", GPUs: []int{0}, Set: identity.Set{UIDs: []uint32{alice.UID}}},
+	}), NewQuotas([]config.Quota{{Key: "alice", Kind: identity.User, ID: alice.UID, Limit: 3}}))
 	wait := spec("big", []int{5})
 	wait.Wait = true
 	_, err := h.m.Reserve(bob, wait)

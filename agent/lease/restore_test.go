@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/pipefile"
 )
@@ -28,11 +29,11 @@ func TestRestartKeepsLiveLeasesAndFreesDeadOnes(t *testing.T) {
 		}
 		defer c.Process.Kill()
 	}
-	l1, err := m1.Acquire(context.Background(), Peer{PID: live.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	l1, err := m1.Acquire(context.Background(), identity.Peer{PID: live.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, err := m1.Acquire(context.Background(), Peer{PID: dead.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	l2, err := m1.Acquire(context.Background(), identity.Peer{PID: dead.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/slurmjob"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/procfs"
 )
 
@@ -112,7 +113,7 @@ func (b *slurmBinding) release() { b.once.Do(func() { close(b.stop) }) }
 // that connected, read from its cgroup through the pidfd the connection gave
 // (or, on kernels without SO_PEERPIDFD, a process of the caller's user with
 // its pid).
-func (m *Manager) slurmBindingFor(peer Peer, scope string) (binding, error) {
+func (m *Manager) slurmBindingFor(peer identity.Peer, scope string) (binding, error) {
 	var p Process
 	var st uint64
 	var err error
@@ -161,7 +162,7 @@ func (m *Manager) slurmBindingFor(peer Peer, scope string) (binding, error) {
 // holds already, when it is the caller's and has units enough: every task
 // and step of a job asks, and the job holds one lease. found is false when
 // there is none.
-func (m *Manager) slurmReuseLocked(peer Peer, req Request, bind binding) (g Grant, found bool, err error) {
+func (m *Manager) slurmReuseLocked(peer identity.Peer, req Request, bind binding) (g Grant, found bool, err error) {
 	sb, ok := bind.(*slurmBinding)
 	if !ok {
 		return Grant{}, false, nil
@@ -195,7 +196,7 @@ func rebindSlurm(e journalEntry) (binding, string) {
 // ReleaseSlurmJob ends every lease of Slurm job id (an epilog's safety net,
 // for root and admins) and returns their ids. Like a holder's exit, an end
 // happens even when it cannot be recorded.
-func (m *Manager) ReleaseSlurmJob(peer Peer, id uint64) ([]string, error) {
+func (m *Manager) ReleaseSlurmJob(peer identity.Peer, id uint64) ([]string, error) {
 	if !peer.Admin && peer.UID != 0 {
 		return nil, api.Errorf(api.ErrForbidden, "releasing a Slurm job's leases is for root and the admin group")
 	}

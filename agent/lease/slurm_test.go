@@ -14,6 +14,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
 
@@ -50,7 +51,7 @@ func (n *slurmNode) read(pid int, start uint64) ([]byte, error) {
 
 // task starts a process of job in step 0 (v1 layout, uid's job) with its
 // task's cgroup, and returns the caller it is.
-func (n *slurmNode) task(job int, uid uint32) Peer {
+func (n *slurmNode) task(job int, uid uint32) identity.Peer {
 	p := n.procs.spawn(false)
 	rel := fmt.Sprintf("slurm/uid_%d/job_%d/step_0/task_0", uid, job)
 	dir := filepath.Join(n.root, "freezer", rel)
@@ -71,7 +72,7 @@ func (n *slurmNode) task(job int, uid uint32) Peer {
 	n.mu.Lock()
 	n.files[p.pid] = "6:freezer:/" + rel + "\n5:devices:/\n0::/\n"
 	n.mu.Unlock()
-	return Peer{UID: uid, GID: uid, PID: p.pid}
+	return identity.Peer{UID: uid, GID: uid, PID: p.pid}
 }
 
 // endJob removes the job's cgroup, as slurmstepd does when its last process
@@ -169,12 +170,12 @@ func TestSlurmRefusals(t *testing.T) {
 	// Not in a job: a plain process's cgroup.
 	p := n.procs.spawn(false)
 	n.files[p.pid] = "0::/user.slice/user-1000.slice/session-2.scope\n"
-	if _, err := m.Acquire(ctx, Peer{UID: 1000, PID: p.pid}, slurmReq(1, "job")); !errors.Is(err, api.ErrBadRequest) {
+	if _, err := m.Acquire(ctx, identity.Peer{UID: 1000, PID: p.pid}, slurmReq(1, "job")); !errors.Is(err, api.ErrBadRequest) {
 		t.Errorf("caller in no job: %v, want a bad request", err)
 	}
 	// Another user's job (a uid's cgroup names the job user under v1).
 	theirs := n.task(20, 1001)
-	if _, err := m.Acquire(ctx, Peer{UID: 1000, PID: theirs.PID}, slurmReq(1, "job")); !errors.Is(err, api.ErrForbidden) {
+	if _, err := m.Acquire(ctx, identity.Peer{UID: 1000, PID: theirs.PID}, slurmReq(1, "job")); !errors.Is(err, api.ErrForbidden) {
 		t.Errorf("another user's job: %v, want forbidden", err)
 	}
 	// A job folder a user made (not root's): refused.
@@ -208,17 +209,17 @@ func TestReleaseSlurmJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.ReleaseSlurmJob(Peer{UID: 1000}, 30); !errors.Is(err, api.ErrForbidden) {
+	if _, err := m.ReleaseSlurmJob(identity.Peer{UID: 1000}, 30); !errors.Is(err, api.ErrForbidden) {
 		t.Fatalf("the job's user releasing by job: %v, want forbidden", err)
 	}
-	ids, err := m.ReleaseSlurmJob(Peer{UID: 0}, 30)
+	ids, err := m.ReleaseSlurmJob(identity.Peer{UID: 0}, 30)
 	if err != nil || len(ids) != 1 || ids[0] != g.ID {
 		t.Fatalf("release job 30: %v, %v; want [%s]", ids, err, g.ID)
 	}
 	if ls := m.View().Leases(); len(ls) != 1 || ls[0].ID != keep.ID {
 		t.Fatalf("after the release: %+v, want only %s", ls, keep.ID)
 	}
-	if ids, err := m.ReleaseSlurmJob(Peer{UID: 0}, 30); err != nil || len(ids) != 0 {
+	if ids, err := m.ReleaseSlurmJob(identity.Peer{UID: 0}, 30); err != nil || len(ids) != 0 {
 		t.Fatalf("releasing again: %v, %v; want nothing", ids, err)
 	}
 }

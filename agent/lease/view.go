@@ -9,6 +9,7 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -296,12 +297,12 @@ func (m *Manager) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUCondition,
 	}
 }
 
-func (m *Manager) visible(peer Peer, l *lease) bool {
+func (m *Manager) visible(peer identity.Peer, l *lease) bool {
 	return peer.Admin || peer.UID == 0 || peer.UID == l.Owner.UID
 }
 
 // Get returns lease id if peer may see it.
-func (m *Manager) Get(peer Peer, id string) (api.Lease, error) {
+func (m *Manager) Get(peer identity.Peer, id string) (api.Lease, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, ok := m.leases[id]
@@ -312,7 +313,7 @@ func (m *Manager) Get(peer Peer, id string) (api.Lease, error) {
 }
 
 // List returns the leases peer may see, by id.
-func (m *Manager) List(peer Peer) []api.Lease {
+func (m *Manager) List(peer identity.Peer) []api.Lease {
 	m.mu.Lock()
 	out := []api.Lease{}
 	for _, l := range m.leases {

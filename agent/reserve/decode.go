@@ -3,12 +3,12 @@ package reserve
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
-	"strconv"
 	"strings"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // Bounds on a request, so that no request can make the daemon keep much.
@@ -22,8 +22,6 @@ const (
 	// maxJobUnits bounds one job's units before the node's own size is
 	// known, so that no sum can overflow.
 	maxJobUnits = 1 << 20
-	// GroupPrefix marks a share member that is a group.
-	GroupPrefix = "group:"
 )
 
 // Decode reads one JSON reservation request from r, strictly (unknown fields
@@ -145,51 +143,36 @@ func checkShare(in []api.ShareMember) ([]Member, error) {
 	seen := map[string]bool{}
 	weighted := len(in) > 0 && in[0].Weight != 0
 	for i, m := range in {
-		name := m.User
-		isGroup := strings.HasPrefix(name, GroupPrefix)
-		bare := strings.TrimPrefix(name, GroupPrefix)
+		who, err := identity.Parse(m.User)
+		if err == nil && who.Kind == identity.Everyone {
+			err = fmt.Errorf(`"*" is not a member: list users and group:NAME`)
+		}
 		switch {
-		case bare == "":
-			return nil, api.Errorf(api.ErrBadRequest, "share[%d].user: empty; give a user name, or group:NAME", i)
-		case len(bare) > 256 || strings.ContainsFunc(bare, func(r rune) bool { return r <= ' ' || r == 0x7f || r == ':' || r == '/' }):
-			return nil, api.Errorf(api.ErrBadRequest, "share[%d].user: %q is not a user or group name", i, name)
-		case seen[name]:
-			return nil, api.Errorf(api.ErrBadRequest, "share[%d].user: %q is listed twice", i, name)
+		case err != nil:
+			return nil, api.Errorf(api.ErrBadRequest, "share[%d].user: %v", i, err)
+		case seen[who.String()]:
+			return nil, api.Errorf(api.ErrBadRequest, "share[%d].user: %q is listed twice", i, m.User)
 		case m.Weight < 0 || m.Weight > MaxWeight:
 			return nil, api.Errorf(api.ErrBadRequest, "share[%d].weight: %d is outside 1 to %d", i, m.Weight, MaxWeight)
 		case weighted != (m.Weight != 0):
 			return nil, api.Errorf(api.ErrBadRequest, "share[%d].weight: give every member a weight, or none (then they are served in the order listed)", i)
 		}
-		seen[name] = true
-		out = append(out, Member{Name: name, Group: isGroup, Weight: m.Weight})
+		seen[who.String()] = true
+		out = append(out, Member{Name: who.String(), Group: who.Kind == identity.Group, ID: who.ID, Weight: m.Weight})
 	}
 	return out, nil
 }
 
-// Resolve finds the id of every share member in acc (config.SystemDirectory
+// Resolve finds the id of every share member in acc (identity.SystemDirectory
 // in gpuletd); an unknown name is a bad request naming the member.
-func (s *Spec) Resolve(acc config.Directory) error {
+func (s *Spec) Resolve(acc identity.Directory) error {
 	for i := range s.Share {
 		m := &s.Share[i]
-		name := strings.TrimPrefix(m.Name, GroupPrefix)
-		// A number is the id itself, as in the config file and chown.
-		if id, err := strconv.ParseUint(name, 10, 32); err == nil {
-			m.ID = uint32(id)
-			continue
-		}
-		var err error
-		if m.Group {
-			m.ID, err = acc.LookupGroup(name)
-		} else {
-			m.ID, err = acc.LookupUser(name)
-		}
+		who, err := m.Principal().Resolve(acc)
 		if err != nil {
-			kind := "user"
-			if m.Group {
-				kind = "group"
-			}
-			return api.Errorf(api.ErrBadRequest, "share[%d].user: no %s %q on this node", i, kind, strings.TrimPrefix(m.Name, GroupPrefix))
+			return api.Errorf(api.ErrBadRequest, "share[%d].user: no %s %q on this node", i, who.Kind, who.Name)
 		}
+		m.ID = who.ID
 	}
 	return nil
 }

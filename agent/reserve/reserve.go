@@ -9,6 +9,10 @@ package reserve
 
 import (
 	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/gpulet/gpulet/identity"
 )
 
 // Spec is a checked reservation request.
@@ -57,13 +61,23 @@ type Member struct {
 	Weight int `json:"weight,omitempty"`
 }
 
-// Matches reports whether a caller with uid, primary gid and supplementary
-// groups is this member.
-func (m Member) Matches(uid, gid uint32, groups []uint32) bool {
-	if !m.Group {
-		return m.ID == uid
+// Principal is the member as identity knows it, its ID as resolved.
+func (m Member) Principal() identity.Principal {
+	name, kind := m.Name, identity.User
+	if m.Group {
+		name, kind = strings.TrimPrefix(name, identity.GroupPrefix), identity.Group
 	}
-	return m.ID == gid || slices.Contains(groups, m.ID)
+	// A number is the id itself, as in the config file and chown.
+	if id, err := strconv.ParseUint(name, 10, 32); err == nil {
+		return identity.Principal{Kind: kind, Name: name, ByID: true, ID: uint32(id)}
+	}
+	return identity.Principal{Kind: kind, Name: name, ID: m.ID}
+}
+
+// Matches reports whether a caller with uid, primary gid and supplementary
+// groups is this member, by identity's rule.
+func (m Member) Matches(uid, gid uint32, groups []uint32) bool {
+	return m.Principal().Matches(uid, identity.GroupsOf(gid, groups))
 }
 
 // MemberOf is the first member of share the caller is, or -1: a caller who is

@@ -17,7 +17,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
@@ -314,15 +313,6 @@ func TestGroupsComeFromTheConnection(t *testing.T) {
 	ci := s.connContext(t.Context(), c).Value(connKey{}).(*connInfo)
 	if !ci.peer.Admin || !slices.Equal(ci.peer.Groups, gids) || ci.peer.PID != cmd.Process.Pid {
 		t.Fatalf("peer %+v, want admin by group 4343, pid %d", ci.peer, cmd.Process.Pid)
-	}
-}
-
-func TestInGroup(t *testing.T) {
-	p := lease.Peer{UID: 1000, GID: 1000, Groups: []uint32{27, 1001}}
-	for gid, want := range map[uint32]bool{1000: true, 27: true, 1001: true, 0: false, 4: false} {
-		if inGroup(p, gid) != want {
-			t.Errorf("inGroup(%d) = %v, want %v", gid, !want, want)
-		}
 	}
 }
 

@@ -10,15 +10,15 @@ import (
 	"strings"
 
 	"github.com/gpulet/gpulet/agent/inventory"
-	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // The handlers of workflow reservations, of the node (drain, undrain) and of
 // the simulated GPUs.
 
-func (s *Server) listReservations(w http.ResponseWriter, _ *http.Request, _ lease.Peer, _ []string) error {
+func (s *Server) listReservations(w http.ResponseWriter, _ *http.Request, _ identity.Peer, _ []string) error {
 	rs := s.core.Reservations()
 	if rs == nil {
 		rs = []api.Reservation{}
@@ -26,7 +26,7 @@ func (s *Server) listReservations(w http.ResponseWriter, _ *http.Request, _ leas
 	return writeJSON(w, http.StatusOK, api.ReservationList{Reservations: rs})
 }
 
-func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
+func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer identity.Peer, _ []string) error {
 	spec, err := reserve.Decode(r.Body)
 	if err != nil {
 		return err
@@ -39,7 +39,7 @@ func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer 
 	return writeJSON(w, http.StatusCreated, res)
 }
 
-func (s *Server) getReservation(w http.ResponseWriter, _ *http.Request, _ lease.Peer, p []string) error {
+func (s *Server) getReservation(w http.ResponseWriter, _ *http.Request, _ identity.Peer, p []string) error {
 	res, err := s.core.Reservation(p[0])
 	if err != nil {
 		return err
@@ -47,7 +47,7 @@ func (s *Server) getReservation(w http.ResponseWriter, _ *http.Request, _ lease.
 	return writeJSON(w, http.StatusOK, res)
 }
 
-func (s *Server) advanceReservation(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+func (s *Server) advanceReservation(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
 	res, err := s.core.Advance(peer, p[0])
 	if err != nil {
 		return err
@@ -55,7 +55,7 @@ func (s *Server) advanceReservation(w http.ResponseWriter, _ *http.Request, peer
 	return writeJSON(w, http.StatusOK, res)
 }
 
-func (s *Server) deleteReservation(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+func (s *Server) deleteReservation(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
 	if err := s.core.Unreserve(peer, p[0]); err != nil {
 		return err
 	}
@@ -63,7 +63,7 @@ func (s *Server) deleteReservation(w http.ResponseWriter, _ *http.Request, peer 
 	return nil
 }
 
-func (s *Server) drain(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
+func (s *Server) drain(w http.ResponseWriter, _ *http.Request, peer identity.Peer, _ []string) error {
 	if !peer.Admin {
 		return api.Errorf(api.ErrForbidden, "draining the node is for root and the admin group")
 	}
@@ -73,7 +73,7 @@ func (s *Server) drain(w http.ResponseWriter, _ *http.Request, peer lease.Peer, 
 
 // undrain resumes new leases on the node, or, with {"gpu":...}, clears that
 // GPU's Xid fault and leaves the node's draining as it is.
-func (s *Server) undrain(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) error {
+func (s *Server) undrain(w http.ResponseWriter, r *http.Request, peer identity.Peer, _ []string) error {
 	if !peer.Admin {
 		return api.Errorf(api.ErrForbidden, "undraining the node and clearing GPU faults are for root and the admin group")
 	}
@@ -129,7 +129,7 @@ func (s *Server) writeSnapshot(w http.ResponseWriter) error {
 	return nil
 }
 
-func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer lease.Peer, p []string) error {
+func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer identity.Peer, p []string) error {
 	if peer.UID != 0 {
 		return api.Errorf(api.ErrForbidden, "the simulated GPU controls are for root only")
 	}

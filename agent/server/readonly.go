@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -47,7 +47,7 @@ func (ro *readOnly) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Allow", "GET, HEAD")
 		ro.s.writeError(w, api.Errorf(api.ErrMethodNotAllowed, "%s is not allowed on %s (allowed: GET)", r.Method, r.URL.Path))
 	default:
-		if err := h(w, r, lease.Peer{}, nil); err != nil {
+		if err := h(w, r, identity.Peer{}, nil); err != nil {
 			ro.s.writeError(w, err)
 		}
 	}

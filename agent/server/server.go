@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -26,6 +25,7 @@ import (
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/httpjson"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/snapshot"
@@ -36,20 +36,20 @@ type Core interface {
 	Published() *snapshot.Published
 	// Changed is closed at the next change of what Published returns.
 	Changed() <-chan struct{}
-	Acquire(ctx context.Context, peer lease.Peer, req lease.Request) (lease.Grant, error)
-	List(peer lease.Peer) []api.Lease
-	Get(peer lease.Peer, id string) (api.Lease, error)
-	Renew(peer lease.Peer, id string) (api.Lease, error)
-	Release(peer lease.Peer, id string) error
+	Acquire(ctx context.Context, peer identity.Peer, req lease.Request) (lease.Grant, error)
+	List(peer identity.Peer) []api.Lease
+	Get(peer identity.Peer, id string) (api.Lease, error)
+	Renew(peer identity.Peer, id string) (api.Lease, error)
+	Release(peer identity.Peer, id string) error
 	// ReleaseSlurmJob ends every lease of a Slurm job (root and admins).
-	ReleaseSlurmJob(peer lease.Peer, job uint64) ([]string, error)
+	ReleaseSlurmJob(peer identity.Peer, job uint64) ([]string, error)
 	// Reserve, Reservations, Reservation, Advance and Unreserve are the
 	// workflow reservations (docs/design.md §12).
-	Reserve(peer lease.Peer, spec reserve.Spec) (api.Reservation, error)
+	Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservation, error)
 	Reservations() []api.Reservation
 	Reservation(name string) (api.Reservation, error)
-	Advance(peer lease.Peer, name string) (api.Reservation, error)
-	Unreserve(peer lease.Peer, name string) error
+	Advance(peer identity.Peer, name string) (api.Reservation, error)
+	Unreserve(peer identity.Peer, name string) error
 	SetDraining(draining bool)
 	// ClearXid clears the critical Xid that failed a GPU (index or UUID) and
 	// returns the GPU's index and the Xid cleared (0: it had none).
@@ -58,16 +58,16 @@ type Core interface {
 	// backend has it, so a nil func means the route does not exist.
 	SimGPU() func(index int, u api.SimGPUUpdate) error
 	// Explain says where a lease for req would go now, changing nothing.
-	Explain(peer lease.Peer, req lease.Request) (api.Placement, error)
+	Explain(peer identity.Peer, req lease.Request) (api.Placement, error)
 	// Profiles is the task–engine affinity table as peer may see it.
-	Profiles(peer lease.Peer) api.ProfileList
+	Profiles(peer identity.Peer) api.ProfileList
 	// Pools lists the configured pools, as peer may use them.
-	Pools(peer lease.Peer) api.PoolList
+	Pools(peer identity.Peer) api.PoolList
 	// Quotas lists the quotas that apply to peer, with what it holds.
-	Quotas(peer lease.Peer) api.QuotaList
+	Quotas(peer identity.Peer) api.QuotaList
 }
 
-type handlerFunc func(w http.ResponseWriter, r *http.Request, peer lease.Peer, params []string) error
+type handlerFunc func(w http.ResponseWriter, r *http.Request, peer identity.Peer, params []string) error
 
 type route struct {
 	method string
@@ -133,7 +133,7 @@ type connKey struct{}
 // connInfo is what a connection carries in its context: who connected, and
 // the socket, to ask the kernel for the connected process's pidfd.
 type connInfo struct {
-	peer lease.Peer
+	peer identity.Peer
 	rc   syscall.RawConn
 }
 
@@ -161,20 +161,14 @@ func (s *Server) connContext(ctx context.Context, c net.Conn) context.Context {
 		s.internal.Log(slog.LevelWarn, "cannot read a caller's credentials; its requests are refused", "err", err)
 		return ctx
 	}
-	peer := lease.Peer{UID: cred.Uid, GID: cred.Gid, PID: int(cred.Pid)}
+	peer := identity.Peer{UID: cred.Uid, GID: cred.Gid, PID: int(cred.Pid)}
 	if peer.Groups, err = peerGroups(rc); err != nil {
 		// Fail closed: without its groups the caller is admin only by its
 		// uid or its primary group.
 		s.internal.Log(slog.LevelWarn, "cannot read a caller's groups", "uid", peer.UID, "err", err)
 	}
-	peer.Admin = peer.UID == 0 || (s.adminGID >= 0 && inGroup(peer, uint32(s.adminGID)))
+	peer.Admin = peer.UID == 0 || (s.adminGID >= 0 && peer.InGroup(uint32(s.adminGID)))
 	return context.WithValue(ctx, connKey{}, &connInfo{peer: peer, rc: rc})
-}
-
-// inGroup reports whether the caller had gid as its group or among its
-// supplementary groups when it connected.
-func inGroup(peer lease.Peer, gid uint32) bool {
-	return peer.GID == gid || slices.Contains(peer.Groups, gid)
 }
 
 // httpErrorsPerSecond bounds the lines of http.Server's own errors (accept
@@ -325,7 +319,7 @@ func (s *Server) published() (*snapshot.Published, error) {
 	return p, nil
 }
 
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ lease.Peer, _ []string) error {
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ identity.Peer, _ []string) error {
 	p, err := s.published()
 	if err != nil {
 		return err
@@ -350,7 +344,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ lease.Peer, 
 	return nil
 }
 
-func (s *Server) gpus(w http.ResponseWriter, r *http.Request, _ lease.Peer, _ []string) error {
+func (s *Server) gpus(w http.ResponseWriter, r *http.Request, _ identity.Peer, _ []string) error {
 	p, err := s.published()
 	if err != nil {
 		return err
@@ -359,7 +353,7 @@ func (s *Server) gpus(w http.ResponseWriter, r *http.Request, _ lease.Peer, _ []
 	return writeJSON(w, http.StatusOK, api.GPUList{Backend: p.Snapshot.Backend, MPS: p.Snapshot.MPS, GPUs: p.Snapshot.GPUs})
 }
 
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ lease.Peer, _ []string) error {
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ identity.Peer, _ []string) error {
 	p, err := s.published()
 	if err != nil {
 		return err
@@ -373,11 +367,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ lease.Peer, _
 	return nil
 }
 
-func (s *Server) listLeases(w http.ResponseWriter, _ *http.Request, peer lease.Peer, _ []string) error {
+func (s *Server) listLeases(w http.ResponseWriter, _ *http.Request, peer identity.Peer, _ []string) error {
 	return writeJSON(w, http.StatusOK, api.LeaseList{Leases: s.core.List(peer)})
 }
 
-func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.Peer, _ []string) (err error) {
+func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer identity.Peer, _ []string) (err error) {
 	if s.Live != nil {
 		start := time.Now()
 		defer func() { s.Live.ObserveLease(time.Since(start), err == nil) }()
@@ -407,7 +401,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer lease.
 // callerPidfd is a pidfd for the process that connected, or nil where the
 // kernel cannot give one (the lease manager then checks the pid's owner).
 // The caller closes it.
-func (s *Server) callerPidfd(ctx context.Context, peer lease.Peer) (*os.File, error) {
+func (s *Server) callerPidfd(ctx context.Context, peer identity.Peer) (*os.File, error) {
 	f, err := peerPidfd(ctx.Value(connKey{}).(*connInfo).rc)
 	switch {
 	case err == nil:
@@ -423,7 +417,7 @@ func (s *Server) callerPidfd(ctx context.Context, peer lease.Peer) (*os.File, er
 	return nil, err
 }
 
-func (s *Server) getLease(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+func (s *Server) getLease(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
 	l, err := s.core.Get(peer, p[0])
 	if err != nil {
 		return err
@@ -431,7 +425,7 @@ func (s *Server) getLease(w http.ResponseWriter, _ *http.Request, peer lease.Pee
 	return writeJSON(w, http.StatusOK, l)
 }
 
-func (s *Server) renewLease(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+func (s *Server) renewLease(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
 	l, err := s.core.Renew(peer, p[0])
 	if err != nil {
 		return err
@@ -439,7 +433,7 @@ func (s *Server) renewLease(w http.ResponseWriter, _ *http.Request, peer lease.P
 	return writeJSON(w, http.StatusOK, l)
 }
 
-func (s *Server) releaseLease(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+func (s *Server) releaseLease(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
 	if err := s.core.Release(peer, p[0]); err != nil {
 		return err
 	}

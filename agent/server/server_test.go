@@ -21,6 +21,7 @@ import (
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -29,7 +30,7 @@ import (
 type fakeCore struct {
 	mu     sync.Mutex
 	leases map[string]api.Lease
-	peers  []lease.Peer
+	peers  []identity.Peer
 	// pidfdStart is, per request that came with a pidfd, the start time of
 	// its process (0: not a live process).
 	pidfdStart []uint64
@@ -62,7 +63,7 @@ func (f *fakeCore) publish(seq uint64) {
 
 func (f *fakeCore) Published() *snapshot.Published { return f.store.Load() }
 func (f *fakeCore) Changed() <-chan struct{}       { return f.store.Changed() }
-func (f *fakeCore) Acquire(_ context.Context, p lease.Peer, r lease.Request) (lease.Grant, error) {
+func (f *fakeCore) Acquire(_ context.Context, p identity.Peer, r lease.Request) (lease.Grant, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.peers = append(f.peers, p)
@@ -84,8 +85,8 @@ func (f *fakeCore) Acquire(_ context.Context, p lease.Peer, r lease.Request) (le
 	b, err := json.Marshal(l)
 	return lease.Grant{Lease: l, JSON: b}, err
 }
-func (f *fakeCore) List(lease.Peer) []api.Lease { return []api.Lease{} }
-func (f *fakeCore) Get(_ lease.Peer, id string) (api.Lease, error) {
+func (f *fakeCore) List(identity.Peer) []api.Lease { return []api.Lease{} }
+func (f *fakeCore) Get(_ identity.Peer, id string) (api.Lease, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	l, ok := f.leases[id]
@@ -94,12 +95,12 @@ func (f *fakeCore) Get(_ lease.Peer, id string) (api.Lease, error) {
 	}
 	return l, nil
 }
-func (f *fakeCore) Renew(p lease.Peer, id string) (api.Lease, error) { return f.Get(p, id) }
-func (f *fakeCore) Release(p lease.Peer, id string) error {
+func (f *fakeCore) Renew(p identity.Peer, id string) (api.Lease, error) { return f.Get(p, id) }
+func (f *fakeCore) Release(p identity.Peer, id string) error {
 	_, err := f.Get(p, id)
 	return err
 }
-func (f *fakeCore) Reserve(p lease.Peer, s reserve.Spec) (api.Reservation, error) {
+func (f *fakeCore) Reserve(p identity.Peer, s reserve.Spec) (api.Reservation, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, dup := f.reservations[s.Name]; dup {
@@ -128,14 +129,14 @@ func (f *fakeCore) Reservation(name string) (api.Reservation, error) {
 	}
 	return r, nil
 }
-func (f *fakeCore) managed(p lease.Peer, name string) (api.Reservation, error) {
+func (f *fakeCore) managed(p identity.Peer, name string) (api.Reservation, error) {
 	r, err := f.Reservation(name)
 	if err == nil && p.UID != r.Owner.UID && !p.Admin {
 		err = api.Errorf(api.ErrForbidden, "reservation %q is not yours", name)
 	}
 	return r, err
 }
-func (f *fakeCore) Advance(p lease.Peer, name string) (api.Reservation, error) {
+func (f *fakeCore) Advance(p identity.Peer, name string) (api.Reservation, error) {
 	r, err := f.managed(p, name)
 	if err != nil {
 		return r, err
@@ -146,7 +147,7 @@ func (f *fakeCore) Advance(p lease.Peer, name string) (api.Reservation, error) {
 	f.reservations[name] = r
 	return r, nil
 }
-func (f *fakeCore) Unreserve(p lease.Peer, name string) error {
+func (f *fakeCore) Unreserve(p identity.Peer, name string) error {
 	if _, err := f.managed(p, name); err != nil {
 		return err
 	}
@@ -177,19 +178,19 @@ func (f *fakeCore) SimGPU() func(int, api.SimGPUUpdate) error {
 	}
 }
 
-func (f *fakeCore) Explain(p lease.Peer, r lease.Request) (api.Placement, error) {
+func (f *fakeCore) Explain(p identity.Peer, r lease.Request) (api.Placement, error) {
 	if r.Pool != "" {
 		return api.Placement{}, api.Errorf(api.ErrForbidden, "pool %s: uid %d may not lease there", r.Pool, p.UID)
 	}
 	return api.Placement{GPU: api.LeaseGPU{Index: 0, UUID: "GPU-x"}, Units: []int{0}, Policy: "best-fit", Candidates: []api.Candidate{{GPU: 0, Kept: true}}}, nil
 }
-func (f *fakeCore) Profiles(lease.Peer) api.ProfileList {
+func (f *fakeCore) Profiles(identity.Peer) api.ProfileList {
 	return api.ProfileList{Profiles: []api.TaskProfile{{Task: "t", Models: []api.ModelRunTime{{Model: "Tesla T4", Seconds: 2, Runs: 1}}}}}
 }
-func (f *fakeCore) Pools(p lease.Peer) api.PoolList {
+func (f *fakeCore) Pools(p identity.Peer) api.PoolList {
 	return api.PoolList{Pools: []api.Pool{{Name: "p", GPUs: []int{0}, UnitsFree: 3, Allowed: p.Admin}}}
 }
-func (f *fakeCore) Quotas(p lease.Peer) api.QuotaList {
+func (f *fakeCore) Quotas(p identity.Peer) api.QuotaList {
 	return api.QuotaList{Admin: p.Admin, Quotas: []api.QuotaUsage{{Quota: "*", Limit: 8, Held: 1}}}
 }
 
@@ -391,7 +392,7 @@ func TestUndrainIsForAdmins(t *testing.T) {
 	srv := New(core, -1, slog.New(slog.DiscardHandler))
 	for _, body := range []string{"", `{"gpu":"0"}`} {
 		req := httptest.NewRequest("POST", "/v1/node/undrain", strings.NewReader(body))
-		req = req.WithContext(context.WithValue(req.Context(), connKey{}, &connInfo{peer: lease.Peer{UID: 1000, GID: 1000, PID: 1}}))
+		req = req.WithContext(context.WithValue(req.Context(), connKey{}, &connInfo{peer: identity.Peer{UID: 1000, GID: 1000, PID: 1}}))
 		rec := httptest.NewRecorder()
 		srv.ServeHTTP(rec, req)
 		if rec.Code != 403 || !strings.Contains(rec.Body.String(), api.CodeForbidden) {

@@ -4,13 +4,13 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // releaseSlurmJob ends what a Slurm job still holds: the epilog's safety net
 // behind the cgroup watch.
-func (s *Server) releaseSlurmJob(w http.ResponseWriter, _ *http.Request, peer lease.Peer, p []string) error {
+func (s *Server) releaseSlurmJob(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
 	job, err := strconv.ParseUint(p[0], 10, 64)
 	if err != nil || job == 0 {
 		return api.Errorf(api.ErrBadRequest, "slurm job: %q is not a job id (a whole number from 1)", p[0])

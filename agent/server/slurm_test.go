@@ -4,11 +4,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 )
 
-func (f *fakeCore) ReleaseSlurmJob(p lease.Peer, job uint64) ([]string, error) {
+func (f *fakeCore) ReleaseSlurmJob(p identity.Peer, job uint64) ([]string, error) {
 	if !p.Admin {
 		return nil, api.Errorf(api.ErrForbidden, "for root and the admin group")
 	}

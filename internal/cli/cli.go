@@ -21,6 +21,7 @@ import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // Exit codes.
@@ -398,7 +399,7 @@ func checkConfig(ctx context.Context, e *env, path string) error {
 			gpus[i] = config.GPURef{Index: g.Index, UUID: g.UUID}
 		}
 		// Strict: a name that gpuletd would skip is a problem here.
-		err = f.Check(gpus, config.SystemDirectory{})
+		err = f.Check(gpus, identity.SystemDirectory{})
 		warnModels(e, path, f, list.GPUs)
 	case ctx.Err() != nil:
 		return ctx.Err()
@@ -407,7 +408,7 @@ func checkConfig(ctx context.Context, e *env, path string) error {
 			err = fmt.Errorf("gpuletd at %s did not answer within %s", e.c.SocketPath(), gpusTimeout)
 		}
 		fmt.Fprintf(e.errOut, "gpulet: %s: GPUs not checked against a node, only their form: %v\n", path, err)
-		err = f.CheckNames(config.SystemDirectory{})
+		err = f.CheckNames(identity.SystemDirectory{})
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 )
 
 // The workflow reservation commands (docs/design.md §12): reserve,
@@ -147,8 +148,8 @@ func ParseShare(s string) ([]api.ShareMember, error) {
 	for _, item := range strings.Split(s, ",") {
 		item = strings.TrimSpace(item)
 		prefix, rest := "", item
-		if strings.HasPrefix(item, "group:") {
-			prefix, rest = "group:", item[len("group:"):]
+		if strings.HasPrefix(item, identity.GroupPrefix) {
+			prefix, rest = identity.GroupPrefix, item[len(identity.GroupPrefix):]
 		}
 		m := api.ShareMember{User: item}
 		if name, w, ok := strings.Cut(rest, ":"); ok {
@@ -158,8 +159,9 @@ func ParseShare(s string) ([]api.ShareMember, error) {
 			}
 			m = api.ShareMember{User: prefix + name, Weight: n}
 		}
-		if strings.TrimPrefix(m.User, "group:") == "" {
-			return nil, fmt.Errorf("--share %q: give a user name, or group:NAME", item)
+		// gpuletd checks again; this says what is wrong before a round trip.
+		if who, err := identity.Parse(m.User); err != nil || who.Kind == identity.Everyone {
+			return nil, fmt.Errorf("--share %q: give a user name, a uid, or group:NAME", item)
 		}
 		out = append(out, m)
 	}
