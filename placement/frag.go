@@ -153,7 +153,33 @@ type shapeBefore struct {
 	whole, partial int
 }
 
-func newFragScorer(n *Node, m *Mix, r Request) *fragScorer {
+// Memo keeps what a decision on one node learnt of the node before the
+// request, for the next decision on the same node under the same engine.
+// Its zero value is empty; a nil Memo keeps nothing.
+type Memo struct {
+	frag *fragScorer
+}
+
+// Reset empties m: its node changed, or another engine decides.
+func (m *Memo) Reset() {
+	if m != nil {
+		m.frag = nil
+	}
+}
+
+// fragScorer is the frag policy's view of n under mix, the one kept in m
+// when it is there.
+func (m *Memo) fragScorer(n *Node, mix *Mix) *fragScorer {
+	if m == nil {
+		return newFragScorer(n, mix)
+	}
+	if m.frag == nil || m.frag.n != n || m.frag.mix != mix {
+		m.frag = newFragScorer(n, mix)
+	}
+	return m.frag
+}
+
+func newFragScorer(n *Node, m *Mix) *fragScorer {
 	fs := &fragScorer{n: n, mix: m}
 	if m == nil {
 		return fs

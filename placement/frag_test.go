@@ -50,7 +50,7 @@ func TestFragWorkedExample(t *testing.T) {
 			if got := fragmentation(n, mix, newFragState(n, buf[:])); got != tc.frag {
 				t.Errorf("fragmentation = %v, want %v", got, tc.frag)
 			}
-			fs := newFragScorer(n, mix, Request{Units: tc.units})
+			fs := newFragScorer(n, mix)
 			if fs.before != tc.frag {
 				t.Errorf("the scorer's fragmentation before = %v, want %v", fs.before, tc.frag)
 			}
@@ -184,7 +184,7 @@ func TestFragDeltaAsAPass(t *testing.T) {
 		n.GPUs[(seed+2)%5].Unusable = "has failed"
 		n.Host = &Host{CPUMilli: 16000, MemoryMiB: 1000, CPUMilliFree: uint64(seed * 97 % 16000), MemoryMiBFree: uint64(seed * 13 % 1000)}
 		r := Request{Units: 1 + seed*7%400, HostCPUMilli: uint64(seed * 31 % 5000), HostMemoryMiB: uint64(seed % 50)}
-		fs := newFragScorer(n, mix, r)
+		fs := newFragScorer(n, mix)
 		var buf [maxStackGPUs]int
 		base := newFragState(n, buf[:])
 		if want := fragmentation(n, mix, base); math.Abs(fs.before-want) > 1e-9 {

@@ -32,10 +32,10 @@ func hostRefusal(n *Node, r Request) error {
 
 // hostOnly places a request that asks no GPU: the host alone decides, and
 // the choice names no GPU (-1).
-func (e *Engine) hostOnly(n *Node, r Request) Decision {
+func (e *Engine) hostOnly(n *Node, r Request, memo *Memo) Decision {
 	d := Decision{Policy: e.policy, Choice: Choice{GPU: -1, Instance: -1}}
 	if e.policy == Frag {
-		d.Best.Frag = roundScore(newFragScorer(n, e.mix, r).delta(r, -1, 0))
+		d.Best.Frag = roundScore(memo.fragScorer(n, e.mix).delta(r, -1, 0))
 		d.Best.Align = hostAlign(n, r)
 	}
 	return d

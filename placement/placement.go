@@ -160,15 +160,34 @@ func (e *Engine) Policy() Policy { return e.policy }
 // and then also ErrNeverFits when nothing on this node could ever take r. The
 // decision's Verdicts are filled only when it fails; Explain fills them always.
 func (e *Engine) Place(n *Node, r Request) (Decision, error) {
-	return e.decide(n, r, false)
+	return e.decide(n, r, decideOpts{units: true})
 }
 
 // Explain is Place with a verdict for every GPU considered, for a dry run.
 func (e *Engine) Explain(n *Node, r Request) (Decision, error) {
-	return e.decide(n, r, true)
+	return e.decide(n, r, decideOpts{explain: true, units: true})
 }
 
-func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
+// Rank is Place without the chosen units (a fractional request's
+// Choice.Units is nil), with the frag policy's view of n before the request
+// kept in memo (nil: none kept) for the next decision on the same n: what a
+// cluster asks of every node it ranks, where copying a GPU's worth of unit
+// indices for each node not chosen, and weighing the node's state against
+// the whole mix again, cost more than the decision. memo must be reset
+// (Memo.Reset) when n changes or another engine decides.
+func (e *Engine) Rank(n *Node, r Request, memo *Memo) (Decision, error) {
+	return e.decide(n, r, decideOpts{memo: memo})
+}
+
+// decideOpts says what a decision makes beyond its choice.
+type decideOpts struct {
+	// explain fills a verdict for every GPU; units lists the chosen units.
+	explain, units bool
+	memo           *Memo
+}
+
+func (e *Engine) decide(n *Node, r Request, o decideOpts) (Decision, error) {
+	explain := o.explain
 	d := Decision{Policy: e.policy}
 	if n.Draining {
 		return d, api.Errorf(api.ErrUnavailable, "the node is draining: no new leases")
@@ -186,9 +205,9 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 	}
 	switch {
 	case r.GPUs > 0:
-		return e.decideWhole(n, r, acc)
+		return e.decideWhole(n, r, acc, o.memo)
 	case r.Units <= 0:
-		return e.hostOnly(n, r), nil
+		return e.hostOnly(n, r, o.memo), nil
 	}
 	best, found := Candidate{}, false
 	less := e.policy.less()
@@ -207,7 +226,7 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 	}
 	var fs *fragScorer
 	if e.policy == Frag {
-		fs = newFragScorer(n, e.mix, r)
+		fs = o.memo.fragScorer(n, e.mix)
 	}
 	for gi := range n.GPUs {
 		g := &n.GPUs[gi]
@@ -272,7 +291,8 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 	}
 	if !found && !explain {
 		// The slow path: go again, keeping every reason for the message.
-		return e.decide(n, r, true)
+		o.explain = true
+		return e.decide(n, r, o)
 	}
 	if explain {
 		d.Verdicts = make([]Verdict, len(verdicts))
@@ -284,7 +304,10 @@ func (e *Engine) decide(n *Node, r Request, explain bool) (Decision, error) {
 		return d, refusal(n, r, d.Verdicts, possible)
 	}
 	in := &n.GPUs[best.GPU].Instances[best.Instance]
-	d.Choice = Choice{GPU: n.GPUs[best.GPU].Index, Instance: in.Index, Units: append([]int(nil), in.FreeUnits[:r.Units]...)}
+	d.Choice = Choice{GPU: n.GPUs[best.GPU].Index, Instance: in.Index}
+	if o.units {
+		d.Choice.Units = append([]int(nil), in.FreeUnits[:r.Units]...)
+	}
 	d.Best = best
 	if fs != nil {
 		d.Best.Align = hostAlign(n, r)

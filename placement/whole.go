@@ -36,7 +36,7 @@ func wholeNow(g *GPU, r Request) reason {
 }
 
 // decideWhole places a whole-GPU request: all of it or nothing.
-func (e *Engine) decideWhole(n *Node, r Request, acc *access) (Decision, error) {
+func (e *Engine) decideWhole(n *Node, r Request, acc *access, memo *Memo) (Decision, error) {
 	d := Decision{Policy: e.policy}
 	if r.GPU != "" {
 		return d, api.Errorf(api.ErrBadRequest, "gpu: a request for whole GPUs cannot name one GPU")
@@ -70,15 +70,15 @@ func (e *Engine) decideWhole(n *Node, r Request, acc *access) (Decision, error) 
 	}
 	d.Best.GPU, d.Best.Free = chosen[0], len(whole)
 	if e.policy == Frag {
-		d.Best.Frag = roundScore(e.wholeDelta(n, r, chosen))
+		d.Best.Frag = roundScore(e.wholeDelta(n, r, chosen, memo))
 		d.Best.Align = hostAlign(n, r)
 	}
 	return d, nil
 }
 
 // wholeDelta is the frag policy's figure for taking the GPUs chosen whole.
-func (e *Engine) wholeDelta(n *Node, r Request, chosen []int) float64 {
-	fs := newFragScorer(n, e.mix, r)
+func (e *Engine) wholeDelta(n *Node, r Request, chosen []int, memo *Memo) float64 {
+	fs := memo.fragScorer(n, e.mix)
 	if fs.mix == nil {
 		return 0
 	}

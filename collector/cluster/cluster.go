@@ -70,8 +70,16 @@ type node struct {
 	model *placement.Node
 	sum   summary
 	// cache holds the engine's answers to requests while the model stays
-	// as it is: a change of the model drops it.
+	// as it is, and memo what the engine learnt of the model: a change of
+	// the model drops both.
 	cache map[cacheKey]cached
+	memo  placement.Memo
+}
+
+// changed drops what was kept of n's model, which changed.
+func (n *node) changed() {
+	n.cache = nil
+	n.memo.Reset()
 }
 
 // summary is what decides, without the engine, that a node cannot fit a
@@ -97,7 +105,7 @@ func New(e *placement.Engine) *Cluster {
 func (c *Cluster) SetEngine(e *placement.Engine) {
 	c.engine, c.policy = e, e.Policy()
 	for _, n := range c.nodes {
-		n.cache = nil
+		n.changed()
 	}
 }
 
@@ -209,28 +217,34 @@ func (c *Cluster) ask(n *node, r *Request) cached {
 			return v
 		}
 	}
-	d, err := c.decide(n, r)
+	d, err := c.decide(n, r, false)
 	v := cached{kept: err == nil, choice: d.Choice, best: d.Best}
 	if useCache {
 		if n.cache == nil {
 			n.cache = map[cacheKey]cached{}
 		}
-		kept := v
-		kept.choice.Units = nil
-		n.cache[key] = kept
+		n.cache[key] = v
 	}
 	return v
 }
 
-// decide is the engine's decision on n for r.
-func (c *Cluster) decide(n *node, r *Request) (placement.Decision, error) {
-	d, err := c.engine.Place(n.model, r.Request)
+// decide is the engine's decision on n for r, the chosen units listed when
+// units is true: only the answers that win are asked for them again.
+func (c *Cluster) decide(n *node, r *Request, units bool) (placement.Decision, error) {
+	d, err := c.engineDecide(n, r.Request, units)
 	if err == nil && len(r.Models) > 0 && r.GPUs+r.Units > 0 && !modelsAccept(r.Models, n.model, d.Choice) {
 		// The node has a model asked and one not asked: ask again for
 		// each model asked, and keep the best.
-		d, err = c.placeByModel(n, r)
+		d, err = c.placeByModel(n, r, units)
 	}
 	return d, err
+}
+
+func (c *Cluster) engineDecide(n *node, r placement.Request, units bool) (placement.Decision, error) {
+	if units {
+		return c.engine.Place(n.model, r)
+	}
+	return c.engine.Rank(n.model, r, &n.memo)
 }
 
 // complete gives the ranked answers their units, which kept answers lack.
@@ -240,7 +254,7 @@ func (c *Cluster) complete(r *Request, ranked []Verdict) error {
 		if v.Choice.Units != nil || r.Units <= 0 || r.GPUs > 0 {
 			continue
 		}
-		d, err := c.decide(c.nodes[v.index], r)
+		d, err := c.decide(c.nodes[v.index], r, true)
 		if err != nil {
 			return fmt.Errorf("node %s: its engine refused what it had answered: %w", v.Node, err)
 		}
@@ -267,14 +281,14 @@ func modelsAccept(models []string, m *placement.Node, ch placement.Choice) bool 
 
 // placeByModel asks the engine once per model asked (the engine's type
 // filter takes one) and keeps the best answer under the policy.
-func (c *Cluster) placeByModel(n *node, r *Request) (placement.Decision, error) {
+func (c *Cluster) placeByModel(n *node, r *Request, units bool) (placement.Decision, error) {
 	var best placement.Decision
 	var errs []error
 	found := false
 	for _, m := range r.Models {
 		one := r.Request
 		one.Type = m
-		d, err := c.engine.Place(n.model, one)
+		d, err := c.engineDecide(n, one, units)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -389,7 +403,7 @@ func (c *Cluster) Commit(r Request, v Verdict) error {
 	}
 	n := c.nodes[i]
 	commit(n.model, r.Request, v.Choice)
-	n.cache = nil
+	n.changed()
 	n.summarize()
 	return nil
 }
@@ -428,7 +442,8 @@ func (c *Cluster) Put(name string, m *placement.Node) {
 		c.nodes = append(c.nodes, &node{name: name})
 	}
 	n := c.nodes[i]
-	n.model, n.cache = m, nil
+	n.model = m
+	n.changed()
 	n.summarize()
 }
 
