@@ -59,21 +59,20 @@ type rawFlags struct {
 // gpuletdFlagGroups, setting cfg and raw.
 func defineFlags(fs *pflag.FlagSet, cfg *Config, raw *rawFlags) {
 	host, _ := os.Hostname()
-	m, n, k, u, mount := &raw.m, &raw.n, &raw.k, &raw.u, &raw.mount
 	// Socket and state
 	fs.StringVar(&cfg.Socket, "socket", api.DefaultSocket, "API socket (systemd socket activation overrides it)")
 	fs.StringVar(&cfg.SocketGroup, "socket-group", "gpulet", "group that owns the socket (mode 0660) and the ledger's instance folders (1770: who may claim offline); a warning if it does not exist")
 	fs.StringVar(&cfg.RunDir, "run-dir", DefaultRunDir, "state that survives a daemon restart but not a reboot: pipe-file ledger, lease journal")
 	fs.StringVar(&cfg.StateDir, "state-dir", "/var/lib/gpulet", "state that survives a reboot, written with fsync: workflow reservations")
-	fs.StringVar(mount, "mount", "", "FUSE view mount point (\"\" for none)")
+	fs.StringVar(&raw.mount, "mount", "", "FUSE view mount point (\"\" for none)")
 	// GPUs
 	typedVar(fs, &cfg.Backend, "backend", string(BackendAuto), ParseBackend, "GPU backend: nvml, sim, or auto (NVML when it initializes, else simulated)")
 	typedVar(fs, &cfg.SimGPUs, "sim-gpus", "2xA100-80GB", ParseSimGPUs, "simulated GPUs, COUNTxMODEL[,...]; models: "+strings.Join(inventory.ModelKeys(), ", ")+" (the memory suffix may be left out where only one size exists)")
 	// Units
-	fs.IntVar(m, "units-per-client", 0, "M: most units one process may hold (U, a whole GPU, unless given; a lease still lies on one MPS instance, U/K units at most)")
-	fs.IntVar(n, "clients-per-instance", 16, "N: most processes one MPS instance serves at once")
-	fs.IntVar(k, "instances-per-gpu", 1, "K: MPS control daemons per GPU; more let more users run at once, each instance serving one user at a time")
-	fs.IntVar(u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K; a unit is 1/U of the GPU's memory and SMs (M×N×K when --units-per-client is given and this is not)")
+	fs.IntVar(&raw.m, "units-per-client", 0, "M: most units one process may hold (U, a whole GPU, unless given; a lease still lies on one MPS instance, U/K units at most)")
+	fs.IntVar(&raw.n, "clients-per-instance", 16, "N: most processes one MPS instance serves at once")
+	fs.IntVar(&raw.k, "instances-per-gpu", 1, "K: MPS control daemons per GPU; more let more users run at once, each instance serving one user at a time")
+	fs.IntVar(&raw.u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K; a unit is 1/U of the GPU's memory and SMs (M×N×K when --units-per-client is given and this is not)")
 	// Placement and sampling
 	fs.IntVar(&cfg.MaxUtilization, "max-utilization", 90, "percent of a GPU's SMs in use (GPM, else per-process SM figures; never the time any kernel ran) above which it takes no new leases")
 	typedVar(fs, &cfg.Policy, "policy", string(placement.BestFit), placement.ParsePolicy, "placement policy: best-fit, first-fit, spread, score (the strongest card whose free resources are shaped most like the request), or frag (the choice that fragments the node least over the mix of the requests it has been receiving; best-fit until it has seen some)")
