@@ -19,13 +19,13 @@ const (
 	ModeAuto Mode = "auto"
 )
 
-// Modes are the --mps values, in the order they are named to the user.
-var Modes = []Mode{ModeOn, ModeOff, ModeAuto}
+// modes are the --mps values, in the order they are named to the user.
+var modes = []Mode{ModeOn, ModeOff, ModeAuto}
 
 // ParseMode reads an --mps value; any other than on, off and auto is an error
 // wrapping [ErrBadMode] that names the flag, the value and the modes.
 func ParseMode(s string) (Mode, error) {
-	for _, m := range Modes {
+	for _, m := range modes {
 		if string(m) == s {
 			return m, nil
 		}

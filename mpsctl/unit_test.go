@@ -61,7 +61,7 @@ func TestResolve(t *testing.T) {
 
 func TestParseMode(t *testing.T) {
 	t.Parallel()
-	for _, m := range Modes {
+	for _, m := range modes {
 		if got, err := ParseMode(string(m)); got != m || err != nil {
 			t.Errorf("ParseMode(%q) = %q, %v", m, got, err)
 		}
@@ -86,7 +86,7 @@ func FuzzParseMode(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := ParseMode(s)
-		if (err == nil) != slices.Contains(Modes, Mode(s)) || (err == nil && string(m) != s) {
+		if (err == nil) != slices.Contains(modes, Mode(s)) || (err == nil && string(m) != s) {
 			t.Fatalf("ParseMode(%q) = %q, %v", s, m, err)
 		}
 	})
