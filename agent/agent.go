@@ -53,16 +53,17 @@ type Config struct {
 	StateDir    string
 	// Mount is the FUSE view's mount point; empty: no view.
 	Mount          string
-	Backend        string // "auto", "nvml" or "sim"
-	SimGPUs        string
+	Backend        Backend
+	SimGPUs        SimGPUs
 	Model          units.Model
 	MaxUtilization int
 	Policy         placement.Policy
 	SampleInterval time.Duration
 	NodeName       string
 	AdminGroup     string
-	// MPS is "on", "off" or "auto"; MPSControl the control binary.
-	MPS        string
+	// MPS is whether MPS must, may or must not run; MPSControl the control
+	// binary.
+	MPS        mpsctl.Mode
 	MPSControl string
 	// MaxConnsPerUID and MaxWaitersPerUID cap the connections and the
 	// requests queued for units of one uid; root is not capped.

@@ -2,13 +2,17 @@ package agent
 
 import (
 	"errors"
-	"github.com/gpulet/gpulet/agent/units"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
+
+	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -21,7 +25,7 @@ func TestParseFlags(t *testing.T) {
 	}{
 		{"defaults", nil, func(c Config) bool {
 			return c.Socket == api.DefaultSocket && c.RunDir == DefaultRunDir && c.Mount == "/run/gpulet/view" &&
-				c.Model.UnitsPerGPU == 16 && c.Backend == "auto" && c.SampleInterval == time.Second && c.MaxUtilization == 90 &&
+				c.Model.UnitsPerGPU == 16 && c.Backend == BackendAuto && c.MPS == mpsctl.ModeAuto && c.Policy == placement.BestFit && c.SampleInterval == time.Second && c.MaxUtilization == 90 &&
 				c.MaxConnsPerUID == 64 && c.MaxWaitersPerUID == 16 && c.ReclaimGrace == 10*time.Second && c.StateDir == "/var/lib/gpulet"
 		}, ""},
 		{"reclaim grace", []string{"--reclaim-grace", "250ms"}, func(c Config) bool { return c.ReclaimGrace == 250*time.Millisecond }, ""},
@@ -57,8 +61,28 @@ func TestParseFlags(t *testing.T) {
 		{"M follows U", []string{"--units-per-gpu", "32"}, func(c Config) bool { return c.Model.UnitsPerClient == 32 }, ""},
 		{"M zero", []string{"--units-per-client", "0"}, nil, "--units-per-client must be at least 1"},
 		{"U not a number", []string{"--units-per-gpu", "lots"}, nil, `invalid argument "lots"`},
-		{"bad backend", []string{"--backend", "cuda"}, nil, `--backend "cuda"`},
-		{"bad sim spec", []string{"--sim-gpus", "3xGTX1080"}, nil, `unknown model "GTX1080"`},
+		{"sim backend", []string{"--backend", "sim"}, func(c Config) bool { return c.Backend == BackendSim }, ""},
+		{"nvml backend", []string{"--backend=nvml"}, func(c Config) bool { return c.Backend == BackendNVML }, ""},
+		{"bad backend", []string{"--backend", "cuda"}, nil, `--backend "cuda": must be auto, nvml or sim`},
+		{"backend in capitals", []string{"--backend", "NVML"}, nil, `--backend "NVML": must be auto, nvml or sim`},
+		{"empty backend", []string{"--backend="}, nil, `--backend "": must be auto, nvml or sim`},
+		{"default sim GPUs", nil, func(c Config) bool {
+			m := c.SimGPUs.Models
+			return c.SimGPUs.Spec == "2xA100-80GB" && len(m) == 2 && m[0].Key == "A100-80GB" && m[1].Key == "A100-80GB"
+		}, ""},
+		{"sim GPUs parsed once", []string{"--sim-gpus", "1xT4,2xH100"}, func(c Config) bool {
+			m := c.SimGPUs.Models
+			return c.SimGPUs.Spec == "1xT4,2xH100" && len(m) == 3 && m[0].Key == "T4-16GB" && m[2].Key == "H100-80GB"
+		}, ""},
+		{"bad sim spec", []string{"--sim-gpus", "3xGTX1080"}, nil, `--sim-gpus item "3xGTX1080": unknown model "GTX1080"; accepted forms`},
+		{"empty sim spec", []string{"--sim-gpus", ""}, nil, "--sim-gpus is empty; accepted forms"},
+		{"no sim GPUs", []string{"--sim-gpus", "0xT4"}, nil, `--sim-gpus item "0xT4": count must be a whole number of at least 1`},
+		{"too many sim GPUs", []string{"--sim-gpus", "40xT4,40xL4"}, nil, `--sim-gpus "40xT4,40xL4": more than 64 GPUs`},
+		{"ambiguous sim model", []string{"--sim-gpus", "A100"}, nil, `model "A100" is ambiguous: say which of A100-40GB, A100-80GB`},
+		{"mps off", []string{"--mps", "off"}, func(c Config) bool { return c.MPS == mpsctl.ModeOff }, ""},
+		{"mps on", []string{"--mps=on"}, func(c Config) bool { return c.MPS == mpsctl.ModeOn }, ""},
+		{"bad mps", []string{"--mps", "yes"}, nil, `--mps="yes": want on, off or auto`},
+		{"empty mps", []string{"--mps="}, nil, `--mps="": want on, off or auto`},
 		{"bad policy", []string{"--policy", "random"}, nil, `--policy "random": must be one of best-fit, first-fit, spread, score, frag`},
 		{"score policy", []string{"--policy", "score"}, func(c Config) bool { return c.Policy == placement.Score }, ""},
 		{"bad utilization", []string{"--max-utilization", "120"}, nil, "--max-utilization 120"},
@@ -85,6 +109,10 @@ func TestParseFlags(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
 				}
+				// A typed flag's error names the flag and the value once.
+				if strings.HasPrefix(tc.wantErr, "--") && strings.Contains(err.Error(), "invalid argument") {
+					t.Fatalf("err = %v: pflag's prefix says the flag and value twice", err)
+				}
 				return
 			}
 			if err != nil || !tc.check(cfg) {
@@ -107,8 +135,46 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	}
 }
 
+// TestHelpAligned checks the shape of --help and -h: every flag line gives
+// a default, and the usages start in one column.
+func TestHelpAligned(t *testing.T) {
+	for _, arg := range []string{"--help", "-h"} {
+		var out strings.Builder
+		if _, err := ParseFlags([]string{arg}, &out); !errors.Is(err, ErrHelp) {
+			t.Fatalf("%s: err = %v, want ErrHelp", arg, err)
+		}
+		column, lines := -1, 0
+		for _, line := range strings.Split(out.String(), "\n") {
+			m := helpLine.FindStringSubmatchIndex(line)
+			if m == nil {
+				continue
+			}
+			lines++
+			if !printedDefault.MatchString(line) {
+				t.Errorf("%s: no default on %q", arg, line)
+			}
+			if column == -1 {
+				column = m[6]
+			}
+			if m[6] != column {
+				t.Errorf("%s: usage at column %d, not %d: %q", arg, m[6], column, line)
+			}
+		}
+		if lines != countFlags(gpuletdFlagSet()) {
+			t.Errorf("%s: %d flag lines, want one a flag (%d)", arg, lines, countFlags(gpuletdFlagSet()))
+		}
+	}
+}
+
+func countFlags(fs *pflag.FlagSet) int {
+	n := 0
+	fs.VisitAll(func(*pflag.Flag) { n++ })
+	return n
+}
+
 func FuzzParseFlags(f *testing.F) {
-	for _, s := range []string{"--units-per-gpu 8", "--sim-gpus 1xT4", "--backend sim --policy spread", "--mount=", "--units-per-client 0", "-x"} {
+	for _, s := range []string{"--units-per-gpu 8", "--sim-gpus 1xT4", "--backend sim --policy spread", "--mount=", "--units-per-client 0", "-x",
+		"--backend cuda", "--mps=yes --mps off", "--sim-gpus 65xT4", "--sim-gpus=A100,,T4", "--policy="} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
@@ -119,6 +185,19 @@ func FuzzParseFlags(f *testing.F) {
 		m := cfg.Model
 		if m.UnitsPerGPU < 1 || m.UnitsPerGPU > m.UnitsPerClient*m.ClientsPerInstance*m.InstancesPerGPU {
 			t.Fatalf("accepted unit model %+v", m)
+		}
+		// The typed flags hold only values their parsers give.
+		if _, err := ParseBackend(string(cfg.Backend)); err != nil {
+			t.Fatalf("accepted backend %q", cfg.Backend)
+		}
+		if _, err := mpsctl.ParseMode(string(cfg.MPS)); err != nil {
+			t.Fatalf("accepted --mps %q", cfg.MPS)
+		}
+		if _, err := placement.ParsePolicy(string(cfg.Policy)); err != nil {
+			t.Fatalf("accepted policy %q", cfg.Policy)
+		}
+		if sim, err := ParseSimGPUs(cfg.SimGPUs.Spec); err != nil || !slices.Equal(sim.Models, cfg.SimGPUs.Models) {
+			t.Fatalf("sim GPUs %+v do not match their spec (%v)", cfg.SimGPUs, err)
 		}
 	})
 }

@@ -35,8 +35,8 @@ func TestOpen(t *testing.T) {
 		{name: "works", control: realControl, real: true},
 	}
 	for _, tt := range tests {
-		for _, mode := range []string{ModeAuto, ModeOn} {
-			t.Run(tt.name+"/"+mode, func(t *testing.T) {
+		for _, mode := range []Mode{ModeAuto, ModeOn} {
+			t.Run(tt.name+"/"+string(mode), func(t *testing.T) {
 				t.Parallel()
 				if tt.real {
 					needReal(t)
@@ -104,7 +104,7 @@ func TestOpenCanceled(t *testing.T) {
 	hang, _ := fakeControl(t, "hang")
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	for _, mode := range []string{ModeAuto, ModeOn} {
+	for _, mode := range []Mode{ModeAuto, ModeOn} {
 		d, err := Open(ctx, mode, Config{Control: hang, RunDir: shortDir(t), InstancesPerGPU: 1, Timeout: 200 * time.Millisecond, Logger: testLogger(t)}, []string{gpuA})
 		if err != nil || !d.On() {
 			t.Fatalf("--mps=%s: Open = %v, on %v; want the Daemons as they are", mode, err, d != nil && d.On())

@@ -8,24 +8,44 @@ import (
 	"path/filepath"
 )
 
+// Mode is the --mps flag: whether MPS must, may or must not run. [ParseMode]
+// makes one from the flag's text, the only place that text is checked.
+type Mode string
+
 // Values of the --mps flag.
 const (
-	ModeOn   = "on"
-	ModeOff  = "off"
-	ModeAuto = "auto"
+	ModeOn   Mode = "on"
+	ModeOff  Mode = "off"
+	ModeAuto Mode = "auto"
 )
+
+// modes are the --mps values, in the order they are named to the user.
+var modes = []Mode{ModeOn, ModeOff, ModeAuto}
+
+// ParseMode reads an --mps value; any other than on, off and auto is an error
+// wrapping [ErrBadMode] that names the flag, the value and the modes.
+func ParseMode(s string) (Mode, error) {
+	for _, m := range modes {
+		if string(m) == s {
+			return m, nil
+		}
+	}
+	return "", fmt.Errorf("%w: --mps=%q: want %s, %s or %s", ErrBadMode, s, ModeOn, ModeOff, ModeAuto)
+}
 
 // Resolve turns the --mps flag (mode) and --mps-control (control: a name looked up
 // in PATH, or a path) into the absolute path of the control binary and whether MPS
 // is enabled. "off" never looks for the binary; "auto" enables MPS only when the
-// binary is found; "on" without it is an error wrapping [ErrNotFound]; any other mode
-// is an error wrapping [ErrBadMode].
-func Resolve(mode, control string) (path string, enabled bool, err error) {
-	if err := CheckMode(mode); err != nil {
-		return "", false, err
-	}
-	if mode == ModeOff {
+// binary is found; "on" without it is an error wrapping [ErrNotFound]. A Mode
+// that is none of the three (not made by [ParseMode]) is an error wrapping
+// [ErrBadMode] rather than taken for one of them.
+func Resolve(mode Mode, control string) (path string, enabled bool, err error) {
+	switch mode {
+	case ModeOff:
 		return "", false, nil
+	case ModeOn, ModeAuto:
+	default:
+		return "", false, fmt.Errorf("%w: mode %q is none of on, off and auto", ErrBadMode, mode)
 	}
 	p, err := exec.LookPath(control)
 	if err != nil {
@@ -53,7 +73,7 @@ func Resolve(mode, control string) (path string, enabled bool, err error) {
 // others do not, the others are down and retried by Check, in either mode: MPS
 // works here, and their GPUs are degraded until they answer. When ctx ends during
 // Start, Open returns the Daemons as they are: the caller is stopping.
-func Open(ctx context.Context, mode string, cfg Config, gpuUUIDs []string) (*Daemons, error) {
+func Open(ctx context.Context, mode Mode, cfg Config, gpuUUIDs []string) (*Daemons, error) {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.Default()
@@ -84,13 +104,4 @@ func Open(ctx context.Context, mode string, cfg Config, gpuUUIDs []string) (*Dae
 	log.Warn("MPS does not work here, so gpuletd runs without it (--mps=auto; --mps=on would stop instead)", "why", err.Error())
 	cfg.Control = ""
 	return New(cfg, gpuUUIDs)
-}
-
-// CheckMode refuses an --mps value other than on, off and auto.
-func CheckMode(mode string) error {
-	switch mode {
-	case ModeOn, ModeOff, ModeAuto:
-		return nil
-	}
-	return fmt.Errorf("%w: --mps=%q: want %s, %s or %s", ErrBadMode, mode, ModeOn, ModeOff, ModeAuto)
 }

@@ -3,8 +3,10 @@ package mpsctl
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,7 +21,7 @@ func TestResolve(t *testing.T) {
 	_, realErr := os.Stat(realControl)
 	tests := []struct {
 		name        string
-		mode        string
+		mode        Mode
 		control     string
 		needReal    bool
 		wantPath    string
@@ -55,6 +57,39 @@ func TestResolve(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestParseMode(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		if got, err := ParseMode(string(m)); got != m || err != nil {
+			t.Errorf("ParseMode(%q) = %q, %v", m, got, err)
+		}
+	}
+	for _, bad := range []string{"", "yes", "ON", " on", "auto "} {
+		got, err := ParseMode(bad)
+		if !errors.Is(err, ErrBadMode) || got != "" {
+			t.Errorf("ParseMode(%q) = %q, %v; want ErrBadMode", bad, got, err)
+			continue
+		}
+		for _, s := range []string{"--mps", fmt.Sprintf("%q", bad), "on", "off", "auto"} {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("ParseMode(%q): error %q does not mention %s", bad, err, s)
+			}
+		}
+	}
+}
+
+func FuzzParseMode(f *testing.F) {
+	for _, s := range []string{"on", "off", "auto", "", "On", "auto\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := ParseMode(s)
+		if (err == nil) != slices.Contains(modes, Mode(s)) || (err == nil && string(m) != s) {
+			t.Fatalf("ParseMode(%q) = %q, %v", s, m, err)
+		}
+	})
 }
 
 func TestParseProbe(t *testing.T) {

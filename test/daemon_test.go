@@ -182,17 +182,30 @@ func TestBadFlagsFailClearly(t *testing.T) {
 	}{
 		{[]string{"--units-per-client", "1", "--units-per-gpu", "20"}, "20 is more than M×N×K"},
 		{[]string{"--sim-gpus", "2xRTX"}, "unknown model"},
-		{[]string{"--backend", "opencl"}, "--backend"},
+		{[]string{"--backend", "opencl"}, `gpuletd: --backend "opencl": must be auto, nvml or sim` + "\n"},
+		{[]string{"--mps", "yes"}, `--mps="yes": want on, off or auto` + "\n"},
+		{[]string{"--policy", "random"}, `gpuletd: --policy "random": must be one of`},
 	} {
-		out, err := exec.Command(e2e.Bin("gpuletd"), tc.args...).CombinedOutput()
+		cmd := exec.Command(e2e.Bin("gpuletd"), tc.args...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
 		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.msg) {
-			t.Errorf("gpuletd %v: %v, output %q", tc.args, err, out)
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(stderr.String(), tc.msg) || stdout.Len() != 0 {
+			t.Errorf("gpuletd %v: %v, stdout %q, stderr %q", tc.args, err, stdout.String(), stderr.String())
+		}
+		if lines := strings.Count(stderr.String(), "\n"); lines != 1 {
+			t.Errorf("gpuletd %v: %d lines on stderr, want the error alone: %q", tc.args, lines, stderr.String())
 		}
 	}
-	out, err := exec.Command(e2e.Bin("gpuletd"), "--help").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--units-per-client") {
-		t.Errorf("--help: %v %s", err, out)
+	// Help asked for goes to stdout, grouped, and exits 0.
+	for _, arg := range []string{"--help", "-h"} {
+		cmd := exec.Command(e2e.Bin("gpuletd"), arg)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Run(); err != nil || stderr.Len() != 0 || !strings.Contains(stdout.String(), "\nUnits (M×N×K, U):\n  --units-per-client int ") {
+			t.Errorf("gpuletd %s: %v, stdout %q, stderr %q", arg, err, stdout.String(), stderr.String())
+		}
 	}
 }
 
