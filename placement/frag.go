@@ -221,10 +221,16 @@ func newFragScorer(n *Node, m *Mix) *fragScorer {
 // lost is what shape sh cannot use of a node whose GPU part for it is
 // gpuLost, total free, and host free cpu and mem.
 func (fs *fragScorer) lost(sh *Shape, gpuLost, total int, cpu, mem uint64) int {
-	if fs.n.Host != nil && (sh.HostCPUMilli > cpu || sh.HostMemoryMiB > mem) {
+	if fs.n.Host != nil && sh.hostCannot(cpu, mem) {
 		return total
 	}
 	return gpuLost
+}
+
+// hostCannot says whether a host with cpu and mem free cannot take sh's
+// host part: then none of the node's GPU is usable to sh.
+func (sh *Shape) hostCannot(cpu, mem uint64) bool {
+	return sh.HostCPUMilli > cpu || sh.HostMemoryMiB > mem
 }
 
 // delta is how much taking units of GPU gi (a position in n.GPUs; -1: no
@@ -282,7 +288,7 @@ func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 	return after - fs.before
 }
 
-// hostAlign orders nodes whose fragmentation r changes alike, higher
+// HostAlign orders nodes whose fragmentation r changes alike, higher
 // first. For a request of GPU it is the cosine similarity of what r asks of
 // n and what n has free, as shares of the node's totals: (host CPU, GPU
 // units); a request heavy on CPU goes where CPU is plentiful, not where it
@@ -292,7 +298,7 @@ func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 // where CPU is plentiful for the GPU left (a node of sixteen cores and two
 // free GPUs loses half their CPU to an eight-core request; one of 104 cores,
 // a thirteenth). 0 when n has no Host.
-func hostAlign(n *Node, r Request) float64 {
+func HostAlign(n *Node, r Request) float64 {
 	h := n.Host
 	if h == nil || h.CPUMilli == 0 {
 		return 0

@@ -155,20 +155,20 @@ func TestHostAlign(t *testing.T) {
 		{"CPU only", Request{HostCPUMilli: 1000}, "0.9900"},
 		{"whole GPUs count all their units", Request{GPUs: 2, HostCPUMilli: 100000}, "1.0000"},
 	} {
-		if got := fmt.Sprintf("%.4f", hostAlign(n, tc.req)); got != tc.want {
+		if got := fmt.Sprintf("%.4f", HostAlign(n, tc.req)); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
 	// A node of 16 cores with its two GPUs free loses half their CPU to
 	// an 8-core request; one of 104 cores a thirteenth.
 	n.Host = &Host{CPUMilli: 16000, CPUMilliFree: 16000}
-	small := hostAlign(n, Request{HostCPUMilli: 8000})
+	small := HostAlign(n, Request{HostCPUMilli: 8000})
 	n.Host = &Host{CPUMilli: 104000, CPUMilliFree: 104000}
-	if big := hostAlign(n, Request{HostCPUMilli: 8000}); small != 0.5 || big <= small {
+	if big := HostAlign(n, Request{HostCPUMilli: 8000}); small != 0.5 || big <= small {
 		t.Errorf("an 8-core request of no GPU: %v on 16 cores, %v on 104; want 0.5 and more", small, big)
 	}
 	n.Host = nil
-	if got := hostAlign(n, Request{Units: 1}); got != 0 {
+	if got := HostAlign(n, Request{Units: 1}); got != 0 {
 		t.Errorf("without a host: %v, want 0", got)
 	}
 }

@@ -36,7 +36,7 @@ func (e *Engine) hostOnly(n *Node, r Request, memo *Memo) Decision {
 	d := Decision{Policy: e.policy, Choice: Choice{GPU: -1, Instance: -1}}
 	if e.policy == Frag {
 		d.Best.Frag = roundScore(memo.fragScorer(n, e.mix).delta(r, -1, 0))
-		d.Best.Align = hostAlign(n, r)
+		d.Best.Align = HostAlign(n, r)
 	}
 	return d
 }

@@ -310,7 +310,7 @@ func (e *Engine) decide(n *Node, r Request, o decideOpts) (Decision, error) {
 	}
 	d.Best = best
 	if fs != nil {
-		d.Best.Align = hostAlign(n, r)
+		d.Best.Align = HostAlign(n, r)
 	}
 	return d, nil
 }

@@ -56,7 +56,7 @@ type Candidate struct {
 	// under the frag policy; 0 under the others.
 	Frag float64
 	// Align is, under the frag policy on a node with a Host, how alike
-	// the request's shape and what the node has free are (hostAlign); it
+	// the request's shape and what the node has free are (HostAlign); it
 	// is the same for every GPU of a node, and orders nodes whose Frag ties.
 	Align float64
 }

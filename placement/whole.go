@@ -71,7 +71,7 @@ func (e *Engine) decideWhole(n *Node, r Request, acc *access, memo *Memo) (Decis
 	d.Best.GPU, d.Best.Free = chosen[0], len(whole)
 	if e.policy == Frag {
 		d.Best.Frag = roundScore(e.wholeDelta(n, r, chosen, memo))
-		d.Best.Align = hostAlign(n, r)
+		d.Best.Align = HostAlign(n, r)
 	}
 	return d, nil
 }

@@ -182,8 +182,11 @@ func (s *summary) mayFit(r *Request) bool {
 type cacheKey struct {
 	units, gpus         int
 	cpu, mem, memoryMiB uint64
-	typ                 string
-	minCC               api.ComputeCapability
+	// hostPart stands for cpu and mem where the engine says what of them
+	// its answer depends on (placement.Engine.HostPart).
+	hostPart uint64
+	typ      string
+	minCC    api.ComputeCapability
 }
 
 // cached is an engine's answer as a node keeps it: the choice without its
@@ -206,14 +209,18 @@ func (c *Cluster) ask(n *node, r *Request) cached {
 	var key cacheKey
 	useCache := cacheable(r)
 	if useCache {
-		key = cacheKey{r.Units, r.GPUs, r.HostCPUMilli, r.HostMemoryMiB, r.MemoryMiB, r.Type, r.MinCC}
-		if c.policy != placement.Frag {
-			// Only the frag policy's figures depend on the host's part
-			// of a request; a host that cannot give it is left out
-			// before the engine is asked (summary.mayFit).
-			key.cpu, key.mem = 0, 0
+		key = cacheKey{units: r.Units, gpus: r.GPUs, cpu: r.HostCPUMilli, mem: r.HostMemoryMiB, memoryMiB: r.MemoryMiB, typ: r.Type, minCC: r.MinCC}
+		// Only the frag policy's figures depend on the host's part of a
+		// request, and only through what the engine's HostPart says; a
+		// host that cannot give it is left out before the engine is
+		// asked (summary.mayFit).
+		if part, ok := c.engine.HostPart(n.model, r.Request); ok {
+			key.cpu, key.mem, key.hostPart = 0, 0, part
 		}
 		if v, ok := n.cache[key]; ok {
+			if c.policy == placement.Frag && n.model.Host != nil {
+				v.best.Align = placement.HostAlign(n.model, r.Request)
+			}
 			return v
 		}
 	}

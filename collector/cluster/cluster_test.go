@@ -258,7 +258,7 @@ func TestBoundedAnswersAsAll(t *testing.T) {
 					// to the bound: the bound must stay optimistic.
 					n := c.nodes[rng.IntN(len(c.nodes))]
 					n.model.GPUs[0].Unusable = "has failed"
-					n.cache = nil
+					n.changed()
 				}
 				for _, limit := range []int{1, 3} {
 					var all, bounded Answer
