@@ -46,26 +46,37 @@ type LayoutInstance struct {
 // ReadLayout reads and checks <runDir>/units/layout.json.
 func ReadLayout(runDir string) (*Layout, error) {
 	path := filepath.Join(UnitsRoot(runDir), LayoutFile)
-	f, err := os.Open(path)
+	b, err := readCapped(path, MaxLayout)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("no pipe-file ledger at %s: gpuletd has never run with this run dir (start it once, or point --run-dir or %s at its run dir)", path, EnvRunDir)
+	}
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil, fmt.Errorf("no pipe-file ledger at %s: gpuletd has never run with this run dir (start it once, or point --run-dir or %s at its run dir)", path, EnvRunDir)
-		}
 		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxLayout+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(b) > MaxLayout {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, MaxLayout)
 	}
 	lay, err := DecodeLayout(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return lay, nil
+}
+
+// readCapped reads the file at path, refusing one larger than most bytes:
+// what gpuletd writes for claimers is small, and a claimer must not read
+// without bound whatever is there.
+func readCapped(path string, most int) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, int64(most)+1))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", path, err)
+	}
+	if len(b) > most {
+		return nil, fmt.Errorf("%s is larger than %d bytes", path, most)
+	}
+	return b, nil
 }
 
 // DecodeLayout parses layout.json and checks what a claim relies on: the known

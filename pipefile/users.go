@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -80,20 +79,12 @@ func DecodeUsers(b []byte) (*Users, error) {
 // the instances' users but the owners of their offline claims.
 func ReadUsers(runDir string) (*Users, error) {
 	path := filepath.Join(UnitsRoot(runDir), UsersFile)
-	f, err := os.Open(path)
+	b, err := readCapped(path, MaxUsers)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, MaxUsers+1))
-	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", path, err)
-	}
-	if len(b) > MaxUsers {
-		return nil, fmt.Errorf("%s is larger than %d bytes", path, MaxUsers)
 	}
 	u, err := DecodeUsers(b)
 	if err != nil {
