@@ -87,6 +87,9 @@ type viewProcess struct {
 	// status is called with the view's status at each change.
 	status func(*api.ViewStatus)
 	stop   chan struct{} // closed by Close
+	// supervised is closed when the supervisor has returned: Close waits
+	// for it, so that nothing of the view outlives gpuletd's stop.
+	supervised chan struct{}
 
 	// lastErr is why the last view process did not mount, logged once
 	// however often it is tried again; only start uses it.
@@ -104,9 +107,12 @@ type viewProcess struct {
 // startView starts the view process and waits until it says whether it
 // mounted; it then watches it.
 func startView(mount, socket string, log *slog.Logger, status func(*api.ViewStatus)) *viewProcess {
-	vp := &viewProcess{mount: mount, socket: socket, log: log, status: status, stop: make(chan struct{})}
+	vp := &viewProcess{mount: mount, socket: socket, log: log, status: status, stop: make(chan struct{}), supervised: make(chan struct{})}
 	mounted := vp.start()
-	go vp.supervise(mounted)
+	go func() {
+		defer close(vp.supervised)
+		vp.supervise(mounted)
+	}()
 	return vp
 }
 
@@ -247,6 +253,9 @@ func (vp *viewProcess) supervise(mounted bool) {
 // and it is killed if it has not ended within viewStopTimeout. One stuck
 // beyond a kill (in the kernel) is left after another viewStopTimeout.
 func (vp *viewProcess) Close() error {
+	// Last: the supervisor, told to stop, returns once the process it may
+	// be starting has answered or ended, which closing its input makes it.
+	defer func() { <-vp.supervised }()
 	vp.mu.Lock()
 	close(vp.stop)
 	cmd, stdin, exited, serving := vp.cmd, vp.stdin, vp.exited, vp.serving

@@ -17,6 +17,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -70,6 +71,8 @@ type Ledger struct {
 	trash atomic.Uint64
 	// sweepBudget is defaultSweepBudget, less in tests.
 	sweepBudget int
+	// watching counts the watches' goroutines, which Close waits for.
+	watching sync.WaitGroup
 }
 
 // GroupID is the gid of the group name, -1 for "" or a group that does not
@@ -167,8 +170,11 @@ func prepareDir(dir string, mode uint32, gid int) error {
 	return nil
 }
 
-// Close releases the instance folders' descriptors.
+// Close releases the instance folders' descriptors, once every watch has
+// ended: the contexts of its watches must be done, or it waits for them.
 func (l *Ledger) Close() error {
+	// A watch reads the folders through the handler: it ends first.
+	l.watching.Wait()
 	for _, fs := range l.dirs {
 		for _, f := range fs {
 			f.Close()

@@ -322,3 +322,55 @@ func TestStatIsTheFIFOsOwner(t *testing.T) {
 		t.Fatalf("Probe of a symlink: stale=%v err=%v", stale, err)
 	}
 }
+
+// heldHandler holds the watch in its handler until released.
+type heldHandler struct {
+	entered chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldHandler) Units([]UnitEvent) bool {
+	h.once.Do(func() { close(h.entered) })
+	<-h.release
+	return false
+}
+
+func (h *heldHandler) Rescan() {}
+
+// Close waits for the watch to end: a watch still in its handler reads the
+// folders that Close releases.
+func TestCloseWaitsForTheWatch(t *testing.T) {
+	m, err := units.New(1, 4, 1, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(t.TempDir(), m, []GPU{{0, "GPU-a", "A"}}, testGID(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &heldHandler{entered: make(chan struct{}), release: make(chan struct{})}
+	if err := l.Watch(ctx, h); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mkfifo(l.Path(0, 1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	<-h.entered
+	cancel()
+	closed := make(chan struct{})
+	go func() {
+		l.Close()
+		close(closed)
+	}()
+	// A negative wait, which cannot pass by chance: Close cannot return
+	// while the handler holds the watch.
+	select {
+	case <-closed:
+		t.Fatal("Close returned while the watch was in its handler")
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(h.release)
+	<-closed
+}

@@ -95,7 +95,9 @@ func (l *Ledger) Watch(ctx context.Context, h Handler) error {
 			w.instances[int32(wd)] = instanceFolder{g.Index, k}
 		}
 	}
+	l.watching.Add(1)
 	go func() {
+		defer l.watching.Done()
 		defer unix.Close(fd)
 		w.run(ctx)
 	}()
