@@ -106,18 +106,17 @@ func (m *Mux) routable(r *http.Request) (*http.Request, bool) {
 		path = path[lead-1 : lead+len(trimmed)]
 	}
 	dots := false
-	for rest := path[1:]; ; {
-		seg, after, more := strings.Cut(rest, "/")
-		switch seg {
+	for start, i := 1, 1; i <= len(path); i++ {
+		if i < len(path) && path[i] != '/' {
+			continue
+		}
+		switch path[start:i] {
 		case "":
 			return nil, false
 		case ".", "..":
 			dots = true
 		}
-		if !more {
-			break
-		}
-		rest = after
+		start = i + 1
 	}
 	if path == r.URL.Path && r.URL.RawPath == "" && !dots {
 		return r, true
