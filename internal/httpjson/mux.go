@@ -55,8 +55,8 @@ func NewMux(opts MuxOptions) *Mux {
 }
 
 // Handle routes pattern, "METHOD /path" with {name} wildcards as ServeMux
-// has them, to h. It panics where ServeMux does, and on a pattern that is
-// not a method and a path.
+// has them, to h, before the Mux serves. It panics where ServeMux does, and
+// on a pattern that is not a method and a path.
 func (m *Mux) Handle(pattern string, h http.Handler) {
 	method, path, ok := strings.Cut(pattern, " ")
 	if !ok || !strings.HasPrefix(strings.TrimLeft(path, " \t"), "/") {
