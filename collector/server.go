@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -17,9 +16,10 @@ import (
 
 // Server is the collector's HTTP API: one route table, one error mapping.
 type Server struct {
-	store   *Store
-	log     *slog.Logger
-	routes  []route
+	store *Store
+	log   *slog.Logger
+	// routes is the route table.
+	routes  *httpjson.Mux
 	metrics http.Handler
 
 	applied, dropped, rejected atomic.Uint64
@@ -35,11 +35,6 @@ type Server struct {
 	placer *placer
 }
 
-type route struct {
-	method, path string
-	handle       func(w http.ResponseWriter, r *http.Request) error
-}
-
 // NewServer serves store's API.
 func NewServer(store *Store, log *slog.Logger) *Server {
 	if log == nil {
@@ -47,38 +42,24 @@ func NewServer(store *Store, log *slog.Logger) *Server {
 	}
 	s := &Server{store: store, log: log, fileErrors: ratelog.New(log, "token file errors", 1, nil), placer: newPlacer(placement.BestFit)}
 	s.metrics = s.metricsHandler()
-	s.routes = []route{
-		{"GET", "/metrics", s.serveMetrics},
-		{"GET", "/v1/nodes", s.nodes},
-		{"POST", "/v1/placements", s.placements},
-		{"POST", "/v1/snapshots", s.snapshot},
-		{"GET", "/v1/table", s.table},
+	// A path matches only as written, and HEAD is no route's method.
+	s.routes = httpjson.NewMux(httpjson.MuxOptions{})
+	route := func(pattern string, h func(w http.ResponseWriter, r *http.Request) error) {
+		s.routes.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := h(w, r); err != nil {
+				s.writeError(w, err)
+			}
+		}))
 	}
+	route("GET /metrics", s.serveMetrics)
+	route("GET /v1/nodes", s.nodes)
+	route("POST /v1/placements", s.placements)
+	route("POST /v1/snapshots", s.snapshot)
+	route("GET /v1/table", s.table)
 	return s
 }
 
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	var allowed []string
-	for _, rt := range s.routes {
-		if rt.path != r.URL.Path {
-			continue
-		}
-		if rt.method != r.Method {
-			allowed = append(allowed, rt.method)
-			continue
-		}
-		if err := rt.handle(w, r); err != nil {
-			s.writeError(w, err)
-		}
-		return
-	}
-	if len(allowed) > 0 {
-		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		s.writeError(w, api.Errorf(api.ErrMethodNotAllowed, "%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", ")))
-		return
-	}
-	s.writeError(w, api.Errorf(api.ErrNotFound, "no such endpoint: %s", r.URL.Path))
-}
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.routes.ServeHTTP(w, r) }
 
 // SetPolicy sets the placement policy of POST /v1/placements (best-fit
 // when never set); call it before serving.

@@ -18,7 +18,7 @@ import (
 // The handlers of workflow reservations, of the node (drain, undrain) and of
 // the simulated GPUs.
 
-func (s *Server) listReservations(w http.ResponseWriter, _ *http.Request, _ identity.Peer, _ []string) error {
+func (s *Server) listReservations(w http.ResponseWriter, _ *http.Request, _ identity.Peer) error {
 	rs := s.core.Reservations()
 	if rs == nil {
 		rs = []api.Reservation{}
@@ -26,7 +26,7 @@ func (s *Server) listReservations(w http.ResponseWriter, _ *http.Request, _ iden
 	return writeJSON(w, http.StatusOK, api.ReservationList{Reservations: rs})
 }
 
-func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer identity.Peer, _ []string) error {
+func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
 	spec, err := reserve.Decode(r.Body)
 	if err != nil {
 		return err
@@ -39,31 +39,31 @@ func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer 
 	return writeJSON(w, http.StatusCreated, res)
 }
 
-func (s *Server) getReservation(w http.ResponseWriter, _ *http.Request, _ identity.Peer, p []string) error {
-	res, err := s.core.Reservation(p[0])
+func (s *Server) getReservation(w http.ResponseWriter, r *http.Request, _ identity.Peer) error {
+	res, err := s.core.Reservation(r.PathValue("name"))
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, res)
 }
 
-func (s *Server) advanceReservation(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
-	res, err := s.core.Advance(peer, p[0])
+func (s *Server) advanceReservation(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
+	res, err := s.core.Advance(peer, r.PathValue("name"))
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, res)
 }
 
-func (s *Server) deleteReservation(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
-	if err := s.core.Unreserve(peer, p[0]); err != nil {
+func (s *Server) deleteReservation(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
+	if err := s.core.Unreserve(peer, r.PathValue("name")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-func (s *Server) drain(w http.ResponseWriter, _ *http.Request, peer identity.Peer, _ []string) error {
+func (s *Server) drain(w http.ResponseWriter, _ *http.Request, peer identity.Peer) error {
 	if !peer.Admin {
 		return api.Errorf(api.ErrForbidden, "draining the node is for root and the admin group")
 	}
@@ -73,7 +73,7 @@ func (s *Server) drain(w http.ResponseWriter, _ *http.Request, peer identity.Pee
 
 // undrain resumes new leases on the node, or, with {"gpu":...}, clears that
 // GPU's Xid fault and leaves the node's draining as it is.
-func (s *Server) undrain(w http.ResponseWriter, r *http.Request, peer identity.Peer, _ []string) error {
+func (s *Server) undrain(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
 	if !peer.Admin {
 		return api.Errorf(api.ErrForbidden, "undraining the node and clearing GPU faults are for root and the admin group")
 	}
@@ -129,13 +129,13 @@ func (s *Server) writeSnapshot(w http.ResponseWriter) error {
 	return nil
 }
 
-func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer identity.Peer, p []string) error {
+func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
 	if peer.UID != 0 {
 		return api.Errorf(api.ErrForbidden, "the simulated GPU controls are for root only")
 	}
-	idx, err := strconv.Atoi(p[0])
+	idx, err := strconv.Atoi(r.PathValue("index"))
 	if err != nil {
-		return api.Errorf(api.ErrBadRequest, "GPU index %q is not a number", p[0])
+		return api.Errorf(api.ErrBadRequest, "GPU index %q is not a number", r.PathValue("index"))
 	}
 	var u api.SimGPUUpdate
 	if err := DecodeJSON(r.Body, &u); err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/httpjson"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -17,8 +18,7 @@ import (
 // callers over TCP have no identity the daemon can trust, so leasing and
 // every admin route stay on the Unix socket.
 type readOnly struct {
-	s      *Server
-	routes map[string]handlerFunc
+	routes *httpjson.Mux
 	// full serves the snapshot as the Unix socket does (--listen-full-detail);
 	// otherwise its redacted form, without uids or reservation names.
 	full bool
@@ -39,18 +39,7 @@ func (ro *readOnly) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !ro.full {
 		r = r.WithContext(context.WithValue(r.Context(), redactKey{}, true))
 	}
-	h, ok := ro.routes[r.URL.Path]
-	switch {
-	case !ok:
-		ro.s.writeError(w, api.Errorf(api.ErrNotFound, "no such endpoint here: %s (over TCP gpuletd serves only GET /v1/snapshot, /v1/gpus and /metrics; the rest is on its Unix socket)", r.URL.Path))
-	case r.Method != http.MethodGet && r.Method != http.MethodHead:
-		w.Header().Set("Allow", "GET, HEAD")
-		ro.s.writeError(w, api.Errorf(api.ErrMethodNotAllowed, "%s is not allowed on %s (allowed: GET)", r.Method, r.URL.Path))
-	default:
-		if err := h(w, r, identity.Peer{}, nil); err != nil {
-			ro.s.writeError(w, err)
-		}
-	}
+	ro.routes.ServeHTTP(w, r)
 }
 
 // ReadOnlyHTTPServer returns an http.Server for the read-only endpoints, for
@@ -58,11 +47,21 @@ func (ro *readOnly) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // names, else it is redacted. A long poll may wait up to a minute, so writes
 // have no deadline; reads of a request's head have.
 func (s *Server) ReadOnlyHTTPServer(full bool) *http.Server {
-	ro := &readOnly{s: s, full: full, routes: map[string]handlerFunc{
-		"/v1/snapshot": s.snapshot,
-		"/v1/gpus":     s.gpus,
-		"/metrics":     s.metrics,
-	}}
+	// Over TCP a path matches only as written, and HEAD is GET without
+	// the body. The handlers get no identity: there is none to trust.
+	ro := &readOnly{full: full, routes: httpjson.NewMux(httpjson.MuxOptions{HEAD: true, NotFound: func(path string) error {
+		return api.Errorf(api.ErrNotFound, "no such endpoint here: %s (over TCP gpuletd serves only GET /v1/snapshot, /v1/gpus and /metrics; the rest is on its Unix socket)", path)
+	}})}
+	route := func(pattern string, h handlerFunc) {
+		ro.routes.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if err := h(w, r, identity.Peer{}); err != nil {
+				s.writeError(w, err)
+			}
+		}))
+	}
+	route("GET /v1/snapshot", s.snapshot)
+	route("GET /v1/gpus", s.gpus)
+	route("GET /metrics", s.metrics)
 	return &http.Server{
 		Handler:           ro,
 		ReadHeaderTimeout: 5 * time.Second,

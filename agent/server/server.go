@@ -67,20 +67,15 @@ type Core interface {
 	Quotas(peer identity.Peer) api.QuotaList
 }
 
-type handlerFunc func(w http.ResponseWriter, r *http.Request, peer identity.Peer, params []string) error
-
-type route struct {
-	method string
-	// pattern is split on "/"; a "*" segment matches one segment and is passed
-	// to the handler in order.
-	pattern []string
-	handle  handlerFunc
-}
+// handlerFunc is a route's handler: it answers, or returns the error that
+// writeError turns into the answer.
+type handlerFunc func(w http.ResponseWriter, r *http.Request, peer identity.Peer) error
 
 // Server serves the API.
 type Server struct {
-	core   Core
-	routes []route
+	core Core
+	// routes is the route table, for the requests ServeHTTP passes on.
+	routes *httpjson.Mux
 	log    *slog.Logger
 	// internal bounds the lines about internal errors and unreadable
 	// credentials, which a caller may be able to cause repeatedly.
@@ -99,33 +94,44 @@ const internalLinesPerSecond = 10
 // admins (-1: only root).
 func New(core Core, adminGID int, log *slog.Logger) *Server {
 	s := &Server{core: core, log: log, adminGID: adminGID, internal: ratelog.New(log, "internal error lines", internalLinesPerSecond, nil)}
-	add := func(method, pattern string, h handlerFunc) {
-		s.routes = append(s.routes, route{method, strings.Split(strings.Trim(pattern, "/"), "/"), h})
-	}
-	add("GET", "/metrics", s.metrics)
-	add("GET", "/v1/gpus", s.gpus)
-	add("GET", "/v1/leases", s.listLeases)
-	add("POST", "/v1/leases", s.createLease)
-	add("GET", "/v1/leases/*", s.getLease)
-	add("DELETE", "/v1/leases/*", s.releaseLease)
-	add("POST", "/v1/leases/*/renew", s.renewLease)
-	add("DELETE", "/v1/slurm/jobs/*", s.releaseSlurmJob)
-	add("GET", "/v1/reservations", s.listReservations)
-	add("POST", "/v1/reservations", s.createReservation)
-	add("GET", "/v1/reservations/*", s.getReservation)
-	add("DELETE", "/v1/reservations/*", s.deleteReservation)
-	add("POST", "/v1/reservations/*/advance", s.advanceReservation)
-	add("POST", "/v1/node/drain", s.drain)
-	add("POST", "/v1/node/undrain", s.undrain)
+	// On the socket a path matches without its leading and trailing
+	// slashes, and HEAD is no route's method.
+	s.routes = httpjson.NewMux(httpjson.MuxOptions{TrimSlashes: true})
+	route := func(pattern string, h handlerFunc) { s.routes.Handle(pattern, s.withPeer(h)) }
+	route("GET /metrics", s.metrics)
+	route("GET /v1/gpus", s.gpus)
+	route("GET /v1/leases", s.listLeases)
+	route("POST /v1/leases", s.createLease)
+	route("GET /v1/leases/{id}", s.getLease)
+	route("DELETE /v1/leases/{id}", s.releaseLease)
+	route("POST /v1/leases/{id}/renew", s.renewLease)
+	route("DELETE /v1/slurm/jobs/{job}", s.releaseSlurmJob)
+	route("GET /v1/reservations", s.listReservations)
+	route("POST /v1/reservations", s.createReservation)
+	route("GET /v1/reservations/{name}", s.getReservation)
+	route("DELETE /v1/reservations/{name}", s.deleteReservation)
+	route("POST /v1/reservations/{name}/advance", s.advanceReservation)
+	route("POST /v1/node/drain", s.drain)
+	route("POST /v1/node/undrain", s.undrain)
 	if core.SimGPU() != nil {
-		add("POST", "/v1/sim/gpus/*", s.simGPU)
+		route("POST /v1/sim/gpus/{index}", s.simGPU)
 	}
-	add("GET", "/v1/snapshot", s.snapshot)
-	add("POST", "/v1/placements", s.placements)
-	add("GET", "/v1/profiles", s.profiles)
-	add("GET", "/v1/pools", s.pools)
-	add("GET", "/v1/quotas", s.quotas)
+	route("GET /v1/snapshot", s.snapshot)
+	route("POST /v1/placements", s.placements)
+	route("GET /v1/profiles", s.profiles)
+	route("GET /v1/pools", s.pools)
+	route("GET /v1/quotas", s.quotas)
 	return s
+}
+
+// withPeer calls h with the caller's identity, which ServeHTTP checked is
+// there, and answers its error.
+func (s *Server) withPeer(h handlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r, r.Context().Value(connKey{}).(*connInfo).peer); err != nil {
+			s.writeError(w, err)
+		}
+	})
 }
 
 type connKey struct{}
@@ -201,8 +207,7 @@ func (w budgetWriter) Write(p []byte) (int, error) {
 }
 
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	ci, ok := r.Context().Value(connKey{}).(*connInfo)
-	if !ok {
+	if _, ok := r.Context().Value(connKey{}).(*connInfo); !ok {
 		s.writeError(w, api.Errorf(api.ErrForbidden, "caller identity unknown: the API is served only on the Unix socket"))
 		return
 	}
@@ -223,28 +228,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = wholeBody{bytes.NewReader(body), body}
-	segs := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
-	var allowed []string
-	for _, rt := range s.routes {
-		params, ok := match(rt.pattern, segs)
-		if !ok {
-			continue
-		}
-		if rt.method != r.Method {
-			allowed = append(allowed, rt.method)
-			continue
-		}
-		if err := rt.handle(w, r, ci.peer, params); err != nil {
-			s.writeError(w, err)
-		}
-		return
-	}
-	if len(allowed) > 0 {
-		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		s.writeError(w, api.Errorf(api.ErrMethodNotAllowed, "%s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allowed, ", ")))
-		return
-	}
-	s.writeError(w, api.Errorf(api.ErrNotFound, "no such endpoint: %s", r.URL.Path))
+	s.routes.ServeHTTP(w, r)
 }
 
 // readBody reads a request's body whole, at most MaxRequestBody bytes
@@ -281,25 +265,6 @@ func bodyBytes(r *http.Request) []byte {
 	panic("gpulet: request body not read by ServeHTTP")
 }
 
-func match(pattern, segs []string) ([]string, bool) {
-	if len(pattern) != len(segs) {
-		return nil, false
-	}
-	var params []string
-	for i, p := range pattern {
-		switch {
-		case p == "*":
-			if segs[i] == "" {
-				return nil, false
-			}
-			params = append(params, segs[i])
-		case p != segs[i]:
-			return nil, false
-		}
-	}
-	return params, true
-}
-
 // writeError is the one place errors become status and body.
 func (s *Server) writeError(w http.ResponseWriter, err error) {
 	httpjson.Error(w, err, func(err error) { s.internal.Log(slog.LevelError, "internal error answering a request", "err", err) })
@@ -319,7 +284,7 @@ func (s *Server) published() (*snapshot.Published, error) {
 	return p, nil
 }
 
-func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ identity.Peer, _ []string) error {
+func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ identity.Peer) error {
 	p, err := s.published()
 	if err != nil {
 		return err
@@ -344,7 +309,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ identity.Pee
 	return nil
 }
 
-func (s *Server) gpus(w http.ResponseWriter, r *http.Request, _ identity.Peer, _ []string) error {
+func (s *Server) gpus(w http.ResponseWriter, r *http.Request, _ identity.Peer) error {
 	p, err := s.published()
 	if err != nil {
 		return err
@@ -353,7 +318,7 @@ func (s *Server) gpus(w http.ResponseWriter, r *http.Request, _ identity.Peer, _
 	return writeJSON(w, http.StatusOK, api.GPUList{Backend: p.Snapshot.Backend, MPS: p.Snapshot.MPS, GPUs: p.Snapshot.GPUs})
 }
 
-func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ identity.Peer, _ []string) error {
+func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ identity.Peer) error {
 	p, err := s.published()
 	if err != nil {
 		return err
@@ -367,11 +332,11 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ identity.Peer
 	return nil
 }
 
-func (s *Server) listLeases(w http.ResponseWriter, _ *http.Request, peer identity.Peer, _ []string) error {
+func (s *Server) listLeases(w http.ResponseWriter, _ *http.Request, peer identity.Peer) error {
 	return writeJSON(w, http.StatusOK, api.LeaseList{Leases: s.core.List(peer)})
 }
 
-func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer identity.Peer, _ []string) (err error) {
+func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer identity.Peer) (err error) {
 	if s.Live != nil {
 		start := time.Now()
 		defer func() { s.Live.ObserveLease(time.Since(start), err == nil) }()
@@ -417,24 +382,24 @@ func (s *Server) callerPidfd(ctx context.Context, peer identity.Peer) (*os.File,
 	return nil, err
 }
 
-func (s *Server) getLease(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
-	l, err := s.core.Get(peer, p[0])
+func (s *Server) getLease(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
+	l, err := s.core.Get(peer, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, l)
 }
 
-func (s *Server) renewLease(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
-	l, err := s.core.Renew(peer, p[0])
+func (s *Server) renewLease(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
+	l, err := s.core.Renew(peer, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
 	return writeJSON(w, http.StatusOK, l)
 }
 
-func (s *Server) releaseLease(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
-	if err := s.core.Release(peer, p[0]); err != nil {
+func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
+	if err := s.core.Release(peer, r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -10,10 +10,10 @@ import (
 
 // releaseSlurmJob ends what a Slurm job still holds: the epilog's safety net
 // behind the cgroup watch.
-func (s *Server) releaseSlurmJob(w http.ResponseWriter, _ *http.Request, peer identity.Peer, p []string) error {
-	job, err := strconv.ParseUint(p[0], 10, 64)
+func (s *Server) releaseSlurmJob(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
+	job, err := strconv.ParseUint(r.PathValue("job"), 10, 64)
 	if err != nil || job == 0 {
-		return api.Errorf(api.ErrBadRequest, "slurm job: %q is not a job id (a whole number from 1)", p[0])
+		return api.Errorf(api.ErrBadRequest, "slurm job: %q is not a job id (a whole number from 1)", r.PathValue("job"))
 	}
 	ids, err := s.core.ReleaseSlurmJob(peer, job)
 	if err != nil {
