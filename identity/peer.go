@@ -42,3 +42,8 @@ func GroupsOf(primary uint32, supplementary []uint32) []uint32 {
 	}
 	return out
 }
+
+// Nobody is the caller a network peer is: no uid and no group (the
+// kernel's (uid_t)-1, which no account has), no pid, no admin. A handler
+// that looks at it sees no one, never root.
+var Nobody = Peer{UID: ^uint32(0), GID: ^uint32(0)}

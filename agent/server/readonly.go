@@ -48,13 +48,14 @@ func (ro *readOnly) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // have no deadline; reads of a request's head have.
 func (s *Server) ReadOnlyHTTPServer(full bool) *http.Server {
 	// Over TCP a path matches only as written, and HEAD is GET without
-	// the body. The handlers get no identity: there is none to trust.
+	// the body. The handlers get Nobody: there is no identity to trust, and
+	// the zero Peer would be root.
 	ro := &readOnly{full: full, routes: httpjson.NewMux(httpjson.MuxOptions{HEAD: true, NotFound: func(path string) error {
 		return api.Errorf(api.ErrNotFound, "no such endpoint here: %s (over TCP gpuletd serves only GET /v1/snapshot, /v1/gpus and /metrics; the rest is on its Unix socket)", path)
 	}})}
 	route := func(pattern string, h handlerFunc) {
 		ro.routes.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if err := h(w, r, identity.Peer{}); err != nil {
+			if err := h(w, r, identity.Nobody); err != nil {
 				s.writeError(w, err)
 			}
 		}))
