@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
@@ -218,12 +217,30 @@ func TestWaitForUnits(t *testing.T) {
 		_, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m", Wait: "20s"})
 		done <- err
 	}()
-	// Give the waiter time to queue; were it later, it would find the unit free
-	// and the test would still hold.
-	time.Sleep(200 * time.Millisecond)
-	if err := d.Client.Release(e2e.Ctx(t), first.ID); err != nil {
-		t.Fatal(err)
-	}
+	// gpuletd does not show its queue, so the test frees the unit and at
+	// once asks for it without waiting. Refused: the waiter was queued and
+	// the release served it. Granted: the waiter was not queued yet, and
+	// this lease holds the unit for the next round.
+	held := first.ID
+	testutil.Eventually(t, "a release to serve the waiter", func() bool {
+		if err := d.Client.Release(e2e.Ctx(t), held); err != nil {
+			t.Fatal(err)
+		}
+		l, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
+		if errors.Is(err, client.ErrInsufficientUnits) {
+			return true
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = l.ID
+		select {
+		case err := <-done:
+			t.Fatalf("the waiter was answered while no unit was free: %v", err)
+		default:
+		}
+		return false
+	})
 	if err := <-done; err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
