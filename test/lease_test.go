@@ -213,8 +213,13 @@ func TestWaitForUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
+	// The waiter has a client of its own: on d.Client its request and the
+	// test's raced for connections, and a connection dialled but left unused
+	// held up gpuletd's stop by 5s (net/http's shutdown waits that long on a
+	// connection that never sent a request).
+	waiter := &client.Client{Socket: d.Socket}
 	go func() {
-		_, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m", Wait: "20s"})
+		_, err := waiter.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m", Wait: "20s"})
 		done <- err
 	}()
 	// gpuletd does not show its queue, so the test frees the unit and at
