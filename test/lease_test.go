@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
@@ -219,13 +221,26 @@ func TestWaitForUnits(t *testing.T) {
 	// connection that never sent a request).
 	waiter := &client.Client{Socket: d.Socket}
 	go func() {
-		_, err := waiter.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m", Wait: "20s"})
+		// Bound to this process: gpuletd opens a pidfd on it before it
+		// queues the request.
+		_, err := waiter.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, PID: os.Getpid(), Wait: "20s"})
 		done <- err
 	}()
-	// gpuletd does not show its queue, so the test frees the unit and at
-	// once asks for it without waiting. Refused: the waiter was queued and
-	// the release served it. Granted: the waiter was not queued yet, and
-	// this lease holds the unit for the next round.
+	// gpuletd does not show its queue. The pidfd shows the request taken in
+	// and about to queue, a round trip ahead of the first release: one that
+	// came in while the unit was free would get it without waiting, and a
+	// wait not honoured would go unseen. Then the test frees the unit and
+	// at once asks for it without waiting. Refused: the waiter was queued
+	// and the release served it. Granted: the waiter was not queued yet,
+	// and this lease holds the unit for the next round.
+	testutil.Eventually(t, "gpuletd to open the waiter's process", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the waiter was answered while no unit was free: %v", err)
+		default:
+		}
+		return holdsPIDFD(t, d.Pid(), os.Getpid())
+	})
 	held := first.ID
 	testutil.Eventually(t, "a release to serve the waiter", func() bool {
 		if err := d.Client.Release(e2e.Ctx(t), held); err != nil {
@@ -249,4 +264,23 @@ func TestWaitForUnits(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
+}
+
+// holdsPIDFD reports whether process holder has a pidfd open on process pid.
+func holdsPIDFD(t *testing.T, holder, pid int) bool {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", holder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", holder, fd.Name())); link != "anon_inode:[pidfd]" {
+			continue
+		}
+		info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", holder, fd.Name()))
+		if slices.Contains(strings.Split(string(info), "\n"), fmt.Sprintf("Pid:\t%d", pid)) {
+			return true
+		}
+	}
+	return false
 }
