@@ -239,7 +239,7 @@ func TestWaitForUnits(t *testing.T) {
 			t.Fatalf("the waiter was answered while no unit was free: %v", err)
 		default:
 		}
-		return holdsPIDFD(t, d.Pid(), os.Getpid())
+		return pidfdsOn(t, d.Pid(), os.Getpid()) > 0
 	})
 	held := first.ID
 	testutil.Eventually(t, "a release to serve the waiter", func() bool {
@@ -266,21 +266,22 @@ func TestWaitForUnits(t *testing.T) {
 	}
 }
 
-// holdsPIDFD reports whether process holder has a pidfd open on process pid.
-func holdsPIDFD(t *testing.T, holder, pid int) bool {
+// pidfdsOn counts the pidfds that process holder has open on process pid.
+func pidfdsOn(t *testing.T, holder, pid int) int {
 	t.Helper()
 	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", holder))
 	if err != nil {
 		t.Fatal(err)
 	}
+	n := 0
 	for _, fd := range fds {
 		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", holder, fd.Name())); link != "anon_inode:[pidfd]" {
 			continue
 		}
 		info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", holder, fd.Name()))
 		if slices.Contains(strings.Split(string(info), "\n"), fmt.Sprintf("Pid:\t%d", pid)) {
-			return true
+			n++
 		}
 	}
-	return false
+	return n
 }
