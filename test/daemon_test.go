@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +24,9 @@ import (
 // TestSnapshotContract checks the snapshot of docs/design.md §8 field by field
 // on the real daemon.
 func TestSnapshotContract(t *testing.T) {
+	// gpuletd pings the watchdog at the end of every sample tick: the pings
+	// show the ticks that passed.
+	notify := listenNotify(t)
 	d := e2e.Start(t, "--sim-gpus", "2xA100-80GB,1xT4-16GB")
 	raw, err := d.Client.SnapshotJSON(e2e.Ctx(t))
 	if err != nil {
@@ -71,9 +77,10 @@ func TestSnapshotContract(t *testing.T) {
 		checkFields(t, "instance", inst[0].(map[string]any), map[string]string{"instance": "number", "state": "string", "clients": "number", "clients_max": "number"})
 	}
 	// A new snapshot, and a higher seq, come with a change only: an idle
-	// node keeps its seq across sample ticks (100ms here).
+	// node keeps its seq across sample ticks (100ms here). Three pings after
+	// the first read are at least two whole ticks after it.
 	a, _ := d.Client.Snapshot(e2e.Ctx(t))
-	time.Sleep(350 * time.Millisecond)
+	waitWatchdog(t, notify, 3)
 	b, _ := d.Client.Snapshot(e2e.Ctx(t))
 	if a.BootID != b.BootID || b.Seq != a.Seq {
 		t.Fatalf("idle node: seq %d then %d (boot %s, %s)", a.Seq, b.Seq, a.BootID, b.BootID)
@@ -91,6 +98,45 @@ func TestSnapshotContract(t *testing.T) {
 	c, _ := d.Client.Snapshot(e2e.Ctx(t))
 	if c.GPUs[2].UUID != gpus[2].(map[string]any)["uuid"] || c.BootID == a.BootID {
 		t.Fatalf("after restart: uuid %s boot %s", c.GPUs[2].UUID, c.BootID)
+	}
+}
+
+// listenNotify makes a notify socket, as systemd's, that the gpuletd the
+// test starts next writes to.
+func listenNotify(t *testing.T) *net.UnixConn {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	t.Setenv("NOTIFY_SOCKET", path)
+	return c
+}
+
+// waitWatchdog drops the notifications already there, then waits for n
+// watchdog pings: all of them were sent after the call began.
+func waitWatchdog(t *testing.T, c *net.UnixConn, n int) {
+	t.Helper()
+	buf := make([]byte, 4096)
+	for {
+		// A deadline already past fails a read even with data waiting.
+		c.SetReadDeadline(time.Now().Add(time.Millisecond))
+		if _, err := c.Read(buf); err != nil {
+			break
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for n > 0 {
+		c.SetReadDeadline(deadline)
+		got, err := c.Read(buf)
+		if err != nil {
+			t.Fatalf("waiting for %d more watchdog pings: %v", n, err)
+		}
+		if slices.Contains(strings.Split(string(buf[:got]), "\n"), "WATCHDOG=1") {
+			n--
+		}
 	}
 }
 

@@ -5,10 +5,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
@@ -214,17 +215,73 @@ func TestWaitForUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	done := make(chan error, 1)
+	// The waiter has a client of its own: on d.Client its request and the
+	// test's raced for connections, and a connection dialled but left unused
+	// held up gpuletd's stop by 5s (net/http's shutdown waits that long on a
+	// connection that never sent a request).
+	waiter := &client.Client{Socket: d.Socket}
 	go func() {
-		_, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m", Wait: "20s"})
+		// Bound to this process: gpuletd opens a pidfd on it before it
+		// queues the request.
+		_, err := waiter.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, PID: os.Getpid(), Wait: "20s"})
 		done <- err
 	}()
-	// Give the waiter time to queue; were it later, it would find the unit free
-	// and the test would still hold.
-	time.Sleep(200 * time.Millisecond)
-	if err := d.Client.Release(e2e.Ctx(t), first.ID); err != nil {
-		t.Fatal(err)
-	}
+	// gpuletd does not show its queue. The pidfd shows the request taken in
+	// and about to queue, a round trip ahead of the first release: one that
+	// came in while the unit was free would get it without waiting, and a
+	// wait not honoured would go unseen. Then the test frees the unit and
+	// at once asks for it without waiting. Refused: the waiter was queued
+	// and the release served it. Granted: the waiter was not queued yet,
+	// and this lease holds the unit for the next round.
+	testutil.Eventually(t, "gpuletd to open the waiter's process", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("the waiter was answered while no unit was free: %v", err)
+		default:
+		}
+		return pidfdsOn(t, d.Pid(), os.Getpid()) > 0
+	})
+	held := first.ID
+	testutil.Eventually(t, "a release to serve the waiter", func() bool {
+		if err := d.Client.Release(e2e.Ctx(t), held); err != nil {
+			t.Fatal(err)
+		}
+		l, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"})
+		if errors.Is(err, client.ErrInsufficientUnits) {
+			return true
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = l.ID
+		select {
+		case err := <-done:
+			t.Fatalf("the waiter was answered while no unit was free: %v", err)
+		default:
+		}
+		return false
+	})
 	if err := <-done; err != nil {
 		t.Fatalf("waiter: %v", err)
 	}
+}
+
+// pidfdsOn counts the pidfds that process holder has open on process pid.
+func pidfdsOn(t *testing.T, holder, pid int) int {
+	t.Helper()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", holder))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, fd := range fds {
+		if link, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", holder, fd.Name())); link != "anon_inode:[pidfd]" {
+			continue
+		}
+		info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", holder, fd.Name()))
+		if slices.Contains(strings.Split(string(info), "\n"), fmt.Sprintf("Pid:\t%d", pid)) {
+			n++
+		}
+	}
+	return n
 }

@@ -147,11 +147,13 @@ func hogRole() int {
 }
 
 // waitersRole queues GPULET_E2E_WAITERS lease requests that wait for units, each on
-// its own connection, then one more, and prints what that one got; it holds
-// the queued ones until stdin closes.
+// its own connection and bound to this process, prints "sent" and its pid,
+// and waits for a line on stdin (the test sees them queued); then it asks
+// one more and prints what that one got. It holds the queued ones until
+// stdin closes.
 func waitersRole() int {
 	n, _ := strconv.Atoi(os.Getenv("GPULET_E2E_WAITERS"))
-	const body = `{"units":1,"ttl":"1m","wait":"1m"}`
+	body := fmt.Sprintf(`{"units":1,"pid":%d,"wait":"1m"}`, os.Getpid())
 	for range n {
 		c, err := dialSocket()
 		if err != nil {
@@ -164,14 +166,17 @@ func waitersRole() int {
 			return 1
 		}
 	}
-	// Let the daemon queue them: their answers come only when units free up.
-	time.Sleep(time.Second)
+	fmt.Println("sent", os.Getpid())
+	in := bufio.NewReader(os.Stdin)
+	if _, err := in.ReadString('\n'); err != nil {
+		return 1
+	}
 	c, err := dialSocket()
 	if err != nil {
 		fmt.Println("dial:", err)
 		return 1
 	}
 	fmt.Println("one more=" + call(c, bufio.NewReader(c), "POST", "/v1/leases", body))
-	io.Copy(io.Discard, os.Stdin)
+	io.Copy(io.Discard, in)
 	return 0
 }

@@ -259,7 +259,18 @@ func TestWaitersPerUIDAreCapped(t *testing.T) {
 	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"}); err != nil {
 		t.Fatal(err)
 	}
-	_, _, got := startRole(t, d, waiter, "waiters", "GPULET_E2E_WAITERS=2")
+	stdin, out, sent := startRole(t, d, waiter, "waiters", "GPULET_E2E_WAITERS=2")
+	pid, err := strconv.Atoi(strings.TrimPrefix(sent, "sent "))
+	if err != nil {
+		t.Fatalf("the role said %q, want sent and its pid", sent)
+	}
+	// The requests are bound to the role's process: gpuletd opens a pidfd
+	// on it for each just before it queues it.
+	testutil.Eventually(t, "gpuletd to take both waiters in", func() bool { return pidfdsOn(t, d.Pid(), pid) == 2 })
+	if _, err := io.WriteString(stdin, "one more\n"); err != nil {
+		t.Fatal(err)
+	}
+	got := readLine(t, out)
 	want := fmt.Sprintf("one more=429 too_many_requests wait: uid %d already has 2 requests waiting for units, the most one user may (--max-waiters-per-uid); retry when one has ended", waiter.uid)
 	if got != want {
 		t.Fatalf("a third waiter:\n got %s\nwant %s", got, want)

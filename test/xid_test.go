@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
@@ -27,6 +26,7 @@ func TestXidFailsGPUUntilAnAdminClearsIt(t *testing.T) {
 	}
 	group := e2e.NewGroup(t)
 	u := e2e.NewUser(t, group)
+	notify := listenNotify(t)
 	d := e2e.Start(t, "--socket-group", group.Name)
 	// t.TempDir folders are private to root; let the user reach the socket.
 	os.Chmod(filepath.Dir(d.Dir), 0o755)
@@ -77,8 +77,9 @@ func TestXidFailsGPUUntilAnAdminClearsIt(t *testing.T) {
 			t.Fatalf("lease %d: %+v %v, want GPU 1", i, l, err)
 		}
 	}
-	// Good samples (every 100ms here) do not clear it.
-	time.Sleep(500 * time.Millisecond)
+	// Good samples (every 100ms here) do not clear it: five watchdog pings
+	// are at least four whole sample ticks.
+	waitWatchdog(t, notify, 5)
 	checkGPU0(api.GPUFailed, false, 79)
 
 	// A user cannot clear it, by the command or the API.

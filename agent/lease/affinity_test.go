@@ -3,7 +3,9 @@ package lease
 import (
 	"context"
 	"os/exec"
+	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,7 +90,9 @@ func TestReclaimedBorrowerReportsNoRun(t *testing.T) {
 	h.reserve(alice, spec("wf1", []int{1, 4}, member("bob", 0)))
 	h.fill()
 	h.clock.Advance(time.Millisecond)
-	p := h.procs.spawn(false)
+	// It ignores SIGTERM: the test, not the pidfd watcher's goroutine,
+	// delivers its exit, so that it knows when TaskRan would be told.
+	p := h.procs.spawn(true)
 	g, err := h.m.Acquire(context.Background(), bob, Request{LeaseRequest: api.LeaseRequest{Units: 1, PID: p.pid, Task: "bert", Preemptible: true}})
 	if err != nil {
 		t.Fatal(err)
@@ -100,8 +104,15 @@ func TestReclaimedBorrowerReportsNoRun(t *testing.T) {
 	if _, err := h.m.Advance(alice, "wf1"); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, "borrower gone", func() bool { _, err := h.m.Get(root, g.ID); return err != nil })
-	time.Sleep(50 * time.Millisecond)
+	if !slices.Equal(p.got(), []syscall.Signal{syscall.SIGTERM}) {
+		t.Fatalf("the borrower got %v, want SIGTERM", p.got())
+	}
+	// Its exit, as the watcher delivers it: TaskRan would be told before
+	// exited returns.
+	h.m.exited(g.ID)
+	if _, err := h.m.Get(root, g.ID); err == nil {
+		t.Fatal("the borrower's lease outlived its process")
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(runs) != 0 {

@@ -234,15 +234,22 @@ func TestWaitIsServedWhenUnitsFree(t *testing.T) {
 	if _, err := m.Acquire(context.Background(), root, req); !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("timed-out waiter: %v", err)
 	}
-	// A cancelled waiter leaves nothing either.
+	// A waiter cancelled while queued leaves nothing either.
 	ctx, cancel := context.WithCancel(context.Background())
 	req.Wait = time.Minute
-	go func() { time.Sleep(20 * time.Millisecond); cancel() }()
+	go func() {
+		// Not Eventually: a goroutine other than the test's must not end
+		// it. A request never queued is cancelled after 10s all the same.
+		for start := time.Now(); waiting(m) == 0 && time.Since(start) < 10*time.Second; {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
 	if _, err := m.Acquire(ctx, root, req); err == nil {
 		t.Fatal("cancelled waiter got a lease")
 	}
-	if n := len(m.View().Leases()); n != 4 {
-		t.Fatalf("%d leases, want 4", n)
+	if n, w := len(m.View().Leases()), waiting(m); n != 4 || w != 0 {
+		t.Fatalf("%d leases and %d requests queued after a cancelled wait, want 4 and 0", n, w)
 	}
 }
 

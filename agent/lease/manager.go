@@ -83,7 +83,8 @@ type Config struct {
 	// table, once its View is published.
 	OnChange func()
 	Logger   *slog.Logger
-	// Clock runs ttls; the real clock when nil.
+	// Clock runs ttls, reclaim graces and the polls of Slurm jobs; the real
+	// clock when nil.
 	Clock clock.Clock
 	// Processes opens the processes that leases are bound to; the real pidfd
 	// watcher when nil.

@@ -37,8 +37,10 @@ type fakeProc struct {
 	ignoreTERM bool
 	mu         sync.Mutex
 	signals    []syscall.Signal
-	exited     chan struct{}
-	once       sync.Once
+	// handles counts the handles open on it: what could see it exit.
+	handles int
+	exited  chan struct{}
+	once    sync.Once
 }
 
 func newFakeProcs() *fakeProcs { return &fakeProcs{procs: map[int]*fakeProc{}, next: 100000} }
@@ -73,6 +75,13 @@ func (p *fakeProc) running() bool {
 	}
 }
 
+// held is the number of handles open on p.
+func (p *fakeProc) held() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.handles
+}
+
 func (p *fakeProc) got() []syscall.Signal {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -86,6 +95,9 @@ func (f *fakeProcs) open(pid int, start uint64) (Process, uint64, error) {
 	if p == nil || !p.running() || start != 0 && start != p.start {
 		return nil, 0, procwatch.ErrGone
 	}
+	p.mu.Lock()
+	p.handles++
+	p.mu.Unlock()
 	return &fakeHandle{p: p, closed: make(chan struct{})}, p.start, nil
 }
 
@@ -145,7 +157,15 @@ func (h *fakeHandle) Owner() (uint32, error) {
 	return h.p.uid, nil
 }
 
-func (h *fakeHandle) Close() error { h.once.Do(func() { close(h.closed) }); return nil }
+func (h *fakeHandle) Close() error {
+	h.once.Do(func() {
+		close(h.closed)
+		h.p.mu.Lock()
+		h.p.handles--
+		h.p.mu.Unlock()
+	})
+	return nil
+}
 
 type testAccounts map[string]uint32
 

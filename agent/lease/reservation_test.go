@@ -281,11 +281,13 @@ func TestReservationsSurviveRestarts(t *testing.T) {
 		t.Fatalf("the borrower still there got %v, want SIGTERM again", still.got())
 	}
 	// SIGKILL comes at the deadline set before the restart: 10s after the
-	// advance, 6s from now.
+	// advance, 6s from now. The kill is a timer of the fake clock, which
+	// fires only when the time passes its deadline: a move of 5s that fires
+	// no timer has started no kill.
+	timers := h.clock.Pending()
 	h.clock.Advance(5 * time.Second)
-	time.Sleep(20 * time.Millisecond)
-	if !still.running() {
-		t.Fatal("killed before its grace ran out")
+	if n := h.clock.Pending(); n != timers || !still.running() {
+		t.Fatalf("killed before its grace ran out: %d of %d timers left, running %v, signals %v", n, timers, still.running(), still.got())
 	}
 	h.clock.Advance(time.Second)
 	testutil.Eventually(t, "the reclaimed borrower killed", func() bool { return !still.running() })

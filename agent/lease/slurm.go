@@ -80,31 +80,32 @@ func newSlurmBinding(job api.LeaseSlurm, dir string) *slurmBinding {
 
 func (b *slurmBinding) kind() Kind { return KindSlurm }
 
+// armLocked looks at the job's cgroup every Poll, on the Manager's clock,
+// until the job has no process left or the binding is released.
 func (b *slurmBinding) armLocked(m *Manager, l *lease) {
 	id, every := l.ID, m.cfg.Slurm.poll()
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		warned := false
-		for {
-			select {
-			case <-b.stop:
-				return
-			case <-t.C:
-			}
-			ended, err := slurmjob.Ended(b.dir)
-			if err != nil && !warned {
-				// Kept: a cgroup that cannot be read is no proof the job ended;
-				// the epilog's release is the safety net.
-				m.log.Warn("cannot tell whether a Slurm job has ended; its lease stays", "lease", id, "cgroup", b.dir, "err", err)
-				warned = true
-			}
-			if ended {
-				m.end(id, fmt.Sprintf("Slurm job %d left the node", b.job.JobID))
-				return
-			}
+	warned := false
+	var poll func()
+	poll = func() {
+		select {
+		case <-b.stop:
+			return
+		default:
 		}
-	}()
+		ended, err := slurmjob.Ended(b.dir)
+		if err != nil && !warned {
+			// Kept: a cgroup that cannot be read is no proof the job ended;
+			// the epilog's release is the safety net.
+			m.log.Warn("cannot tell whether a Slurm job has ended; its lease stays", "lease", id, "cgroup", b.dir, "err", err)
+			warned = true
+		}
+		if ended {
+			m.end(id, fmt.Sprintf("Slurm job %d left the node", b.job.JobID))
+			return
+		}
+		m.clock.AfterFunc(every, poll)
+	}
+	m.clock.AfterFunc(every, poll)
 }
 
 func (b *slurmBinding) release() { b.once.Do(func() { close(b.stop) }) }

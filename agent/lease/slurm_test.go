@@ -15,6 +15,7 @@ import (
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
 
@@ -26,24 +27,31 @@ type slurmNode struct {
 	procs *fakeProcs
 	mu    sync.Mutex
 	files map[int]string
+	// poll is how often a job's cgroup is looked at.
+	poll time.Duration
 }
 
 func newSlurmNode(t *testing.T) *slurmNode {
 	if os.Geteuid() != 0 {
 		t.Skip("a Slurm job's cgroup must be root's; making one needs root")
 	}
-	return &slurmNode{t: t, root: t.TempDir(), procs: newFakeProcs(), files: map[int]string{}}
+	return &slurmNode{t: t, root: t.TempDir(), procs: newFakeProcs(), files: map[int]string{}, poll: 10 * time.Millisecond}
 }
 
 func (n *slurmNode) config(c *Config) {
 	c.Processes = n.procs
-	c.Slurm = SlurmConfig{CgroupRoot: n.root, Poll: 10 * time.Millisecond, ReadCgroup: n.read}
+	c.Slurm = SlurmConfig{CgroupRoot: n.root, Poll: n.poll, ReadCgroup: n.read}
 }
 
 func (n *slurmNode) read(pid int, start uint64) ([]byte, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if _, st, err := n.procs.open(pid, start); err != nil || st != start {
+	h, st, err := n.procs.open(pid, start)
+	if err != nil {
+		return nil, procwatch.ErrGone
+	}
+	h.Close()
+	if st != start {
 		return nil, procwatch.ErrGone
 	}
 	return []byte(n.files[pid]), nil
@@ -83,6 +91,17 @@ func (n *slurmNode) endJob(job int, uid uint32) {
 	}
 }
 
+// pollOnce moves clk to the next look at the jobs' cgroups and waits until
+// it is over: each look is a timer of the clock that arms the next one while
+// the job goes on, so it is over once as many timers are pending as before,
+// or once m holds no lease.
+func (n *slurmNode) pollOnce(clk *clock.Fake, m *Manager) {
+	n.t.Helper()
+	timers := clk.Pending()
+	clk.Advance(n.poll)
+	testutil.Eventually(n.t, "a look at the job's cgroup", func() bool { return clk.Pending() == timers || len(m.View().Leases()) == 0 })
+}
+
 func slurmReq(units int, scope string) Request {
 	return Request{LeaseRequest: api.LeaseRequest{Units: units, Slurm: scope}}
 }
@@ -90,7 +109,8 @@ func slurmReq(units int, scope string) Request {
 func TestSlurmLeaseIsTheJobsAndEndsWithIt(t *testing.T) {
 	n := newSlurmNode(t)
 	f := newFixture(t, 4, 16, 1)
-	m := f.manager(t, n.config)
+	clk := clock.NewFake(time.Now())
+	m := f.manager(t, n.config, func(c *Config) { c.Clock = clk })
 	caller := n.task(12, 1000)
 	g, err := m.Acquire(context.Background(), caller, slurmReq(2, api.SlurmScopeJob))
 	if err != nil {
@@ -112,12 +132,20 @@ func TestSlurmLeaseIsTheJobsAndEndsWithIt(t *testing.T) {
 	if _, err := m.Acquire(context.Background(), other, slurmReq(3, api.SlurmScopeJob)); !errors.Is(err, api.ErrConflict) {
 		t.Fatalf("asking more than the job's lease holds: %v, want a conflict", err)
 	}
+	// Nothing holds the callers' processes, so nothing sees them exit, and
+	// the job's next poll keeps the lease.
+	for _, p := range []identity.Peer{caller, other} {
+		if h := n.procs.procs[p.PID].held(); h != 0 {
+			t.Fatalf("%d handle(s) held on the process of pid %d that asked: the lease is the job's, not its", h, p.PID)
+		}
+	}
 	n.procs.procs[caller.PID].exit()
-	time.Sleep(50 * time.Millisecond)
+	n.pollOnce(clk, m)
 	if len(m.View().Leases()) != 1 {
 		t.Fatal("the lease ended with the process that asked; it is the job's")
 	}
 	n.endJob(12, 1000)
+	clk.Advance(n.poll)
 	testutil.Eventually(t, "the lease to end with its job", func() bool { return len(m.View().Leases()) == 0 })
 	if f.fifoCount(t, g.GPU.Index) != 0 {
 		t.Fatal("FIFOs left after the job ended")
@@ -129,7 +157,8 @@ func TestSlurmLeaseIsTheJobsAndEndsWithIt(t *testing.T) {
 // cgroup of the job lists a process.
 func TestSlurmLeaseOutlivesAnEmptiedStep(t *testing.T) {
 	n := newSlurmNode(t)
-	m := newFixture(t, 4, 16, 1).manager(t, n.config)
+	clk := clock.NewFake(time.Now())
+	m := newFixture(t, 4, 16, 1).manager(t, n.config, func(c *Config) { c.Clock = clk })
 	caller := n.task(5, 0)
 	if _, err := m.Acquire(context.Background(), caller, slurmReq(1, api.SlurmScopeJob)); err != nil {
 		t.Fatal(err)
@@ -140,11 +169,14 @@ func TestSlurmLeaseOutlivesAnEmptiedStep(t *testing.T) {
 	}
 	os.WriteFile(filepath.Join(job, "step_batch", "cgroup.procs"), []byte("777\n"), 0o644)
 	os.WriteFile(filepath.Join(job, "step_0", "task_0", "cgroup.procs"), nil, 0o644)
-	time.Sleep(60 * time.Millisecond)
-	if len(m.View().Leases()) != 1 {
-		t.Fatal("the lease ended while a process of the job was left")
+	for range 3 {
+		n.pollOnce(clk, m)
+		if len(m.View().Leases()) != 1 {
+			t.Fatal("the lease ended while a process of the job was left")
+		}
 	}
 	os.WriteFile(filepath.Join(job, "step_batch", "cgroup.procs"), nil, 0o644)
+	clk.Advance(n.poll)
 	testutil.Eventually(t, "the lease to end once the job has no process", func() bool { return len(m.View().Leases()) == 0 })
 }
 

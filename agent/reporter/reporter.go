@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
@@ -52,6 +53,10 @@ type Config struct {
 	// works again, so that the snapshot, which shows the push state, is made
 	// anew (not on every push: that would make a snapshot per push).
 	OnStateChange func()
+	// Clock times the pushes (the interval, the gap between pushes, the
+	// backoff) and stamps the last success; nil is the system clock. Tests
+	// move a fake one to show what does not happen before its time.
+	Clock clock.Clock
 }
 
 // Timing of a sender: at most one push per minGap (10 a second), a push
@@ -157,6 +162,9 @@ func New(cfg Config, src Source) (*Sender, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real{}
+	}
 	shown := RedactURL(cfg.URL)
 	return &Sender{
 		cfg: cfg, src: src, log: cfg.Logger.With("upstream", shown),
@@ -200,19 +208,20 @@ func (s *Sender) Run(ctx context.Context) {
 		case p == nil:
 			wait, quiet = s.cfg.Interval, true
 		case backoff > 0:
-			wait = backoff - time.Since(lastTry)
+			wait = backoff - s.since(lastTry)
 		case last == nil || newer(p, last):
-			wait = minGap - time.Since(lastTry)
+			wait = minGap - s.since(lastTry)
 		default:
-			wait, quiet = s.cfg.Interval-time.Since(lastTry), true
+			wait, quiet = s.cfg.Interval-s.since(lastTry), true
 		}
 		if wait > 0 {
-			t := time.NewTimer(wait)
+			fired := make(chan struct{})
+			t := s.cfg.Clock.AfterFunc(wait, func() { close(fired) })
 			select {
 			case <-ctx.Done():
 				t.Stop()
 				return
-			case <-t.C:
+			case <-fired:
 				if backoff > 0 {
 					// The backoff is over: the next round tries at once.
 					lastTry = time.Time{}
@@ -222,14 +231,14 @@ func (s *Sender) Run(ctx context.Context) {
 			}
 			continue
 		}
-		lastTry = time.Now()
+		lastTry = s.cfg.Clock.Now()
 		if err := s.push(ctx, p); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			// The backoff counts from the end of the try: one that timed
 			// out must not be followed by another at once.
-			lastTry = time.Now()
+			lastTry = s.cfg.Clock.Now()
 			backoff = s.failed(err, backoff)
 			continue
 		}
@@ -237,6 +246,9 @@ func (s *Sender) Run(ctx context.Context) {
 		s.succeeded(p)
 	}
 }
+
+// since is the time passed since t on the sender's clock.
+func (s *Sender) since(t time.Time) time.Duration { return s.cfg.Clock.Now().Sub(t) }
 
 // changedIf is ch when waiting for the interval, and otherwise a channel
 // that never fires: while coalescing or backing off, a change waits for the
@@ -329,7 +341,7 @@ func (s *Sender) readToken() (string, error) {
 }
 
 func (s *Sender) succeeded(p *snapshot.Published) {
-	now := time.Now().UTC()
+	now := s.cfg.Clock.Now().UTC()
 	s.mu.Lock()
 	recovered := s.status.Failures > 0
 	s.status.LastSuccess, s.status.LastSeq = &now, p.Snapshot.Seq

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -11,12 +12,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -93,51 +96,111 @@ func start(t *testing.T, cfg Config, src Source) *Sender {
 	return s
 }
 
+// testClock is a fake clock that also keeps every wait a sender arms on it,
+// in order, so that a test sees what the sender waits for before it moves
+// the time: a push that must not happen yet cannot, as no time passes.
+type testClock struct {
+	*clock.Fake
+	mu    sync.Mutex
+	waits []time.Duration
+	seen  int // waits nextWait returned
+}
+
+func newTestClock() *testClock {
+	return &testClock{Fake: clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))}
+}
+
+func (c *testClock) AfterFunc(d time.Duration, f func()) clock.Timer {
+	t := c.Fake.AfterFunc(d, f)
+	c.mu.Lock()
+	c.waits = append(c.waits, d)
+	c.mu.Unlock()
+	return t
+}
+
+// nextWait waits for the sender to arm its next wait and returns its length.
+func (c *testClock) nextWait(t *testing.T) time.Duration {
+	t.Helper()
+	testutil.Eventually(t, "the sender to wait", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return len(c.waits) > c.seen
+	})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.seen++
+	return c.waits[c.seen-1]
+}
+
 // A change goes out at once after a quiet spell, every interval the current
-// snapshot goes again, and seqs never go back.
+// snapshot goes again (and not before), and seqs never go back.
 func TestPushOnChangeAndInterval(t *testing.T) {
+	const interval = 200 * time.Millisecond
 	src := newSource()
 	rcv := &receiver{}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	start(t, Config{URL: srv.URL, Interval: 200 * time.Millisecond}, src)
+	clk := newTestClock()
+	start(t, Config{URL: srv.URL, Interval: interval, Clock: clk}, src)
 	testutil.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
-	time.Sleep(300 * time.Millisecond) // quiet
-	src.change()
-	testutil.Eventually(t, "the change pushed", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 2 })
-	n := len(rcv.got())
-	time.Sleep(700 * time.Millisecond)
-	if g := rcv.got(); len(g)-n < 2 {
-		t.Fatalf("%d pushes in 700ms of quiet with a 200ms interval, want at least 2: %v", len(g)-n, g)
+	if w := clk.nextWait(t); w != interval {
+		t.Fatalf("after a push the sender waits %s, want the interval %s", w, interval)
 	}
-	g := rcv.got()
-	for i := 1; i < len(g); i++ {
-		if g[i] < g[i-1] {
-			t.Fatalf("seq went back: %v", g)
+	// A quiet spell as long as the gap between pushes: the change then goes
+	// out with no more time passing.
+	clk.Advance(minGap)
+	src.change()
+	testutil.Eventually(t, "the change pushed at once", func() bool { return slices.Equal(rcv.got(), []uint64{1, 2}) })
+	want := []uint64{1, 2}
+	for range 2 {
+		if w := clk.nextWait(t); w != interval {
+			t.Fatalf("after push %d the sender waits %s, want the interval %s: %v", len(want), w, interval, rcv.got())
 		}
+		if g := rcv.got(); !slices.Equal(g, want) {
+			t.Fatalf("pushes %v while the sender waits for the interval, want %v", g, want)
+		}
+		clk.Advance(interval)
+		want = append(want, 2)
+		testutil.Eventually(t, "the snapshot pushed again after the interval", func() bool { return len(rcv.got()) >= len(want) })
+	}
+	if w := clk.nextWait(t); w != interval {
+		t.Fatalf("after push %d the sender waits %s, want the interval %s", len(want), w, interval)
+	}
+	if g := rcv.got(); !slices.Equal(g, want) {
+		t.Fatalf("pushes %v, want %v: the current snapshot once per interval, seqs never going back", g, want)
 	}
 }
 
-// A storm of changes is coalesced to at most ten pushes a second, the last
-// of which carries the newest snapshot.
+// A storm of changes is coalesced to at most one push per minGap (ten a
+// second): a change right after a push waits out the gap, the changes made
+// meanwhile wake nothing, and the push that ends the gap carries the newest.
 func TestPushCoalescesChurn(t *testing.T) {
 	src := newSource()
 	rcv := &receiver{}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	start(t, Config{URL: srv.URL, Interval: time.Hour}, src)
+	clk := newTestClock()
+	start(t, Config{URL: srv.URL, Interval: time.Hour, Clock: clk}, src)
 	testutil.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
-	begin := time.Now()
-	for time.Since(begin) < time.Second {
+	want := []uint64{1}
+	for round := range 3 {
+		if w := clk.nextWait(t); w != time.Hour {
+			t.Fatalf("round %d: after a push the sender waits %s, want the interval", round, w)
+		}
 		src.change()
-		time.Sleep(200 * time.Microsecond)
-	}
-	elapsed := time.Since(begin)
-	final := src.Published().Snapshot.Seq
-	testutil.Eventually(t, "the newest snapshot pushed", func() bool { g := rcv.got(); return g[len(g)-1] == final })
-	pushes := len(rcv.got()) - 1
-	if limit := int(elapsed/minGap) + 2; pushes > limit {
-		t.Fatalf("%d pushes for %d changes in %s, want at most %d", pushes, final, elapsed, limit)
+		if w := clk.nextWait(t); w != minGap {
+			t.Fatalf("round %d: a change right after a push waits %s, want %s: %v", round, w, minGap, rcv.got())
+		}
+		for range 100 {
+			src.change()
+		}
+		final := src.Published().Snapshot.Seq
+		clk.Advance(minGap)
+		want = append(want, final)
+		testutil.Eventually(t, "the newest snapshot pushed", func() bool { return len(rcv.got()) >= len(want) })
+		if g := rcv.got(); !slices.Equal(g, want) {
+			t.Fatalf("round %d: pushes %v, want %v: one push per gap, of the newest", round, g, want)
+		}
 	}
 }
 
@@ -191,12 +254,16 @@ func TestHangingReceiverHoldsUpNothing(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	start(t, Config{URL: "http://" + ln.Addr().String(), Interval: time.Hour}, src)
-	start(t, Config{URL: srv.URL, Interval: time.Hour}, src)
-	for range 5 {
+	clk := newTestClock()
+	start(t, Config{URL: srv.URL, Interval: time.Hour, Clock: clk}, src)
+	testutil.Eventually(t, "the first push to the good upstream", func() bool { return len(rcv.got()) >= 1 })
+	// Each change comes after a quiet spell, so the good upstream gets each
+	// at once while the other one's first push still hangs.
+	for seq := uint64(2); seq <= 6; seq++ {
+		clk.Advance(minGap)
 		src.change()
-		time.Sleep(150 * time.Millisecond)
+		testutil.Eventually(t, fmt.Sprintf("the good upstream to get seq %d", seq), func() bool { g := rcv.got(); return g[len(g)-1] == seq })
 	}
-	testutil.Eventually(t, "the good upstream has the newest", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 6 })
 }
 
 // The bearer token comes from its file and is read again when it changes.
@@ -215,7 +282,8 @@ func TestPushToken(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("second-token\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(150 * time.Millisecond)
+	// The file's size changed with it, so the sender reads it again even
+	// where the modification time has not moved.
 	src.change()
 	testutil.Eventually(t, "a push with the new token", func() bool {
 		rcv.mu.Lock()
