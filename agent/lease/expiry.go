@@ -78,18 +78,17 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 	}
 	// The table first, then the record: a rewrite that the record makes due
 	// writes the journal from the table, which must hold the new deadline.
-	was, wasExpires := b.deadline, l.Expires
+	was, wasLease := b.deadline, l.Lease
 	exp := m.clock.Now().UTC().Add(b.ttl)
-	b.deadline, l.Expires = exp, &exp
-	l.encode()
+	b.deadline = exp
+	l.change(func(pub *api.Lease) { pub.Expires = &exp })
 	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
-		b.deadline, l.Expires = was, wasExpires
-		l.encode()
+		b.deadline, l.Lease = was, wasLease
 		return api.Lease{}, unrecorded("the lease is not renewed", err)
 	}
 	m.touchLocked(l.GPU.Index)
 	b.armLocked(m, l)
-	return *l.pub, nil
+	return *l.Lease, nil
 }
 
 // dropAndRecordLocked ends l for reason: it records the end, then drops the

@@ -68,7 +68,8 @@ type journalEntry struct {
 	SlurmCgroup string `json:"slurm_cgroup,omitempty"`
 
 	// leaseJSON, when set, is Lease already encoded: the record is then
-	// assembled around it instead of encoding the lease again.
+	// assembled around it instead of encoding the lease again. When nil,
+	// the record encodes Lease in place.
 	leaseJSON []byte
 }
 
@@ -117,9 +118,9 @@ func appendRecordJSON(b []byte, r record) ([]byte, bool) {
 		return b, false
 	}
 	switch {
-	case r.Op == opLease && r.ID == "" && r.Deadline == nil && r.Entry != nil && r.Entry.leaseJSON != nil:
+	case r.Op == opLease && r.ID == "" && r.Deadline == nil && r.Entry != nil:
 		if e := r.Entry; e.Deadline == nil || jsonenc.TimeOK(*e.Deadline) {
-			return appendLeaseRecord(b, e), true
+			return appendLeaseRecord(b, e)
 		}
 	case r.Op == opEnd && r.Entry == nil && r.Deadline == nil:
 		b = append(b, `{"op":"end"`...)
@@ -139,10 +140,18 @@ func appendRecordJSON(b []byte, r record) ([]byte, bool) {
 }
 
 // appendLeaseRecord appends the JSON of record{Op: opLease, Entry: e} around
-// e's encoded lease.
-func appendLeaseRecord(b []byte, e *journalEntry) []byte {
+// e's encoded lease, or encodes it in place. It reports false, having
+// appended nothing, for a lease appendLeaseJSON leaves to encoding/json.
+func appendLeaseRecord(b []byte, e *journalEntry) ([]byte, bool) {
+	start := len(b)
 	b = append(b, `{"op":"lease","entry":{"lease":`...)
-	b = append(b, e.leaseJSON...)
+	if e.leaseJSON != nil {
+		b = append(b, e.leaseJSON...)
+	} else if lb, ok := appendLeaseJSON(b, &e.Lease); ok {
+		b = lb
+	} else {
+		return b[:start], false
+	}
 	if e.StartTime != 0 {
 		b = append(b, `,"start_time":`...)
 		b = strconv.AppendUint(b, e.StartTime, 10)
@@ -157,7 +166,7 @@ func appendLeaseRecord(b []byte, e *journalEntry) []byte {
 	}
 	b = jsonenc.OptionalString(b, `,"share":`, e.Share)
 	b = jsonenc.OptionalString(b, `,"slurm_cgroup":`, e.SlurmCgroup)
-	return append(b, "}}"...)
+	return append(b, "}}"...), true
 }
 
 // appendHex32 appends v as eight lower-case hex digits.

@@ -10,7 +10,8 @@
 // be bound), limits.go (per-uid caps), expiry.go (ending leases), restore.go
 // (the journal and ledger at start), reconcile.go (ledger events and the
 // offline probe), records.go (journal glue), recovery.go (a journal that
-// cannot be written or was damaged), view.go (the published view and the
+// cannot be written or was damaged), env.go (the environment a lease gives,
+// shared between alike leases), view.go (the published view and the
 // reads), loglines.go (the per-lease line budget), journal.go (the journal's
 // format), request.go (request decoding), reservation.go (workflow
 // reservations: units set aside, admission, advance and reclaim),
@@ -141,6 +142,8 @@ type Manager struct {
 	gpus []*gpuTable
 	// leases are the live leases by id.
 	leases map[string]*lease
+	// envs are the environments leases share (env.go).
+	envs map[envKey]map[string]string
 	// held counts the units of process-bound leases per process: one process
 	// may hold at most M.
 	held map[procKey]int
@@ -224,7 +227,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Accounts == nil {
 		cfg.Accounts = identity.SystemDirectory{}
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal{path: cfg.JournalPath}}
+	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, envs: map[envKey]map[string]string{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal{path: cfg.JournalPath}}
 	if cfg.Engine == nil {
 		cfg.Engine = placement.New(cfg.Policy)
 	}

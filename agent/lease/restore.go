@@ -24,7 +24,9 @@ func (m *Manager) restore() {
 		entries = m.replayLocked(b)
 	}
 	for _, e := range entries {
-		l := &lease{Lease: e.Lease, share: e.Share}
+		// Its own copy: a pointer into entries would keep them all.
+		pub := e.Lease
+		l := &lease{Lease: &pub, share: e.Share}
 		bind, why := m.rebind(e)
 		if bind == nil {
 			m.log.Info(why, "lease", l.ID, "pid", l.Owner.PID)
@@ -32,8 +34,8 @@ func (m *Manager) restore() {
 			continue
 		}
 		l.bind = bind
-		l.Binding = string(bind.kind())
-		l.encode()
+		pub.Binding = string(bind.kind())
+		pub.Env = m.sharedEnvLocked(&pub, pub.Env)
 		if taken := m.recreateFIFOsLocked(l); taken >= 0 {
 			m.log.Warn("lease dropped: while the daemon was down its pipe file was removed and the unit claimed offline", "lease", l.ID, "unit", taken)
 			bind.release()
