@@ -7,28 +7,6 @@ import (
 	"github.com/gpulet/gpulet/identity"
 )
 
-// expire ends lease id if its deadline has passed; a renewal or a wall clock
-// stepped back since the timer was armed arms it again instead.
-func (m *Manager) expire(id string) {
-	if !m.lockOpen() {
-		return
-	}
-	defer m.unlock()
-	l, ok := m.leases[id]
-	if !ok {
-		return
-	}
-	b, ok := l.bind.(*ttlBinding)
-	if !ok {
-		return
-	}
-	if m.clock.Now().Before(b.deadline) {
-		b.armLocked(m, l)
-		return
-	}
-	m.dropAndRecordLocked(l, "ttl expired", true)
-}
-
 // end ends lease id for reason; unknown ids are ignored.
 func (m *Manager) end(id, reason string) {
 	if !m.lockOpen() {

@@ -69,7 +69,7 @@ func (m *Manager) rebind(e journalEntry) (binding, string) {
 		if e.Deadline == nil || !m.clock.Now().Before(*e.Deadline) {
 			return nil, "lease expired while the daemon was down"
 		}
-		return &ttlBinding{ttl: time.Duration(e.TTLNanos), deadline: *e.Deadline}, ""
+		return newTTLBinding(time.Duration(e.TTLNanos), *e.Deadline), ""
 	case KindPID:
 		p, _, err := m.cfg.Processes.Open(e.Lease.Owner.PID, e.StartTime)
 		if err != nil {
