@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -208,19 +207,18 @@ type journal struct {
 // whole: a journal that was working goes on appending to it (and tries again a
 // period later), a failed one stays failed.
 func (j *journal) rewrite(entries []journalEntry) error {
-	var buf bytes.Buffer
-	recs := []record{{Op: opSchema, Schema: JournalSchema}}
-	for i := range entries {
-		recs = append(recs, record{Op: opLease, Entry: &entries[i]})
+	// Records are appended to one buffer, sized for a lease record of a
+	// few hundred bytes each: no copies as it grows.
+	buf, err := appendRecord(make([]byte, 0, 512*(len(entries)+1)), record{Op: opSchema, Schema: JournalSchema})
+	if err != nil {
+		return err
 	}
-	for _, r := range recs {
-		b, err := encodeRecord(r)
-		if err != nil {
+	for i := range entries {
+		if buf, err = appendRecord(buf, record{Op: opLease, Entry: &entries[i]}); err != nil {
 			return err
 		}
-		buf.Write(b)
 	}
-	if err := statefile.Replace(j.path, buf.Bytes(), 0o600); err != nil {
+	if err := statefile.Replace(j.path, buf, 0o600); err != nil {
 		err = fmt.Errorf("writing %s anew: %w", j.path, err)
 		if j.f == nil || j.failed != nil {
 			j.failed = err
@@ -237,7 +235,7 @@ func (j *journal) rewrite(entries []journalEntry) error {
 		return j.failed
 	}
 	j.close()
-	j.f, j.size, j.records, j.failed = f, int64(buf.Len()), 0, nil
+	j.f, j.size, j.records, j.failed = f, int64(len(buf)), 0, nil
 	return nil
 }
 

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"time"
 
@@ -43,7 +44,11 @@ func (m *Manager) restore() {
 		}
 		m.addLocked(l)
 		bind.armLocked(m, l)
-		m.log.Info("lease kept across daemon restart", "lease", l.ID, "gpu", l.GPU.Index, "units", l.Units)
+		// Within the per-lease line budget, as grants are: thousands of
+		// lines would hold up the start.
+		if m.leaseLineDueLocked() {
+			m.infoLocked("lease kept across daemon restart", slog.String("lease", l.ID), slog.Int("gpu", l.GPU.Index), slog.Any("units", l.Units))
+		}
 	}
 	m.restoreReservationsLocked()
 	m.rescanLocked()
