@@ -7,7 +7,6 @@ import (
 
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/identity"
-	"github.com/gpulet/gpulet/internal/clock"
 )
 
 // Kind names what ends a lease. It is journaled with the lease (api.Lease's
@@ -116,36 +115,13 @@ func (b *pidBinding) release() {
 
 func (b *pidBinding) key() procKey { return procKey{b.pid, b.startTime} }
 
-// ttlBinding ends a lease unless it is renewed within ttl.
-type ttlBinding struct {
-	ttl      time.Duration
-	deadline time.Time
-	timer    clock.Timer
-}
-
-func (b *ttlBinding) kind() Kind { return KindTTL }
-
-func (b *ttlBinding) armLocked(m *Manager, l *lease) {
-	if b.timer != nil {
-		b.timer.Stop()
-	}
-	id := l.ID
-	b.timer = m.clock.AfterFunc(b.deadline.Sub(m.clock.Now()), func() { m.expire(id) })
-}
-
-func (b *ttlBinding) release() {
-	if b.timer != nil {
-		b.timer.Stop()
-	}
-}
-
 // bindingFor decides what the lease will be bound to and takes hold of the
 // process: the caller's own (through the pidfd of its connection where the
 // kernel gives one), or the one "pid" names, which must be the caller's
 // unless it is an admin.
 func (m *Manager) bindingFor(peer identity.Peer, req Request) (binding, error) {
 	if req.TTL > 0 {
-		return &ttlBinding{ttl: req.TTL}, nil
+		return newTTLBinding(req.TTL, time.Time{}), nil
 	}
 	if req.Slurm != "" {
 		return m.slurmBindingFor(peer, req.Slurm)

@@ -7,28 +7,6 @@ import (
 	"github.com/gpulet/gpulet/identity"
 )
 
-// expire ends lease id if its deadline has passed; a renewal or a wall clock
-// stepped back since the timer was armed arms it again instead.
-func (m *Manager) expire(id string) {
-	if !m.lockOpen() {
-		return
-	}
-	defer m.unlock()
-	l, ok := m.leases[id]
-	if !ok {
-		return
-	}
-	b, ok := l.bind.(*ttlBinding)
-	if !ok {
-		return
-	}
-	if m.clock.Now().Before(b.deadline) {
-		b.armLocked(m, l)
-		return
-	}
-	m.dropAndRecordLocked(l, "ttl expired", true)
-}
-
 // end ends lease id for reason; unknown ids are ignored.
 func (m *Manager) end(id, reason string) {
 	if !m.lockOpen() {
@@ -78,18 +56,17 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 	}
 	// The table first, then the record: a rewrite that the record makes due
 	// writes the journal from the table, which must hold the new deadline.
-	was, wasExpires := b.deadline, l.Expires
+	was, wasLease := b.deadline, l.Lease
 	exp := m.clock.Now().UTC().Add(b.ttl)
-	b.deadline, l.Expires = exp, &exp
-	l.encode()
+	b.deadline = exp
+	l.change(func(pub *api.Lease) { pub.Expires = &exp })
 	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
-		b.deadline, l.Expires = was, wasExpires
-		l.encode()
+		b.deadline, l.Lease = was, wasLease
 		return api.Lease{}, unrecorded("the lease is not renewed", err)
 	}
 	m.touchLocked(l.GPU.Index)
 	b.armLocked(m, l)
-	return *l.pub, nil
+	return *l.Lease, nil
 }
 
 // dropAndRecordLocked ends l for reason: it records the end, then drops the

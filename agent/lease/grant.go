@@ -9,15 +9,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
-	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
-	"github.com/gpulet/gpulet/pipefile"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -35,14 +31,11 @@ func newID() string {
 }
 
 type lease struct {
-	// Lease is changed only under the Manager's lock, and every change is
-	// followed by encode.
-	api.Lease
-	// pub is a copy of Lease that is never changed once made: the published
-	// view and the API's answers share it.
-	pub *api.Lease
-	// json is pub encoded: the journal record and the API's answer share it.
-	json []byte
+	// Lease is what the view and the API's answers show of the lease, and
+	// they share it without the Manager's lock: it is never changed once
+	// set. A change (a renewal, a pod's name) sets a changed copy (change),
+	// under the lock.
+	*api.Lease
 	bind binding
 	// seen marks the lease as counted in a build of its GPU's view.
 	seen uint64
@@ -55,18 +48,28 @@ type lease struct {
 	reclaiming bool
 }
 
-// encode makes pub and json from Lease; call it after every change of Lease.
-func (l *lease) encode() {
-	pub := l.Lease
-	b, ok := appendLeaseJSON(make([]byte, 0, 512), &pub)
+// change sets a copy of the lease that f changed; whoever holds the value
+// before keeps it as it was.
+func (l *lease) change(f func(*api.Lease)) {
+	next := *l.Lease
+	f(&next)
+	l.Lease = &next
+}
+
+// encodeLease is pub as the API answers it and the journal records it. Only
+// a grant needs it: the lease keeps no encoding, which would cost more memory
+// than the rest of it, and a journal rewrite encodes each lease again as it
+// writes it (appendLeaseRecord).
+func encodeLease(pub *api.Lease) []byte {
+	b, ok := appendLeaseJSON(make([]byte, 0, 512), pub)
 	if !ok {
 		var err error
-		if b, err = json.Marshal(&pub); err != nil {
+		if b, err = json.Marshal(pub); err != nil {
 			// A lease holds only strings, numbers, times and maps of strings.
 			panic("gpulet: cannot encode lease: " + err.Error())
 		}
 	}
-	l.pub, l.json = &pub, b
+	return b
 }
 
 // Grant is a granted lease and its JSON encoding.
@@ -76,7 +79,10 @@ type Grant struct {
 	JSON []byte
 }
 
-func (l *lease) grant() Grant { return Grant{Lease: *l.pub, JSON: l.json} }
+// grant is the answer to a request that l serves, a lease granted before:
+// it is encoded again. (A new lease's answer shares the encoding made for its
+// journal record: tryGrantLocked.)
+func (l *lease) grant() Grant { return Grant{Lease: *l.Lease, JSON: encodeLease(l.Lease)} }
 
 type waiter struct {
 	peer identity.Peer
@@ -107,9 +113,9 @@ func (m *Manager) Acquire(ctx context.Context, peer identity.Peer, req Request) 
 		bind.release()
 		return g, err
 	}
-	l, err := m.tryGrantLocked(peer, req, bind)
+	g, err := m.tryGrantLocked(peer, req, bind)
 	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) || errors.Is(err, placement.ErrNeverFits) {
-		return m.answerLocked(l, err, bind)
+		return m.answerLocked(g, err, bind)
 	}
 	release, err := m.waitCap.take(peer.UID, m.cfg.MaxWaitersPerUID)
 	if err != nil {
@@ -140,26 +146,22 @@ func (m *Manager) Acquire(ctx context.Context, peer identity.Peer, req Request) 
 		}
 		// One last try, whose refusal is the answer: it says what keeps the
 		// request out now.
-		l, err := m.tryGrantLocked(peer, req, bind)
+		g, err := m.tryGrantLocked(peer, req, bind)
 		if err != nil {
 			err = fmt.Errorf("after waiting %s: %w", req.Wait, err)
 		}
-		return m.answerLocked(l, err, bind)
+		return m.answerLocked(g, err, bind)
 	}
 	m.unlock()
 	// Granted just as we gave up.
 	return m.served(ctx, <-w.done)
 }
 
-// answerLocked answers a grant (l) or its refusal (err) and unlocks. The
-// answer is copied under the lock: the lease is listed at once, so its owner
-// may renew it while the answer goes out. A refused request's binding is
-// let go.
-func (m *Manager) answerLocked(l *lease, err error, bind binding) (Grant, error) {
-	var g Grant
-	if err == nil {
-		g = l.grant()
-	}
+// answerLocked answers a grant (g) or its refusal (err) and unlocks. The
+// answer was copied under the lock (tryGrantLocked): the lease is listed at
+// once, so its owner may renew it while the answer goes out. A refused
+// request's binding is let go.
+func (m *Manager) answerLocked(g Grant, err error, bind binding) (Grant, error) {
 	m.unlock()
 	if err != nil {
 		bind.release()
@@ -208,39 +210,42 @@ func (m *Manager) placementRequest(peer identity.Peer, req Request) placement.Re
 	return r
 }
 
-// tryGrantLocked places and grants req, or says why it cannot now.
-func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) (*lease, error) {
+// tryGrantLocked places and grants req, or says why it cannot now. The
+// grant's answer is the lease as granted and the encoding its journal record
+// was made with.
+func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) (Grant, error) {
 	if m.journal.failed != nil {
-		return nil, unrecorded("no lease is granted", m.journal.failed)
+		return Grant{}, unrecorded("no lease is granted", m.journal.failed)
 	}
 	if pb, ok := bind.(*pidBinding); ok {
 		if err := m.processCap(pb.pid, m.held[pb.key()], req.Units); err != nil {
-			return nil, err
+			return Grant{}, err
 		}
 	}
 	if err := m.checkQuotaLocked(peer, req.Units, req.Reservation); err != nil {
-		return nil, err
+		return Grant{}, err
 	}
 	for {
 		// Reservations: a draw, or a borrow where ordinary units are short.
 		d, dr, err := m.placeLocked(peer, req)
 		if err != nil {
-			return nil, err
+			return Grant{}, err
 		}
 		c := d.Choice
 		if retry, err := m.createFIFOsLocked(c.GPU, c.Units); err != nil {
-			return nil, err
+			return Grant{}, err
 		} else if retry {
 			continue
 		}
 		l := m.newLease(peer, req, bind, c, dr)
 		m.addLocked(l)
-		if err := m.recordLocked(record{Op: opLease, Entry: l.entry()}); err != nil {
+		enc := encodeLease(l.Lease)
+		if err := m.recordLocked(record{Op: opLease, Entry: l.entry(enc)}); err != nil {
 			// The binding stays its caller's (Acquire, or a waiter that may be
 			// served later): dropping the lease must not release it.
 			l.bind = nil
 			m.dropLocked(l)
-			return nil, unrecorded("the lease is not granted", err)
+			return Grant{}, unrecorded("the lease is not granted", err)
 		}
 		bind.armLocked(m, l)
 		m.granted++
@@ -248,7 +253,7 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 			m.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
 				slog.Any("units", c.Units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL))
 		}
-		return l, nil
+		return Grant{Lease: *l.Lease, JSON: enc}, nil
 	}
 }
 
@@ -312,7 +317,7 @@ func (m *Manager) addLocked(l *lease) {
 func (m *Manager) newLease(peer identity.Peer, req Request, bind binding, c placement.Choice, dr *draw) *lease {
 	dev := m.gpus[c.GPU].dev
 	now := m.clock.Now().UTC()
-	l := &lease{Lease: api.Lease{
+	pub := api.Lease{
 		ID:          newID(),
 		GPU:         api.LeaseGPU{Index: c.GPU, UUID: dev.UUID},
 		Instance:    c.Instance,
@@ -325,44 +330,21 @@ func (m *Manager) newLease(peer identity.Peer, req Request, bind binding, c plac
 		Task:        req.Task,
 		Labels:      req.Labels,
 		MemoryMiB:   req.MemoryMiB,
-	}, bind: bind, share: dr.member()}
+	}
 	switch b := bind.(type) {
 	case *pidBinding:
-		l.Owner.PID = b.pid
+		pub.Owner.PID = b.pid
 	case *ttlBinding:
 		b.deadline = now.Add(b.ttl)
 		exp := b.deadline
-		l.Expires = &exp
-		l.TTL = b.ttl.String()
+		pub.Expires = &exp
+		pub.TTL = b.ttl.String()
 	case *slurmBinding:
 		job := b.job
-		l.Slurm = &job
+		pub.Slurm = &job
 	}
-	l.Env = EnvFor(m.cfg.Model, dev, m.cfg.InstanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB)
-	l.encode()
-	return l
-}
-
-// EnvFor is the environment of n units on an instance of GPU dev whose MPS
-// variables (pipe and log folders) are instanceEnv: what a lease gives and,
-// for one unit, what layout.json gives an offline claimer. memMiB is the
-// pinned memory asked for; 0 means the units' share of the GPU.
-func EnvFor(model units.Model, dev inventory.Device, instanceEnv map[string]string, mps bool, n int, memMiB uint64) map[string]string {
-	env := map[string]string{
-		pipefile.EnvVisibleDevices:   dev.UUID,
-		pipefile.EnvThreadPercentage: strconv.Itoa(model.ThreadPercentage(n)),
-	}
-	if !mps {
-		return env
-	}
-	for k, v := range instanceEnv {
-		env[k] = v
-	}
-	if memMiB == 0 {
-		memMiB = model.MemoryShareMiB(n, dev.MemoryTotalMiB)
-	}
-	env[pipefile.EnvPinnedMemLimit] = fmt.Sprintf("0=%dM", memMiB)
-	return env
+	pub.Env = m.sharedEnvLocked(&pub, EnvFor(m.cfg.Model, dev, m.cfg.InstanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB))
+	return &lease{Lease: &pub, bind: bind, share: dr.member()}
 }
 
 // ConditionsChanged serves the waiting requests that the agent's new
@@ -382,13 +364,12 @@ func (m *Manager) serveWaitersLocked() {
 	m.admitPendingLocked()
 	for i := 0; i < len(m.waiters); {
 		w := m.waiters[i]
-		l, err := m.tryGrantLocked(w.peer, w.req, w.bind)
+		g, err := m.tryGrantLocked(w.peer, w.req, w.bind)
 		if err != nil {
 			i++
 			continue
 		}
 		m.waiters = slices.Delete(m.waiters, i, i+1)
-		g := l.grant()
 		w.done <- &g
 	}
 }

@@ -1,7 +1,6 @@
 package lease
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -68,7 +67,8 @@ type journalEntry struct {
 	SlurmCgroup string `json:"slurm_cgroup,omitempty"`
 
 	// leaseJSON, when set, is Lease already encoded: the record is then
-	// assembled around it instead of encoding the lease again.
+	// assembled around it instead of encoding the lease again. When nil,
+	// the record encodes Lease in place.
 	leaseJSON []byte
 }
 
@@ -117,9 +117,9 @@ func appendRecordJSON(b []byte, r record) ([]byte, bool) {
 		return b, false
 	}
 	switch {
-	case r.Op == opLease && r.ID == "" && r.Deadline == nil && r.Entry != nil && r.Entry.leaseJSON != nil:
+	case r.Op == opLease && r.ID == "" && r.Deadline == nil && r.Entry != nil:
 		if e := r.Entry; e.Deadline == nil || jsonenc.TimeOK(*e.Deadline) {
-			return appendLeaseRecord(b, e), true
+			return appendLeaseRecord(b, e)
 		}
 	case r.Op == opEnd && r.Entry == nil && r.Deadline == nil:
 		b = append(b, `{"op":"end"`...)
@@ -139,10 +139,18 @@ func appendRecordJSON(b []byte, r record) ([]byte, bool) {
 }
 
 // appendLeaseRecord appends the JSON of record{Op: opLease, Entry: e} around
-// e's encoded lease.
-func appendLeaseRecord(b []byte, e *journalEntry) []byte {
+// e's encoded lease, or encodes it in place. It reports false, having
+// appended nothing, for a lease appendLeaseJSON leaves to encoding/json.
+func appendLeaseRecord(b []byte, e *journalEntry) ([]byte, bool) {
+	start := len(b)
 	b = append(b, `{"op":"lease","entry":{"lease":`...)
-	b = append(b, e.leaseJSON...)
+	if e.leaseJSON != nil {
+		b = append(b, e.leaseJSON...)
+	} else if lb, ok := appendLeaseJSON(b, &e.Lease); ok {
+		b = lb
+	} else {
+		return b[:start], false
+	}
 	if e.StartTime != 0 {
 		b = append(b, `,"start_time":`...)
 		b = strconv.AppendUint(b, e.StartTime, 10)
@@ -157,7 +165,7 @@ func appendLeaseRecord(b []byte, e *journalEntry) []byte {
 	}
 	b = jsonenc.OptionalString(b, `,"share":`, e.Share)
 	b = jsonenc.OptionalString(b, `,"slurm_cgroup":`, e.SlurmCgroup)
-	return append(b, "}}"...)
+	return append(b, "}}"...), true
 }
 
 // appendHex32 appends v as eight lower-case hex digits.
@@ -199,19 +207,18 @@ type journal struct {
 // whole: a journal that was working goes on appending to it (and tries again a
 // period later), a failed one stays failed.
 func (j *journal) rewrite(entries []journalEntry) error {
-	var buf bytes.Buffer
-	recs := []record{{Op: opSchema, Schema: JournalSchema}}
-	for i := range entries {
-		recs = append(recs, record{Op: opLease, Entry: &entries[i]})
+	// Records are appended to one buffer, sized for a lease record of a
+	// few hundred bytes each: no copies as it grows.
+	buf, err := appendRecord(make([]byte, 0, 512*(len(entries)+1)), record{Op: opSchema, Schema: JournalSchema})
+	if err != nil {
+		return err
 	}
-	for _, r := range recs {
-		b, err := encodeRecord(r)
-		if err != nil {
+	for i := range entries {
+		if buf, err = appendRecord(buf, record{Op: opLease, Entry: &entries[i]}); err != nil {
 			return err
 		}
-		buf.Write(b)
 	}
-	if err := statefile.Replace(j.path, buf.Bytes(), 0o600); err != nil {
+	if err := statefile.Replace(j.path, buf, 0o600); err != nil {
 		err = fmt.Errorf("writing %s anew: %w", j.path, err)
 		if j.f == nil || j.failed != nil {
 			j.failed = err
@@ -228,7 +235,7 @@ func (j *journal) rewrite(entries []journalEntry) error {
 		return j.failed
 	}
 	j.close()
-	j.f, j.size, j.records, j.failed = f, int64(buf.Len()), 0, nil
+	j.f, j.size, j.records, j.failed = f, int64(len(buf)), 0, nil
 	return nil
 }
 

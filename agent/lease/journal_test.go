@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"maps"
 	"math/rand/v2"
 	"slices"
@@ -44,23 +45,27 @@ func TestLeaseRecordIsWhatJSONMakes(t *testing.T) {
 		"odd share":     {Lease: borrowed, StartTime: 2, Share: "a\"b<c>\u00e9"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			want, err := encodeRecord(record{Op: opLease, Entry: &e})
+			want, err := jsonRecordLine(record{Op: opLease, Entry: &e})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if e.leaseJSON, err = json.Marshal(e.Lease); err != nil {
-				t.Fatal(err)
-			}
-			got, err := encodeRecord(record{Op: opLease, Entry: &e})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Fatalf("assembled record\n%s\ndiffers from encoding/json's\n%s", got, want)
-			}
-			r, err := decodeRecord(bytes.TrimSuffix(got, []byte("\n")))
-			if err != nil || r.Entry == nil || r.Entry.Lease.ID != e.Lease.ID {
-				t.Fatalf("decoding the assembled record: %+v, %v", r, err)
+			for _, how := range []string{"encoded in place", "around its encoding"} {
+				if how == "around its encoding" {
+					if e.leaseJSON, err = json.Marshal(e.Lease); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got, err := encodeRecord(record{Op: opLease, Entry: &e})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(got, want) {
+					t.Fatalf("record assembled %s\n%s\ndiffers from encoding/json's\n%s", how, got, want)
+				}
+				r, err := decodeRecord(bytes.TrimSuffix(got, []byte("\n")))
+				if err != nil || r.Entry == nil || r.Entry.Lease.ID != e.Lease.ID {
+					t.Fatalf("decoding the record assembled %s: %+v, %v", how, r, err)
+				}
 			}
 		})
 	}
@@ -85,9 +90,13 @@ func FuzzLeaseRecordIsWhatJSONMakes(f *testing.F) {
 			d := created.Add(time.Duration(ttl))
 			e.Deadline, e.TTLNanos = &d, ttl
 		}
-		want, err := encodeRecord(record{Op: opLease, Entry: &e})
+		want, err := jsonRecordLine(record{Op: opLease, Entry: &e})
 		if err != nil {
 			t.Skip(err)
+		}
+		inPlace, err := encodeRecord(record{Op: opLease, Entry: &e})
+		if err != nil || !bytes.Equal(inPlace, want) {
+			t.Fatalf("record encoded in place\n%s\ndiffers from encoding/json's\n%s (%v)", inPlace, want, err)
 		}
 		if e.leaseJSON, err = json.Marshal(e.Lease); err != nil {
 			t.Fatal(err)
@@ -97,6 +106,15 @@ func FuzzLeaseRecordIsWhatJSONMakes(f *testing.F) {
 			t.Fatalf("assembled record\n%s\ndiffers from encoding/json's\n%s (%v)", got, want, err)
 		}
 	})
+}
+
+// jsonRecordLine is r's journal line as encoding/json makes its record.
+func jsonRecordLine(r record) ([]byte, error) {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	return fmt.Appendf(nil, "%08x %s\n", crc32.ChecksumIEEE(b), b), nil
 }
 
 // journalHistory is a journal the test built from real records, and what it

@@ -5,18 +5,19 @@
 // commits. Everyone else reads the table through the immutable View it
 // publishes on every change, without taking its lock.
 //
-// Files: manager.go (the Manager, its lock and lifecycle), grant.go (grants
-// and waits), binding.go (what ends a lease) and pid.go (why a process cannot
-// be bound), limits.go (per-uid caps), expiry.go (ending leases), restore.go
-// (the journal and ledger at start), reconcile.go (ledger events and the
-// offline probe), records.go (journal glue), recovery.go (a journal that
-// cannot be written or was damaged), view.go (the published view and the
-// reads), loglines.go (the per-lease line budget), journal.go (the journal's
-// format), request.go (request decoding), reservation.go (workflow
-// reservations: units set aside, admission, advance and reclaim),
-// reservation_place.go (drawing and borrowing), reservation_store.go (their
-// file and restart), pod.go (leases the kubelet plugin makes for Kubernetes
-// containers).
+// Files: manager.go (the Manager, its lock and lifecycle), grant.go (grants and
+// waits), binding.go (what ends a lease), ttl.go (ttl leases, under one timer)
+// and pid.go (why a process cannot be bound), limits.go (per-uid caps),
+// expiry.go (ending leases), restore.go (the journal and ledger at start),
+// reconcile.go (ledger events and the offline probe), records.go (journal
+// glue), recovery.go (a journal that cannot be written or was damaged), env.go
+// (the environment a lease gives, shared between alike leases), view.go (the
+// published view and the reads), loglines.go (the per-lease line budget),
+// journal.go (the journal's format), request.go (request decoding),
+// reservation.go (workflow reservations: units set aside, admission, advance
+// and reclaim), reservation_place.go (drawing and borrowing),
+// reservation_store.go (their file and restart), pod.go (leases the kubelet
+// plugin makes for Kubernetes containers).
 package lease
 
 import (
@@ -142,6 +143,10 @@ type Manager struct {
 	gpus []*gpuTable
 	// leases are the live leases by id.
 	leases map[string]*lease
+	// expiries are the ttl leases by deadline (ttl.go).
+	expiries expiryQueue
+	// envs are the environments leases share (env.go).
+	envs map[envKey]map[string]string
 	// held counts the units of process-bound leases per process: one process
 	// may hold at most M.
 	held map[procKey]int
@@ -225,7 +230,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Accounts == nil {
 		cfg.Accounts = identity.SystemDirectory{}
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal{path: cfg.JournalPath}}
+	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, envs: map[envKey]map[string]string{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal{path: cfg.JournalPath}}
 	if cfg.Engine == nil {
 		cfg.Engine = placement.New(cfg.Policy)
 	}
@@ -327,5 +332,6 @@ func (m *Manager) Close() error {
 	for _, l := range m.leases {
 		l.bind.release()
 	}
+	m.stopExpiryLocked()
 	return nil
 }

@@ -322,10 +322,10 @@ func (m *Manager) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bo
 	}
 	l := m.newLease(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: len(idx)}}, podBinding{}, c, nil)
 	pod.Devices = slices.Clone(pod.Devices)
-	l.Pod = &pod
-	l.encode()
+	// Set in place: nothing holds the new lease's value yet.
+	l.Lease.Pod = &pod
 	m.addLocked(l)
-	if err := m.recordLocked(record{Op: opLease, Entry: l.entry()}); err != nil {
+	if err := m.recordLocked(record{Op: opLease, Entry: l.entry(nil)}); err != nil {
 		m.dropLocked(l)
 		return nil, unrecorded("the lease is not granted", err)
 	}
@@ -403,7 +403,6 @@ func (m *Manager) setPodLocked(l *lease, pod api.LeasePod) {
 	if cur != nil {
 		next.Devices = cur.Devices
 	}
-	l.Pod = &next
-	l.encode()
+	l.change(func(pub *api.Lease) { pub.Pod = &next })
 	m.touchLocked(l.GPU.Index)
 }

@@ -23,9 +23,10 @@ func (m *Manager) recordLocked(r record) error {
 	return nil
 }
 
-// entry is what the journal keeps of a lease.
-func (l *lease) entry() *journalEntry {
-	e := &journalEntry{Lease: *l.pub, leaseJSON: l.json, Share: l.share}
+// entry is what the journal keeps of a lease; enc is the lease encoded, nil
+// when the record is to encode it.
+func (l *lease) entry(enc []byte) *journalEntry {
+	e := &journalEntry{Lease: *l.Lease, leaseJSON: enc, Share: l.share}
 	switch b := l.bind.(type) {
 	case *pidBinding:
 		e.StartTime = b.startTime
@@ -43,7 +44,7 @@ func (l *lease) entry() *journalEntry {
 func (m *Manager) entriesLocked() []journalEntry {
 	out := make([]journalEntry, 0, len(m.leases))
 	for _, l := range m.leases {
-		out = append(out, *l.entry())
+		out = append(out, *l.entry(nil))
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Lease.ID < out[b].Lease.ID })
 	return out

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"time"
 
@@ -24,7 +25,9 @@ func (m *Manager) restore() {
 		entries = m.replayLocked(b)
 	}
 	for _, e := range entries {
-		l := &lease{Lease: e.Lease, share: e.Share}
+		// Its own copy: a pointer into entries would keep them all.
+		pub := e.Lease
+		l := &lease{Lease: &pub, share: e.Share}
 		bind, why := m.rebind(e)
 		if bind == nil {
 			m.log.Info(why, "lease", l.ID, "pid", l.Owner.PID)
@@ -32,8 +35,8 @@ func (m *Manager) restore() {
 			continue
 		}
 		l.bind = bind
-		l.Binding = string(bind.kind())
-		l.encode()
+		pub.Binding = string(bind.kind())
+		pub.Env = m.sharedEnvLocked(&pub, pub.Env)
 		if taken := m.recreateFIFOsLocked(l); taken >= 0 {
 			m.log.Warn("lease dropped: while the daemon was down its pipe file was removed and the unit claimed offline", "lease", l.ID, "unit", taken)
 			bind.release()
@@ -41,7 +44,11 @@ func (m *Manager) restore() {
 		}
 		m.addLocked(l)
 		bind.armLocked(m, l)
-		m.log.Info("lease kept across daemon restart", "lease", l.ID, "gpu", l.GPU.Index, "units", l.Units)
+		// Within the per-lease line budget, as grants are: thousands of
+		// lines would hold up the start.
+		if m.leaseLineDueLocked() {
+			m.infoLocked("lease kept across daemon restart", slog.String("lease", l.ID), slog.Int("gpu", l.GPU.Index), slog.Any("units", l.Units))
+		}
 	}
 	m.restoreReservationsLocked()
 	m.rescanLocked()
@@ -67,7 +74,7 @@ func (m *Manager) rebind(e journalEntry) (binding, string) {
 		if e.Deadline == nil || !m.clock.Now().Before(*e.Deadline) {
 			return nil, "lease expired while the daemon was down"
 		}
-		return &ttlBinding{ttl: time.Duration(e.TTLNanos), deadline: *e.Deadline}, ""
+		return newTTLBinding(time.Duration(e.TTLNanos), *e.Deadline), ""
 	case KindPID:
 		p, _, err := m.cfg.Processes.Open(e.Lease.Owner.PID, e.StartTime)
 		if err != nil {

@@ -165,7 +165,10 @@ func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
 	// Close took the pidfd, so the exit reaches no one; and what was already
 	// on its way (an exit seen, a timer fired, a release) ends nothing.
 	m.end(l.ID, "process exited")
-	m.expire(kept.ID)
+	m.mu.Lock()
+	timer := m.expiries.gen
+	m.mu.Unlock()
+	m.expireDue(timer)
 	if err := m.Release(root, kept.ID); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("release after Close: %v", err)
 	}

@@ -210,7 +210,7 @@ func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
 				if s.lease.seen != m.builds {
 					s.lease.seen = m.builds
 					iv.Clients++
-					gv.Leases = append(gv.Leases, s.lease.pub)
+					gv.Leases = append(gv.Leases, s.lease.Lease)
 					uid := s.lease.Owner.UID
 					if iv.UID == nil {
 						iv.UID = &uid
@@ -309,7 +309,7 @@ func (m *Manager) Get(peer identity.Peer, id string) (api.Lease, error) {
 	if !ok || !m.visible(peer, l) {
 		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
 	}
-	return *l.pub, nil
+	return *l.Lease, nil
 }
 
 // List returns the leases peer may see, by id.
@@ -318,7 +318,7 @@ func (m *Manager) List(peer identity.Peer) []api.Lease {
 	out := []api.Lease{}
 	for _, l := range m.leases {
 		if m.visible(peer, l) {
-			out = append(out, *l.pub)
+			out = append(out, *l.Lease)
 		}
 	}
 	m.mu.Unlock()

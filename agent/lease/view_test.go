@@ -107,3 +107,34 @@ func TestEveryChangeIsTold(t *testing.T) {
 	testutil.Eventually(t, "the claim in the view", func() bool { return m.View().GPUs[0].Offline == 1 })
 	testutil.Eventually(t, "OnChange told of it", func() bool { return told.Load() > before })
 }
+
+// TestKeptLeaseLinesStayWithinTheirBudget: a restart that keeps more leases
+// than the line budget says so in as many lines, and how many it left out.
+func TestKeptLeaseLinesStayWithinTheirBudget(t *testing.T) {
+	f := newFixture(t, 1, 64, 1) // 128 units
+	c := clock.NewFake(time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC))
+	m := f.manager(t, func(cfg *Config) { cfg.Clock = c })
+	const n = leaseLinesPerSecond + 20
+	for range n {
+		if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1h")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Close()
+	var logs testutil.SyncBuffer
+	m = f.manager(t, func(cfg *Config) {
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		cfg.Clock = c
+	})
+	if got := strings.Count(logs.String(), `msg="lease kept across daemon restart"`); got != leaseLinesPerSecond {
+		t.Fatalf("%d lines of kept leases, want the budget of %d", got, leaseLinesPerSecond)
+	}
+	c.Advance(time.Second)
+	m.Tick()
+	if want := fmt.Sprintf("left_out=%d", n-leaseLinesPerSecond); !strings.Contains(logs.String(), want) {
+		t.Fatalf("no line saying %s:\n%s", want, logs.String())
+	}
+	if got := m.View().LeaseCount(); got != n {
+		t.Fatalf("%d leases kept, want %d", got, n)
+	}
+}

@@ -202,9 +202,19 @@ func (a *Accountant) Update(in Input) *Table {
 		}
 	}
 	shares := make([]uint64, len(in.Processes))
+	// Nearly every lease of a large node has no process on its GPU and never
+	// had: those share one usage, and only the others get one of their own
+	// (not a pointer into leaseUse, which would keep all of it).
+	idle := &api.Usage{PIDs: []int{}, SampledAt: in.Now}
 	for i, l := range in.Leases {
 		u := &leaseUse[i]
 		a.finish(u, l.ID, l.ShareMiB, in.Now)
+		if len(u.PIDs) == 0 && u.MemoryPeakMiB == 0 {
+			u = idle
+		} else {
+			own := *u
+			u = &own
+		}
 		t.Leases[l.ID] = u
 		if len(u.PIDs) > 0 {
 			t.Running = append(t.Running, Running{ID: l.ID, GPU: l.GPU, UID: l.UID, Usage: u})
@@ -244,8 +254,11 @@ func charge(u *api.Usage, p inventory.Process) {
 // finish completes a usage: its peak, whether it is over its share, its pids
 // in order.
 func (a *Accountant) finish(u *api.Usage, id string, share uint64, now time.Time) {
-	a.peaks[id] = max(a.peaks[id], u.MemoryUsedMiB)
-	u.MemoryPeakMiB = a.peaks[id]
+	// A peak of 0 is not kept: most leases never run anything on the GPU.
+	u.MemoryPeakMiB = max(a.peaks[id], u.MemoryUsedMiB)
+	if u.MemoryPeakMiB > 0 {
+		a.peaks[id] = u.MemoryPeakMiB
+	}
 	u.OverShare = u.MemoryUsedMiB > share
 	u.SampledAt = now
 	if u.PIDs == nil {

@@ -107,3 +107,35 @@ func TestSlurmJobProcesses(t *testing.T) {
 		t.Fatalf("outside %d MiB, want process 8's 300", g.OutsideMiB)
 	}
 }
+
+// TestIdleLeasesShareOneUsage: leases that run nothing on their GPU and never
+// did share one usage (the same value each would have), and keep no peak;
+// a lease that ran something keeps its own, with its peak, once its
+// processes are gone too.
+func TestIdleLeasesShareOneUsage(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	in := Input{
+		Now:            now,
+		MemoryTotalMiB: []uint64{81559},
+		Processes:      [][]inventory.Process{{{PID: 100, MemoryUsedMiB: 86}}},
+		Leases:         []Lease{{ID: "busy", PID: 100, ShareMiB: 5097}, {ID: "idle1", ShareMiB: 5097}, {ID: "idle2", ShareMiB: 5097}},
+		Parent:         func(int) int { return 1 },
+	}
+	a := New()
+	tab := a.Update(in)
+	idle1, idle2, busy := tab.Leases["idle1"], tab.Leases["idle2"], tab.Leases["busy"]
+	if idle1 != idle2 || busy == idle1 {
+		t.Fatalf("idle leases' usages %p and %p, the busy lease's %p: want the idle ones shared, the busy one its own", idle1, idle2, busy)
+	}
+	if idle1.MemoryUsedMiB != 0 || idle1.MemoryPeakMiB != 0 || idle1.OverShare || idle1.PIDs == nil || len(idle1.PIDs) != 0 || !idle1.SampledAt.Equal(now) {
+		t.Fatalf("idle usage %+v", idle1)
+	}
+	if _, kept := a.peaks["idle1"]; kept || len(a.peaks) != 1 {
+		t.Fatalf("peaks kept: %v, want only the busy lease's", a.peaks)
+	}
+	in.Processes = [][]inventory.Process{{}}
+	tab = a.Update(in)
+	if u := tab.Leases["busy"]; u == tab.Leases["idle1"] || u.MemoryPeakMiB != 86 || u.MemoryUsedMiB != 0 {
+		t.Fatalf("the busy lease once its process is gone: %+v, want its own usage with its peak of 86 MiB", u)
+	}
+}

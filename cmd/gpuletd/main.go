@@ -21,9 +21,9 @@ import (
 // gcPercent is the garbage collector's pace unless GOGC is set. The daemon's
 // heap is small and nearly everything it allocates is the garbage of answered
 // requests, so the default pace (100) spends CPU that leasing needs: at 400 a
-// lease and its release under churn cost about 5% less CPU, for a heap about
-// 1.5 times as large (90 MB against 60 with 10,000 leases held; 25 MB idle
-// either way).
+// lease and its release under churn cost about 5% less CPU, for a resident
+// set nearly twice as large with many leases held (80-90 MB against 46 with
+// 10,240 leases; 22 MB idle either way: docs/BENCHMARKS.md section 18).
 const gcPercent = 400
 
 func main() {

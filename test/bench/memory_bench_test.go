@@ -53,10 +53,31 @@ func settledRSS(tb testing.TB, pid int) float64 {
 	return last
 }
 
+// peakWindow is how long the resident set is watched after a step for its
+// highest: long enough for the garbage of a sample round a second to reach
+// the collector's goal and be collected at least once.
+const peakWindow = 12 * time.Second
+
+// peakRSS is the highest resident set of a process over peakWindow.
+func peakRSS(tb testing.TB, pid int) float64 {
+	tb.Helper()
+	peak := rssMiB(tb, pid)
+	for deadline := time.Now().Add(peakWindow); time.Now().Before(deadline); {
+		time.Sleep(500 * time.Millisecond)
+		peak = max(peak, rssMiB(tb, pid))
+	}
+	return peak
+}
+
 // BenchmarkMemory is gpuletd's resident memory: idle on the default node,
 // holding 10,240 leases on 16 simulated GPUs, and right after a restart that
 // replayed them, with the time from the restart to serving. The floor is a
 // bare Go HTTP server on a Unix socket (floor-proc), measured in the same run.
+// Right after a step the resident set is still growing: the daemon's
+// garbage (a sample round a second) fills the collector's room (GOGC 400:
+// four times the live heap) before the first collection. So held and restart
+// are also watched for peakWindow, and the highest (held-peak-MB,
+// restart-peak-MB) is what the daemon keeps while it holds the leases.
 // Goals (issue 25): idle ≤ 20 MB, held ≤ 50 MB, after the restart ≤ 50 MB,
 // serving ≤ 500 ms after the restart.
 func BenchmarkMemory(b *testing.B) {
@@ -72,6 +93,7 @@ func BenchmarkMemory(b *testing.B) {
 		d := startDaemon(b, "--sim-gpus", fmt.Sprintf("%dxA100-80GB", gpus), "--clients-per-instance", units, "--units-per-gpu", units)
 		holdLeases(b, d.Socket, held)
 		b.ReportMetric(settledRSS(b, d.Pid()), "held-MB")
+		b.ReportMetric(peakRSS(b, d.Pid()), "held-peak-MB")
 
 		if err := d.Stop(); err != nil {
 			b.Fatal(err)
@@ -83,6 +105,7 @@ func BenchmarkMemory(b *testing.B) {
 			b.Fatalf("after the restart: %v free, %v", s, err)
 		}
 		b.ReportMetric(settledRSS(b, d.Pid()), "restart-MB")
+		b.ReportMetric(peakRSS(b, d.Pid()), "restart-peak-MB")
 	}
 }
 

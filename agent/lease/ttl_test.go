@@ -1,0 +1,78 @@
+package lease
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gpulet/gpulet/internal/clock"
+	"github.com/gpulet/gpulet/internal/testutil"
+)
+
+// TestTTLLeasesExpireInDeadlineOrderUnderOneTimer: every ttl lease waits
+// under one timer, set for the soonest deadline; leases end in deadline
+// order, a renewal or a release moves the next end, and a clock stepped
+// back ends nothing.
+func TestTTLLeasesExpireInDeadlineOrderUnderOneTimer(t *testing.T) {
+	f := newFixture(t, 1, 8, 1)
+	c := clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
+	m := f.manager(t, func(cfg *Config) { cfg.Clock = c })
+	ids := map[string]string{}
+	for _, ttl := range []string{"3s", "1s", "2s", "5s", "4s", "6s"} {
+		g, err := m.Acquire(context.Background(), root, ttlReq(1, ttl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[g.ID] = ttl
+	}
+	byTTL := func(ttl string) string {
+		for id, d := range ids {
+			if d == ttl {
+				return id
+			}
+		}
+		t.Fatalf("no lease of %s", ttl)
+		return ""
+	}
+	if n := c.Pending(); n != 1 {
+		t.Fatalf("%d timers for 6 ttl leases, want 1", n)
+	}
+	live := func() []string {
+		var out []string
+		for _, l := range m.View().Leases() {
+			out = append(out, ids[l.ID])
+		}
+		slices.Sort(out)
+		return out
+	}
+	wantLive := func(when string, want ...string) {
+		t.Helper()
+		testutil.Eventually(t, when, func() bool { return slices.Equal(live(), want) && c.Pending() == 1 })
+	}
+	if err := m.Release(root, byTTL("4s")); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(500 * time.Millisecond)
+	if _, err := m.Renew(root, byTTL("1s")); err != nil { // now until 1.5 s
+		t.Fatal(err)
+	}
+	c.Advance(700 * time.Millisecond) // 1.2 s: the timer set for 1 s finds nothing due
+	wantLive("nothing to end at 1.2 s", "1s", "2s", "3s", "5s", "6s")
+	c.Advance(400 * time.Millisecond) // 1.6 s
+	wantLive("the renewed lease to end at 1.5 s", "2s", "3s", "5s", "6s")
+	c.Advance(1500 * time.Millisecond) // 3.1 s
+	wantLive("the 2 s and 3 s leases to end", "5s", "6s")
+	c.Set(c.Now().Add(-time.Minute)) // stepped back to -56.9 s
+	wantLive("nothing to end on a clock stepped back", "5s", "6s")
+	c.Set(c.Now().Add(time.Minute + 2*time.Second)) // 5.1 s
+	wantLive("the 5 s lease to end", "6s")
+	if err := m.Release(root, byTTL("6s")); err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(2 * time.Second)
+	testutil.Eventually(t, "the timer to find the queue empty", func() bool { return c.Pending() == 0 })
+	if len(m.View().Leases()) != 0 || f.fifoCount(t, 0) != 0 {
+		t.Fatalf("leases %v, %d FIFOs left", live(), f.fifoCount(t, 0))
+	}
+}
