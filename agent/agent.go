@@ -230,7 +230,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// What the lease engine takes back at start (pending reservations
 		// it admits) is placed by the config's pools already.
 		Engine:      a.engineFor(rules),
-		Conditions:  a.conditions.Load,
+		Conditions:  a.conditions.Load(),
 		OnChange:    a.changed,
 		MPS:         a.mpsOn,
 		InstanceEnv: func(g, k int) map[string]string { return a.mps.Env(a.devs[g].UUID, k) },

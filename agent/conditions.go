@@ -107,7 +107,7 @@ func (a *Agent) updateConditions() bool {
 	}
 	a.conditions.Store(c)
 	if a.leases != nil {
-		a.leases.ConditionsChanged()
+		a.leases.SetConditions(c)
 	}
 	return true
 }

@@ -71,7 +71,7 @@ func newNodeEvery(t *testing.T, interval time.Duration) *node {
 	}
 	n.leases, err = lease.New(lease.Config{
 		Model: model, Devices: n.devs, Ledger: n.ledger, JournalPath: filepath.Join(dir, "run", "leases.journal"),
-		Policy: placement.BestFit, Conditions: n.cond.Load, OnChange: n.store.Invalidate, MPS: true,
+		Policy: placement.BestFit, Conditions: n.cond.Load(), OnChange: n.store.Invalidate, MPS: true,
 		InstanceEnv: func(g, k int) map[string]string {
 			return map[string]string{"CUDA_MPS_PIPE_DIRECTORY": filepath.Join(dir, "mps", n.devs[g].UUID, string(rune('0'+k)), "pipe")}
 		},
@@ -104,7 +104,7 @@ func newNodeEvery(t *testing.T, interval time.Duration) *node {
 // setConditions changes what placement and health read, as the agent does.
 func (n *node) setConditions(c *lease.Conditions) {
 	n.cond.Store(c)
-	n.leases.ConditionsChanged()
+	n.leases.SetConditions(c)
 	n.store.Invalidate()
 }
 

@@ -347,10 +347,11 @@ func (m *Manager) newLease(peer identity.Peer, req Request, bind binding, c plac
 	return &lease{Lease: &pub, bind: bind, share: dr.member()}
 }
 
-// ConditionsChanged serves the waiting requests that the agent's new
-// conditions (a GPU below the utilization threshold again, an Xid cleared,
+// SetConditions puts the agent's new conditions in force and serves the
+// waiting requests that they (a GPU below the utilization threshold again, an Xid cleared,
 // an MPS instance back, the node undrained) may let in.
-func (m *Manager) ConditionsChanged() {
+func (m *Manager) SetConditions(c *Conditions) {
+	m.conditions.Store(c)
 	if !m.lockOpen() {
 		return
 	}

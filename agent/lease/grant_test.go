@@ -11,7 +11,6 @@ import (
 
 	"os"
 	"path/filepath"
-	"sync/atomic"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
@@ -256,7 +255,7 @@ func TestWaitIsServedWhenUnitsFree(t *testing.T) {
 func TestDrainingRefusesNewLeases(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t, func(c *Config) {
-		c.Conditions = func() *Conditions { return &Conditions{Draining: true} }
+		c.Conditions = &Conditions{Draining: true}
 	})
 	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1m")); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("draining node: %v", err)
@@ -266,9 +265,7 @@ func TestDrainingRefusesNewLeases(t *testing.T) {
 func TestIneligibleGPUIsSkippedWithReason(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	m := f.manager(t, func(c *Config) {
-		c.Conditions = func() *Conditions {
-			return &Conditions{GPUs: []GPUCondition{{Unusable: "is 95% busy"}, {Unusable: "failed: lost"}}}
-		}
+		c.Conditions = &Conditions{GPUs: []GPUCondition{{Unusable: "is 95% busy"}, {Unusable: "failed: lost"}}}
 	})
 	_, err := m.Acquire(context.Background(), root, ttlReq(1, "1m"))
 	if !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "95% busy") {
@@ -447,16 +444,14 @@ func TestJunkAtAUnitNameIsPassedOver(t *testing.T) {
 // not only when units free up.
 func TestWaiterIsServedWhenConditionsChange(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
-	var cond atomic.Pointer[Conditions]
-	cond.Store(&Conditions{GPUs: []GPUCondition{{Unusable: "is busy", MemoryFreeMiB: 1 << 20}, {Unusable: "is busy", MemoryFreeMiB: 1 << 20}}})
-	m := f.manager(t, func(c *Config) { c.Conditions = cond.Load })
+	busy := &Conditions{GPUs: []GPUCondition{{Unusable: "is busy", MemoryFreeMiB: 1 << 20}, {Unusable: "is busy", MemoryFreeMiB: 1 << 20}}}
+	m := f.manager(t, func(c *Config) { c.Conditions = busy })
 	go func() {
 		// Not Eventually: a goroutine other than the test's must not end it.
 		for waiting(m) == 0 {
 			time.Sleep(time.Millisecond)
 		}
-		cond.Store(&Conditions{GPUs: []GPUCondition{{MemoryFreeMiB: 1 << 20}, {MemoryFreeMiB: 1 << 20}}})
-		m.ConditionsChanged()
+		m.SetConditions(&Conditions{GPUs: []GPUCondition{{MemoryFreeMiB: 1 << 20}, {MemoryFreeMiB: 1 << 20}}})
 	}()
 	req := ttlReq(1, "1h")
 	req.Wait = time.Minute
@@ -469,7 +464,7 @@ func TestWaiterIsServedWhenConditionsChange(t *testing.T) {
 func TestWaitTimeoutSaysWhy(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	busy := &Conditions{GPUs: []GPUCondition{{Unusable: "is 95% busy", MemoryFreeMiB: 1 << 20}, {Unusable: "is 95% busy", MemoryFreeMiB: 1 << 20}}}
-	m := f.manager(t, func(c *Config) { c.Conditions = func() *Conditions { return busy } })
+	m := f.manager(t, func(c *Config) { c.Conditions = busy })
 	req := ttlReq(1, "1h")
 	req.Wait = 50 * time.Millisecond
 	_, err := m.Acquire(context.Background(), root, req)

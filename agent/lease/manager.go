@@ -70,8 +70,9 @@ type Config struct {
 	// weights of the config in force), Policy left aside: what New restores
 	// (pending reservations admitted at start) is placed with it.
 	Engine *placement.Engine
-	// Conditions returns the current conditions; it must not call the Manager.
-	Conditions func() *Conditions
+	// Conditions are the agent's conditions at start (nil: none yet);
+	// SetConditions brings each new set.
+	Conditions *Conditions
 	// InstanceEnv returns the MPS variables of instance k of GPU g (pipe and log
 	// folders); nil or an empty map when MPS is off.
 	InstanceEnv func(g, k int) map[string]string
@@ -126,6 +127,8 @@ type Manager struct {
 	engine atomic.Pointer[placement.Engine]
 	// view is the table as last published; read without mu.
 	view atomic.Pointer[View]
+	// conditions are the agent's, as last set; read without mu.
+	conditions atomic.Pointer[Conditions]
 	// claimLines bounds the lines offline claimers can cause (stale claims
 	// removed): any member of the socket group can make many.
 	claimLines *ratelog.Limiter
@@ -224,13 +227,11 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.TaskRan == nil {
 		cfg.TaskRan = func(string, string, uint32, time.Duration) {}
 	}
-	if cfg.Conditions == nil {
-		cfg.Conditions = func() *Conditions { return nil }
-	}
 	if cfg.Accounts == nil {
 		cfg.Accounts = identity.SystemDirectory{}
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, envs: map[envKey]map[string]string{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal{path: cfg.JournalPath}}
+	m.conditions.Store(cfg.Conditions)
 	if cfg.Engine == nil {
 		cfg.Engine = placement.New(cfg.Policy)
 	}

@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -56,15 +55,7 @@ func TestGrantPodLeasesExactlyTheUnitsAsked(t *testing.T) {
 
 func TestGrantPodRefusals(t *testing.T) {
 	f := newFixture(t, 2, 4, 2)
-	var busy atomic.Bool
-	m := f.manager(t, func(c *Config) {
-		c.Conditions = func() *Conditions {
-			if busy.Load() {
-				return &Conditions{GPUs: []GPUCondition{{Unusable: "is 95% busy"}, {}}}
-			}
-			return nil
-		}
-	})
+	m := f.manager(t)
 	ttl, err := m.Acquire(context.Background(), root, Request{LeaseRequest: api.LeaseRequest{Units: 1, GPU: "0"}, TTL: ttlReq(1, "1m").TTL})
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +86,7 @@ func TestGrantPodRefusals(t *testing.T) {
 			}
 		})
 	}
-	busy.Store(true)
-	m.ConditionsChanged()
+	m.SetConditions(&Conditions{GPUs: []GPUCondition{{Unusable: "is 95% busy"}, {}}})
 	if _, _, err := m.GrantPod(unitsOf(0, 12), podOf()); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "95% busy") {
 		t.Fatalf("busy GPU: %v", err)
 	}

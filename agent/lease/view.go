@@ -243,7 +243,7 @@ func addUser(users []uint32, uid uint32) []uint32 {
 // whose conditions, changed since; nothing changes it during a decision.
 func (m *Manager) nodeLocked() *placement.Node {
 	m.publishLocked()
-	cond := m.cfg.Conditions()
+	cond := m.conditions.Load()
 	if m.node == nil {
 		m.node = &placement.Node{ClientsPerInstance: m.cfg.Model.ClientsPerInstance, OneUserPerInstance: m.cfg.MPS, GPUs: make([]placement.GPU, len(m.gpus))}
 		m.nodeBuilt = make([]uint64, len(m.gpus))
