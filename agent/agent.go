@@ -318,7 +318,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		cancelRequests()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		return srv.Shutdown(sctx)
+		return apiServer.Shutdown(sctx, srv)
 	})
 	if closeView != nil {
 		// Closed before the API server: the view process reads through it
@@ -343,7 +343,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			cancelRequests()
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			return ro.Shutdown(sctx)
+			return apiServer.Shutdown(sctx, ro)
 		})
 		log.Info("serving the read-only endpoints over TCP", "listen", tcp.Addr().String(), "full_detail", cfg.ListenFullDetail,
 			"max_conns", cfg.ListenMaxConns, "max_conns_per_addr", cfg.ListenMaxConnsPerAddr)

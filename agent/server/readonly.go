@@ -64,6 +64,7 @@ func (s *Server) ReadOnlyHTTPServer(full bool) *http.Server {
 	route("GET /v1/gpus", s.gpus)
 	route("GET /metrics", s.metrics)
 	return &http.Server{
+		ConnState:         s.unstarted.track,
 		Handler:           ro,
 		ReadHeaderTimeout: 5 * time.Second,
 		ReadTimeout:       30 * time.Second,

@@ -85,6 +85,9 @@ type Server struct {
 	// Live, when set, adds the metrics read at each scrape (process, Go
 	// runtime, build, lease latency) to /metrics, and times lease requests.
 	Live *metrics.Live
+	// unstarted are the connections of its servers that have not begun a
+	// request, which Shutdown closes.
+	unstarted unstarted
 }
 
 // internalLinesPerSecond bounds the lines of s.internal.
@@ -187,6 +190,7 @@ const httpErrorsPerSecond = 5
 // structured log within a budget.
 func (s *Server) HTTPServer() *http.Server {
 	return &http.Server{
+		ConnState:         s.unstarted.track,
 		Handler:           s,
 		ConnContext:       s.connContext,
 		ReadHeaderTimeout: 5 * time.Second,
