@@ -1,14 +1,13 @@
 package collector
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // TestRouting pins how the collector routes: each route reaches its handler
@@ -18,31 +17,26 @@ import (
 // ".." never resolved.
 func TestRouting(t *testing.T) {
 	s := NewServer(NewStore(15*time.Second, time.Now), nil)
-	type routeCase struct {
-		method, target, body string
-		status               int
-		allow, message       string
+	notAllowed := func(method, target, allow string) testutil.Route {
+		return testutil.Route{Method: method, Target: target, Status: 405, Allow: allow,
+			Message: fmt.Sprintf("%s is not allowed on %s (allowed: %s)", method, target, allow)}
 	}
-	notAllowed := func(method, target, allow string) routeCase {
-		return routeCase{method: method, target: target, status: 405, allow: allow,
-			message: fmt.Sprintf("%s is not allowed on %s (allowed: %s)", method, target, allow)}
+	noEndpoint := func(method, target, path string) testutil.Route {
+		return testutil.Route{Method: method, Target: target, Status: 404, Message: "no such endpoint: " + path}
 	}
-	noEndpoint := func(method, target, path string) routeCase {
-		return routeCase{method: method, target: target, status: 404, message: "no such endpoint: " + path}
-	}
-	for _, tc := range []routeCase{
+	for _, tc := range []testutil.Route{
 		// Every route reaches its handler.
-		{method: "GET", target: "/metrics", status: 200},
-		{method: "GET", target: "/v1/nodes", status: 200},
-		{method: "GET", target: "/v1/nodes?x=1", status: 400, message: "/v1/nodes takes no query parameters"},
-		{method: "POST", target: "/v1/placements", body: `{`, status: 400},
-		{method: "POST", target: "/v1/snapshots", body: `{`, status: 400},
-		{method: "GET", target: "/v1/table", status: 200},
-		{method: "GET", target: "/v1%2Fnodes", status: 200},
-		{method: "GET", target: "/v1/%6Eodes", status: 200},
-		{method: "GET", target: "http://collector/v1/table", status: 200},
+		{Method: "GET", Target: "/metrics", Status: 200},
+		{Method: "GET", Target: "/v1/nodes", Status: 200},
+		{Method: "GET", Target: "/v1/nodes?x=1", Status: 400, Message: "/v1/nodes takes no query parameters"},
+		{Method: "POST", Target: "/v1/placements", Body: `{`, Status: 400},
+		{Method: "POST", Target: "/v1/snapshots", Body: `{`, Status: 400},
+		{Method: "GET", Target: "/v1/table", Status: 200},
+		{Method: "GET", Target: "/v1%2Fnodes", Status: 200},
+		{Method: "GET", Target: "/v1/%6Eodes", Status: 200},
+		{Method: "GET", Target: "http://collector/v1/table", Status: 200},
 
-		// Another method: 405.
+		// Another Method: 405.
 		notAllowed("POST", "/metrics", "GET"),
 		notAllowed("POST", "/v1/nodes", "GET"),
 		notAllowed("GET", "/v1/placements", "POST"),
@@ -70,29 +64,8 @@ func TestRouting(t *testing.T) {
 		noEndpoint("GET", "/v1/nodes%2F", "/v1/nodes/"),
 		noEndpoint("GET", "/V1/nodes", "/V1/nodes"),
 	} {
-		what := tc.method + " " + tc.target
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest(tc.method, tc.target, strings.NewReader(tc.body)))
-		if rec.Code != tc.status {
-			t.Errorf("%s = %d %s; want %d", what, rec.Code, rec.Body, tc.status)
-			continue
-		}
-		if got := rec.Header().Get("Allow"); got != tc.allow {
-			t.Errorf("%s: Allow %q, want %q", what, got, tc.allow)
-		}
-		if rec.Code < 400 {
-			continue
-		}
-		var eb api.ErrorBody
-		if err := json.Unmarshal(rec.Body.Bytes(), &eb); err != nil || rec.Header().Get("Content-Type") != "application/json" {
-			t.Errorf("%s: error body %q (%s): %v", what, rec.Body, rec.Header().Get("Content-Type"), err)
-			continue
-		}
-		if want := map[int]string{400: api.CodeBadRequest, 404: api.CodeNotFound, 405: api.CodeMethodNotAllowed}[rec.Code]; eb.Error.Code != want {
-			t.Errorf("%s: code %q with status %d", what, eb.Error.Code, rec.Code)
-		}
-		if tc.message != "" && eb.Error.Message != tc.message {
-			t.Errorf("%s: message %q, want %q", what, eb.Error.Message, tc.message)
-		}
+		s.ServeHTTP(rec, httptest.NewRequest(tc.Method, tc.Target, strings.NewReader(tc.Body)))
+		testutil.CheckRoute(t, tc, rec.Code, rec.Header(), rec.Body.String())
 	}
 }

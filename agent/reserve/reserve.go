@@ -74,17 +74,13 @@ func (m Member) Principal() identity.Principal {
 	return identity.Principal{Kind: kind, Name: name, ID: m.ID}
 }
 
-// Matches reports whether a caller with uid, primary gid and supplementary
-// groups is this member, by identity's rule.
-func (m Member) Matches(uid, gid uint32, groups []uint32) bool {
-	return m.Principal().Matches(uid, identity.GroupsOf(gid, groups))
-}
-
-// MemberOf is the first member of share the caller is, or -1: a caller who is
-// several members (a user and one of its groups) borrows as the first listed.
+// MemberOf is the first member of share the caller is, by identity's rule,
+// or -1: a caller who is several members (a user and one of its groups)
+// borrows as the first listed.
 func MemberOf(share []Member, uid, gid uint32, groups []uint32) int {
+	gids := identity.GroupsOf(gid, groups)
 	for i, m := range share {
-		if m.Matches(uid, gid, groups) {
+		if m.Principal().Matches(uid, gids) {
 			return i
 		}
 	}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,21 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
-
-// routeCase is one request written to a server as bytes (so that no client
-// cleans its target) and the answer it must get.
-type routeCase struct {
-	method, target, body string
-	// status is the status wanted; 0: any answer of the route's handler,
-	// which depends on who runs the test (root or not).
-	status int
-	// allow is the Allow header wanted ("": none).
-	allow string
-	// message is the error message wanted ("": not checked).
-	message string
-}
 
 // rawRequest writes method and target to the server at network/addr over a
 // connection of its own and reads the answer.
@@ -53,50 +39,6 @@ func rawRequest(t *testing.T, network, addr, method, target, body string) (int, 
 	return resp.StatusCode, resp.Header, string(b)
 }
 
-// checkRoute holds one answer to what tc wants: a refusal of the router is
-// a JSON error with the status's code; a handler's answer is never one of
-// the router's refusals.
-func checkRoute(t *testing.T, tc routeCase, status int, hdr http.Header, body string) {
-	t.Helper()
-	what := tc.method + " " + tc.target
-	if tc.status == 0 {
-		if status == http.StatusMethodNotAllowed || strings.Contains(body, "no such endpoint") {
-			t.Errorf("%s = %d %s; want the route's handler", what, status, body)
-		}
-		return
-	}
-	if status != tc.status {
-		t.Errorf("%s = %d %s; want %d", what, status, body, tc.status)
-		return
-	}
-	if got := hdr.Get("Allow"); got != tc.allow {
-		t.Errorf("%s: Allow %q, want %q", what, got, tc.allow)
-	}
-	if status < 400 {
-		return
-	}
-	if ct := hdr.Get("Content-Type"); ct != "application/json" {
-		t.Errorf("%s: error with Content-Type %q", what, ct)
-	}
-	if tc.method == http.MethodHead {
-		return // no body
-	}
-	var eb api.ErrorBody
-	if err := json.Unmarshal([]byte(body), &eb); err != nil {
-		t.Errorf("%s: error body %q: %v", what, body, err)
-		return
-	}
-	if eb.Error.Code != codeOfStatus[status] {
-		t.Errorf("%s: code %q with status %d", what, eb.Error.Code, status)
-	}
-	if tc.message != "" && eb.Error.Message != tc.message {
-		t.Errorf("%s: message %q, want %q", what, eb.Error.Message, tc.message)
-	}
-}
-
-// codeOfStatus is the error code of each status these tests see.
-var codeOfStatus = map[int]string{400: api.CodeBadRequest, 403: api.CodeForbidden, 404: api.CodeNotFound, 405: api.CodeMethodNotAllowed}
-
 // TestRouting pins how the Unix socket's API routes: each route reaches its
 // handler by its method, another method is a 405 that says which are
 // allowed, anything else a 404; a path matches without its leading and
@@ -115,41 +57,41 @@ func TestRouting(t *testing.T) {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 
-	notAllowed := func(method, target, allow string) routeCase {
-		return routeCase{method: method, target: target, status: 405, allow: allow,
-			message: fmt.Sprintf("%s is not allowed on %s (allowed: %s)", method, target, allow)}
+	notAllowed := func(method, target, allow string) testutil.Route {
+		return testutil.Route{Method: method, Target: target, Status: 405, Allow: allow,
+			Message: fmt.Sprintf("%s is not allowed on %s (allowed: %s)", method, target, allow)}
 	}
-	noEndpoint := func(method, target, path string) routeCase {
-		return routeCase{method: method, target: target, status: 404, message: "no such endpoint: " + path}
+	noEndpoint := func(method, target, path string) testutil.Route {
+		return testutil.Route{Method: method, Target: target, Status: 404, Message: "no such endpoint: " + path}
 	}
-	noLease := func(method, target, id string) routeCase {
-		return routeCase{method: method, target: target, status: 404, message: fmt.Sprintf("no lease %q", id)}
+	noLease := func(method, target, id string) testutil.Route {
+		return testutil.Route{Method: method, Target: target, Status: 404, Message: fmt.Sprintf("no lease %q", id)}
 	}
-	cases := []routeCase{
+	cases := []testutil.Route{
 		// Every route reaches its handler.
-		{method: "GET", target: "/metrics", status: 200},
-		{method: "GET", target: "/v1/gpus", status: 200},
-		{method: "GET", target: "/v1/leases", status: 200},
-		{method: "POST", target: "/v1/leases", body: `{"units":1,"ttl":"1m"}`, status: 201},
+		{Method: "GET", Target: "/metrics", Status: 200},
+		{Method: "GET", Target: "/v1/gpus", Status: 200},
+		{Method: "GET", Target: "/v1/leases", Status: 200},
+		{Method: "POST", Target: "/v1/leases", Body: `{"units":1,"ttl":"1m"}`, Status: 201},
 		noLease("GET", "/v1/leases/l-nope", "l-nope"),
 		noLease("DELETE", "/v1/leases/l-nope", "l-nope"),
 		noLease("POST", "/v1/leases/l-nope/renew", "l-nope"),
-		{method: "DELETE", target: "/v1/slurm/jobs/x", status: 400, message: `slurm job: "x" is not a job id (a whole number from 1)`},
-		{method: "GET", target: "/v1/reservations", status: 200},
-		{method: "POST", target: "/v1/reservations", body: `{}`, status: 400},
-		{method: "GET", target: "/v1/reservations/nope", status: 404, message: `no reservation named "nope"`},
-		{method: "DELETE", target: "/v1/reservations/nope", status: 404, message: `no reservation named "nope"`},
-		{method: "POST", target: "/v1/reservations/nope/advance", status: 404, message: `no reservation named "nope"`},
-		{method: "POST", target: "/v1/node/drain"},
-		{method: "POST", target: "/v1/node/undrain", body: `{"gpu":"zz"}`},
-		{method: "POST", target: "/v1/sim/gpus/x", body: `{}`},
-		{method: "GET", target: "/v1/snapshot", status: 200},
-		{method: "POST", target: "/v1/placements", body: `{"units":1}`, status: 200},
-		{method: "GET", target: "/v1/profiles", status: 200},
-		{method: "GET", target: "/v1/pools", status: 200},
-		{method: "GET", target: "/v1/quotas", status: 200},
+		{Method: "DELETE", Target: "/v1/slurm/jobs/x", Status: 400, Message: `slurm job: "x" is not a job id (a whole number from 1)`},
+		{Method: "GET", Target: "/v1/reservations", Status: 200},
+		{Method: "POST", Target: "/v1/reservations", Body: `{}`, Status: 400},
+		{Method: "GET", Target: "/v1/reservations/nope", Status: 404, Message: `no reservation named "nope"`},
+		{Method: "DELETE", Target: "/v1/reservations/nope", Status: 404, Message: `no reservation named "nope"`},
+		{Method: "POST", Target: "/v1/reservations/nope/advance", Status: 404, Message: `no reservation named "nope"`},
+		{Method: "POST", Target: "/v1/node/drain"},
+		{Method: "POST", Target: "/v1/node/undrain", Body: `{"gpu":"zz"}`},
+		{Method: "POST", Target: "/v1/sim/gpus/x", Body: `{}`},
+		{Method: "GET", Target: "/v1/snapshot", Status: 200},
+		{Method: "POST", Target: "/v1/placements", Body: `{"units":1}`, Status: 200},
+		{Method: "GET", Target: "/v1/profiles", Status: 200},
+		{Method: "GET", Target: "/v1/pools", Status: 200},
+		{Method: "GET", Target: "/v1/quotas", Status: 200},
 
-		// Another method: 405, with the allowed ones in the order of the
+		// Another Method: 405, with the allowed ones in the order of the
 		// route table.
 		notAllowed("PUT", "/v1/snapshot", "GET"),
 		notAllowed("POST", "/metrics", "GET"),
@@ -172,9 +114,9 @@ func TestRouting(t *testing.T) {
 		notAllowed("CONNECT", "/v1/leases", "GET, POST"),
 		notAllowed("get", "/v1/snapshot", "GET"),
 		// HEAD is a method of its own here: no route answers it.
-		{method: "HEAD", target: "/v1/leases", status: 405, allow: "GET, POST"},
-		{method: "HEAD", target: "/v1/snapshot", status: 405, allow: "GET"},
-		{method: "HEAD", target: "/v1/nothing", status: 404},
+		{Method: "HEAD", Target: "/v1/leases", Status: 405, Allow: "GET, POST"},
+		{Method: "HEAD", Target: "/v1/snapshot", Status: 405, Allow: "GET"},
+		{Method: "HEAD", Target: "/v1/nothing", Status: 404},
 
 		// Unknown paths: 404 whatever the method.
 		noEndpoint("GET", "/v1/nothing", "/v1/nothing"),
@@ -188,10 +130,10 @@ func TestRouting(t *testing.T) {
 
 		// The path's form: leading and trailing slashes do not count, an
 		// empty segment between two slashes matches nothing.
-		{method: "GET", target: "/v1/leases/", status: 200},
-		{method: "GET", target: "//v1/leases", status: 200},
-		{method: "GET", target: "/v1/leases//", status: 200},
-		{method: "POST", target: "/v1/leases/", body: `{"units":1,"ttl":"1m"}`, status: 201},
+		{Method: "GET", Target: "/v1/leases/", Status: 200},
+		{Method: "GET", Target: "//v1/leases", Status: 200},
+		{Method: "GET", Target: "/v1/leases//", Status: 200},
+		{Method: "POST", Target: "/v1/leases/", Body: `{"units":1,"ttl":"1m"}`, Status: 201},
 		noLease("DELETE", "/v1/leases/l-nope/", "l-nope"),
 		notAllowed("PUT", "/v1/snapshot/", "GET"),
 		noEndpoint("GET", "/v1//leases", "/v1//leases"),
@@ -201,8 +143,8 @@ func TestRouting(t *testing.T) {
 		// segments, an encoded letter is the letter.
 		noEndpoint("GET", "/v1/leases/a%2Fb", "/v1/leases/a/b"),
 		noLease("POST", "/v1/leases/a%2Frenew", "a"),
-		{method: "GET", target: "/v1%2Fleases", status: 200},
-		{method: "GET", target: "/v1/%6Ceases", status: 200},
+		{Method: "GET", Target: "/v1%2Fleases", Status: 200},
+		{Method: "GET", Target: "/v1/%6Ceases", Status: 200},
 		noLease("GET", "/v1/leases/l-1%20x", "l-1 x"),
 		noLease("GET", "/v1/leases/%25", "%"),
 		// "." and ".." are segments as written, never resolved.
@@ -214,13 +156,13 @@ func TestRouting(t *testing.T) {
 		noEndpoint("GET", "/v1/leases/../gpus", "/v1/leases/../gpus"),
 		noEndpoint("GET", "/v1/gpus/..", "/v1/gpus/.."),
 		// The query is not the path; an absolute target is its path.
-		{method: "GET", target: "/v1/leases?x=1", status: 200},
-		{method: "GET", target: "/v1/leases/?x=1", status: 200},
-		{method: "GET", target: "http://gpulet/v1/gpus", status: 200},
+		{Method: "GET", Target: "/v1/leases?x=1", Status: 200},
+		{Method: "GET", Target: "/v1/leases/?x=1", Status: 200},
+		{Method: "GET", Target: "http://gpulet/v1/gpus", Status: 200},
 	}
 	for _, tc := range cases {
-		status, hdr, body := rawRequest(t, "unix", sock, tc.method, tc.target, tc.body)
-		checkRoute(t, tc, status, hdr, body)
+		status, hdr, body := rawRequest(t, "unix", sock, tc.Method, tc.Target, tc.Body)
+		testutil.CheckRoute(t, tc, status, hdr, body)
 	}
 
 	// Without the simulated backend its route does not exist.
@@ -232,12 +174,12 @@ func TestRouting(t *testing.T) {
 	}
 	go plain.Serve(pln)
 	t.Cleanup(func() { plain.Close() })
-	for _, tc := range []routeCase{
+	for _, tc := range []testutil.Route{
 		noEndpoint("POST", "/v1/sim/gpus/0", "/v1/sim/gpus/0"),
 		noEndpoint("GET", "/v1/sim/gpus/0", "/v1/sim/gpus/0"),
 	} {
-		status, hdr, body := rawRequest(t, "unix", plainSock, tc.method, tc.target, tc.body)
-		checkRoute(t, tc, status, hdr, body)
+		status, hdr, body := rawRequest(t, "unix", plainSock, tc.Method, tc.Target, tc.Body)
+		testutil.CheckRoute(t, tc, status, hdr, body)
 	}
 }
 
@@ -265,25 +207,25 @@ func TestReadOnlyRouting(t *testing.T) {
 	}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	notAllowed := func(method, target string) routeCase {
-		return routeCase{method: method, target: target, status: 405, allow: "GET, HEAD",
-			message: fmt.Sprintf("%s is not allowed on %s (allowed: GET)", method, target)}
+	notAllowed := func(method, target string) testutil.Route {
+		return testutil.Route{Method: method, Target: target, Status: 405, Allow: "GET, HEAD",
+			Message: fmt.Sprintf("%s is not allowed on %s (allowed: GET)", method, target)}
 	}
-	notHere := func(method, target, path string) routeCase {
-		return routeCase{method: method, target: target, status: 404,
-			message: "no such endpoint here: " + path + " (over TCP gpuletd serves only GET /v1/snapshot, /v1/gpus and /metrics; the rest is on its Unix socket)"}
+	notHere := func(method, target, path string) testutil.Route {
+		return testutil.Route{Method: method, Target: target, Status: 404,
+			Message: "no such endpoint here: " + path + " (over TCP gpuletd serves only GET /v1/snapshot, /v1/gpus and /metrics; the rest is on its Unix socket)"}
 	}
-	for _, tc := range []routeCase{
-		{method: "GET", target: "/v1/snapshot", status: 200},
-		{method: "GET", target: "/v1/gpus", status: 200},
-		{method: "GET", target: "/metrics", status: 200},
-		{method: "HEAD", target: "/v1/snapshot", status: 200},
-		{method: "HEAD", target: "/v1/gpus", status: 200},
-		{method: "HEAD", target: "/metrics", status: 200},
-		{method: "GET", target: "/v1/snapshot?after=x", status: 400},
-		{method: "GET", target: "/v1%2Fsnapshot", status: 200},
-		{method: "GET", target: "/v1/%73napshot", status: 200},
-		{method: "GET", target: "http://gpulet/metrics", status: 200},
+	for _, tc := range []testutil.Route{
+		{Method: "GET", Target: "/v1/snapshot", Status: 200},
+		{Method: "GET", Target: "/v1/gpus", Status: 200},
+		{Method: "GET", Target: "/metrics", Status: 200},
+		{Method: "HEAD", Target: "/v1/snapshot", Status: 200},
+		{Method: "HEAD", Target: "/v1/gpus", Status: 200},
+		{Method: "HEAD", Target: "/metrics", Status: 200},
+		{Method: "GET", Target: "/v1/snapshot?after=x", Status: 400},
+		{Method: "GET", Target: "/v1%2Fsnapshot", Status: 200},
+		{Method: "GET", Target: "/v1/%73napshot", Status: 200},
+		{Method: "GET", Target: "http://gpulet/metrics", Status: 200},
 		notAllowed("POST", "/v1/snapshot"),
 		notAllowed("DELETE", "/metrics"),
 		notAllowed("PUT", "/v1/gpus"),
@@ -305,7 +247,7 @@ func TestReadOnlyRouting(t *testing.T) {
 		notHere("GET", "/metrics/.", "/metrics/."),
 		notHere("GET", "/v1/snapshot%2F", "/v1/snapshot/"),
 	} {
-		status, hdr, body := rawRequest(t, "tcp", ln.Addr().String(), tc.method, tc.target, tc.body)
-		checkRoute(t, tc, status, hdr, body)
+		status, hdr, body := rawRequest(t, "tcp", ln.Addr().String(), tc.Method, tc.Target, tc.Body)
+		testutil.CheckRoute(t, tc, status, hdr, body)
 	}
 }

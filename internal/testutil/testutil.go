@@ -1,6 +1,7 @@
 // Package testutil holds what tests of every package share: waiting for a
 // condition, a buffer safe for concurrent writers, a Unix-socket HTTP
-// transport, and a CA for TLS tests. Only tests import it.
+// transport, a CA for TLS tests, and the check of a router's answers. Only
+// tests import it.
 package testutil
 
 import (
