@@ -57,9 +57,13 @@ func moduleRoot() string {
 	return filepath.Join(filepath.Dir(file), "..", "..")
 }
 
+// BuildTags are the build tags of the binaries, as the Makefile's BUILD_TAGS
+// (a test holds the two alike), so that tests run what `make` builds.
+const BuildTags = "grpcnotrace"
+
 func build() error {
 	for _, b := range Binaries {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(binDir, b.Name), b.Pkg)
+		cmd := exec.Command("go", "build", "-tags", BuildTags, "-o", filepath.Join(binDir, b.Name), b.Pkg)
 		cmd.Dir = moduleRoot()
 		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 		if b.Name != "gpuletd" {
