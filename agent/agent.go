@@ -39,6 +39,7 @@ import (
 	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
+	"github.com/gpulet/gpulet/internal/memlimit"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/snapshot"
@@ -100,6 +101,11 @@ type Config struct {
 	// NVML is the library the nvml backend uses (nvml.New() in production).
 	NVML   nvml.Interface
 	Logger *slog.Logger
+	// MemoryFloor, when not 0, is the least soft memory limit gpuletd keeps
+	// once it serves (memlimit.Keep): it bounds the garbage a slow collector
+	// pace leaves beside a large table of leases. 0 leaves the runtime's limit
+	// (GOMEMLIMIT) alone.
+	MemoryFloor int64
 }
 
 // Agent is a running gpuletd.
@@ -273,6 +279,20 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer close(usersPublished)
 		a.publishUsers(bg, cfg.SampleInterval)
 	}()
+	if cfg.MemoryFloor != 0 {
+		// Only now: the journal's replay above makes garbage many times the
+		// table's size, which a limit would collect at once, slowing the start.
+		memoryKept := make(chan struct{})
+		closers = append(closers, func() error {
+			stopBackground()
+			<-memoryKept
+			return nil
+		})
+		go func() {
+			defer close(memoryKept)
+			memlimit.Keep(bg, cfg.MemoryFloor, time.Second)
+		}()
+	}
 	if err := a.leases.Watch(bg); err != nil {
 		return err
 	}
