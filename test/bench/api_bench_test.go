@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -26,7 +27,7 @@ func BenchmarkSnapshot(b *testing.B) {
 		"floor-proc": floorProcess(b, body, nil),
 		"gpuletd":    d.Socket,
 	}
-	compare(b, socks, getSnapshot)
+	compare(b, socks, func(c *benchClient) error { return getSnapshot(c.Client) })
 }
 
 // compare runs op at 1 and 8 clients on every server of socks, one after the
@@ -34,7 +35,7 @@ func BenchmarkSnapshot(b *testing.B) {
 // floor's (x-inproc-*). Then "paired" runs gpuletd and floor-proc in
 // alternating turns and reports gpuletd's ratio to floor-proc (x-floor-*):
 // the figure the goals are checked against.
-func compare(b *testing.B, socks map[string]string, op func(*http.Client) error) {
+func compare(b *testing.B, socks map[string]string, op func(*benchClient) error) {
 	for _, clients := range []int{1, 8} {
 		var inproc result
 		for _, name := range []string{"floor", "floor-proc", "gpuletd"} {
@@ -78,42 +79,6 @@ func BenchmarkLeaseReleaseAgainstBaseline(b *testing.B) {
 	}
 }
 
-// leaseRelease is POST /v1/leases for one unit with a ttl, then DELETE of the
-// lease it returned.
-func leaseRelease(c *http.Client) error {
-	resp, err := c.Post("http://gpulet/v1/leases", "application/json", strings.NewReader(`{"units":1,"ttl":"1m"}`))
-	if err != nil {
-		return err
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("lease: HTTP %d: %s", resp.StatusCode, body)
-	}
-	var l struct {
-		ID string `json:"id"`
-	}
-	if err := json.Unmarshal(body, &l); err != nil || l.ID == "" {
-		return fmt.Errorf("lease: no id in %q (%v)", body, err)
-	}
-	req, err := http.NewRequest(http.MethodDelete, "http://gpulet/v1/leases/"+l.ID, nil)
-	if err != nil {
-		return err
-	}
-	resp, err = c.Do(req)
-	if err != nil {
-		return err
-	}
-	drain(resp)
-	if resp.StatusCode != http.StatusNoContent {
-		return fmt.Errorf("release %s: HTTP %d", l.ID, resp.StatusCode)
-	}
-	return nil
-}
-
 // BenchmarkLeaseRelease is a lease and its release through the real gpuletd
 // against the floors answering the same two requests with a lease body
 // gpuletd gave. gpuletd has 64 units per GPU, so 8 clients never run short.
@@ -122,7 +87,51 @@ func BenchmarkLeaseRelease(b *testing.B) {
 	d := startDaemon(b, "--clients-per-instance", "64", "--units-per-gpu", "64")
 	c := httpClient(d.Socket)
 	defer c.CloseIdleConnections()
-	// One real lease gives the floors their canned answer.
+	leaseBody := cannedLease(b, d)
+	socks := map[string]string{
+		"floor":      floorServer(b, nil, leaseBody),
+		"floor-proc": floorProcess(b, nil, leaseBody),
+		"gpuletd":    d.Socket,
+	}
+	compare(b, socks, leaseRelease)
+	// Against the contract floor: floor-proc plus the syscalls docs/design.md asks of
+	// any daemon for a lease and its release (contractfloor_test.go).
+	contract, _ := contractFloorProcess(b, nil, leaseBody)
+	for _, clients := range []int{1, 8} {
+		b.Run(fmt.Sprintf("clients=%d/paired-contract", clients), func(b *testing.B) {
+			alternate(b, clients, side{contract, leaseRelease}, side{d.Socket, leaseRelease}, "contract")
+		})
+	}
+	noneLeft(b, c)
+}
+
+// BenchmarkLeaseReleaseMPS is BenchmarkLeaseRelease's paired part with MPS on,
+// as make run starts gpuletd where MPS is installed: the lease names its MPS
+// instance's pipe folder and memory limit, and the floor answers that longer
+// body. Goal (issue 25): ops/s at least 0.65× floor-proc at 8 clients, no round
+// below 0.55×.
+func BenchmarkLeaseReleaseMPS(b *testing.B) {
+	if _, err := exec.LookPath("nvidia-cuda-mps-control"); err != nil {
+		b.Skip("nvidia-cuda-mps-control is not installed:", err)
+	}
+	d := startDaemon(b, "--mps", "on", "--clients-per-instance", "64", "--units-per-gpu", "64")
+	c := httpClient(d.Socket)
+	defer c.CloseIdleConnections()
+	floor := floorProcess(b, nil, cannedLease(b, d))
+	for _, clients := range []int{1, 8} {
+		b.Run(fmt.Sprintf("clients=%d/paired", clients), func(b *testing.B) {
+			paired(b, floor, d.Socket, clients, leaseRelease)
+		})
+	}
+	noneLeft(b, c)
+}
+
+// cannedLease is the body of one real lease of d, released at once: what the
+// floors answer.
+func cannedLease(b *testing.B, d *e2e.Daemon) []byte {
+	b.Helper()
+	c := httpClient(d.Socket)
+	defer c.CloseIdleConnections()
 	resp, err := c.Post("http://gpulet/v1/leases", "application/json", strings.NewReader(`{"units":1,"ttl":"1m"}`))
 	if err != nil {
 		b.Fatal(err)
@@ -138,21 +147,13 @@ func BenchmarkLeaseRelease(b *testing.B) {
 	if err := d.Client.Release(e2e.Ctx(b), l.ID); err != nil {
 		b.Fatal(err)
 	}
-	socks := map[string]string{
-		"floor":      floorServer(b, nil, leaseBody),
-		"floor-proc": floorProcess(b, nil, leaseBody),
-		"gpuletd":    d.Socket,
-	}
-	compare(b, socks, leaseRelease)
-	// Against the contract floor: floor-proc plus the syscalls docs/design.md asks of
-	// any daemon for a lease and its release (contractfloor_test.go).
-	contract, _ := contractFloorProcess(b, nil, leaseBody)
-	for _, clients := range []int{1, 8} {
-		b.Run(fmt.Sprintf("clients=%d/paired-contract", clients), func(b *testing.B) {
-			alternate(b, clients, side{contract, leaseRelease}, side{d.Socket, leaseRelease}, "contract")
-		})
-	}
-	// Every lease was released: nothing may be left behind.
+	return leaseBody
+}
+
+// noneLeft fails b unless every lease was released: a benchmark leaves
+// nothing behind.
+func noneLeft(b *testing.B, c *http.Client) {
+	b.Helper()
 	if s, err := snapshot(c); err != nil || s.UnitsFree != s.UnitsTotal {
 		b.Fatalf("after the benchmark: snapshot %+v, %v: leases left behind", s, err)
 	}

@@ -60,10 +60,11 @@ func startDaemonBinary(b *testing.B, binary string, extra ...string) *e2e.Daemon
 }
 
 // tmpfsDir is a fresh folder on /dev/shm, falling back to the test's temporary
-// folder where there is no tmpfs.
+// folder where there is no tmpfs. Its name is short: MPS pipe folders within
+// it must fit the control daemon's 87 bytes.
 func tmpfsDir(tb testing.TB) string {
 	tb.Helper()
-	dir, err := os.MkdirTemp("/dev/shm", "gpulet-bench-")
+	dir, err := os.MkdirTemp("/dev/shm", "gb-")
 	if err != nil {
 		tb.Logf("no tmpfs at /dev/shm (%v): the run dir is on the temporary folder's file system", err)
 		return filepath.Join(tb.TempDir(), "run")
@@ -73,7 +74,8 @@ func tmpfsDir(tb testing.TB) string {
 }
 
 // httpClient is one keep-alive HTTP client on a Unix socket. Every client of
-// every comparison, daemon or floor, is made here, with the same settings.
+// every comparison, daemon or floor, is made here (or, with a raw connection
+// beside it, by newBenchClient), with the same settings.
 func httpClient(sock string) *http.Client {
 	return &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -207,7 +209,7 @@ type result struct {
 // run spreads b.N calls of op over clients goroutines, each with its own HTTP
 // client, and reports p50, p99 and operations per second. ops/s counts
 // whole ops (for a lease, the lease and its release).
-func run(b *testing.B, sock string, clients int, op func(c *http.Client) error) result {
+func run(b *testing.B, sock string, clients int, op func(c *benchClient) error) result {
 	b.Helper()
 	per := max(b.N/clients, 1)
 	t := newTeam(sock, clients, per)
@@ -224,14 +226,14 @@ func run(b *testing.B, sock string, clients int, op func(c *http.Client) error) 
 // team is clients goroutines' worth of keep-alive HTTP clients to one server,
 // with the latency of every op they made.
 type team struct {
-	hc  []*http.Client
+	hc  []*benchClient
 	lat [][]time.Duration
 }
 
 func newTeam(sock string, clients, per int) *team {
-	t := &team{hc: make([]*http.Client, clients), lat: make([][]time.Duration, clients)}
+	t := &team{hc: make([]*benchClient, clients), lat: make([][]time.Duration, clients)}
 	for w := range t.hc {
-		t.hc[w] = httpClient(sock)
+		t.hc[w] = newBenchClient(sock)
 		t.lat[w] = make([]time.Duration, 0, per)
 	}
 	return t
@@ -239,13 +241,13 @@ func newTeam(sock string, clients, per int) *team {
 
 func (t *team) close() {
 	for _, c := range t.hc {
-		c.CloseIdleConnections()
+		c.close()
 	}
 }
 
 // turn has every client make n calls of op at once and returns the wall time
 // until the last one is done.
-func (t *team) turn(n int, op func(c *http.Client) error) (time.Duration, error) {
+func (t *team) turn(n int, op func(c *benchClient) error) (time.Duration, error) {
 	var wg sync.WaitGroup
 	errs := make(chan error, len(t.hc))
 	start := time.Now()
@@ -291,7 +293,7 @@ const pairedTurn = 40
 // paired measures gpuletd against floor-proc in alternating turns (see
 // alternate): floor-* and the plain names for gpuletd, and gpuletd's ratios to
 // floor-proc (x-floor-*).
-func paired(b *testing.B, floorSock, sock string, clients int, op func(c *http.Client) error) {
+func paired(b *testing.B, floorSock, sock string, clients int, op func(c *benchClient) error) {
 	b.Helper()
 	alternate(b, clients, side{floorSock, op}, side{sock, op}, "floor")
 }
@@ -300,7 +302,7 @@ func paired(b *testing.B, floorSock, sock string, clients int, op func(c *http.C
 // made on it.
 type side struct {
 	sock string
-	op   func(c *http.Client) error
+	op   func(c *benchClient) error
 }
 
 // alternate runs base and measured in alternating turns of pairedTurn ops per
@@ -314,7 +316,7 @@ func alternate(b *testing.B, clients int, base, measured side, name string) {
 	teams := [2]*team{newTeam(base.sock, clients, per), newTeam(measured.sock, clients, per)}
 	defer teams[0].close()
 	defer teams[1].close()
-	ops := [2]func(*http.Client) error{base.op, measured.op}
+	ops := [2]func(*benchClient) error{base.op, measured.op}
 	var elapsed [2]time.Duration
 	b.ResetTimer()
 	for done, round := 0, 0; done < per; done, round = done+pairedTurn, round+1 {
@@ -437,21 +439,21 @@ func TestFloorServers(t *testing.T) {
 	body := []byte(`{"schema":"gpulet.snapshot/v1","units_total":32,"units_free":32,"gpus":[{"index":0,"units_offline":0}]}` + "\n")
 	lease := []byte(`{"id":"l-0123456789abcdef","units":[0]}` + "\n")
 	for name, sock := range map[string]string{"in-process": floorServer(t, body, lease), "process": floorProcess(t, body, lease)} {
-		c := httpClient(sock)
-		s, err := snapshot(c)
+		c := newBenchClient(sock)
+		s, err := snapshot(c.Client)
 		if err != nil || s.UnitsFree != 32 {
 			t.Fatalf("%s floor: snapshot %+v, %v", name, s, err)
 		}
 		if err := leaseRelease(c); err != nil {
 			t.Fatalf("%s floor: lease and release: %v", name, err)
 		}
-		c.CloseIdleConnections()
+		c.close()
 	}
 	// The contract floor makes the unit's FIFO and a journal record for the
 	// lease, and removes the FIFO and records the end for the release.
 	sock, dir := contractFloorProcess(t, body, lease)
-	c := httpClient(sock)
-	defer c.CloseIdleConnections()
+	c := newBenchClient(sock)
+	defer c.close()
 	if err := leaseRelease(c); err != nil {
 		t.Fatalf("contract floor: lease and release: %v", err)
 	}

@@ -128,12 +128,13 @@ func BenchmarkBorrowLease(b *testing.B) {
 
 // leaseOn is a lease of body and its release; borrowed says whether the lease
 // must be a borrow (checked only on its own encoding, cheaply).
-func leaseOn(body string, borrowed bool) func(*http.Client) error {
+func leaseOn(body string, borrowed bool) func(*benchClient) error {
 	want := `"preemptible":false`
 	if borrowed {
 		want = `"preemptible":true`
 	}
-	return func(c *http.Client) error {
+	return func(bc *benchClient) error {
+		c := bc.Client
 		b, err := postBody(c, "/v1/leases", body, http.StatusCreated)
 		if err != nil {
 			return err
