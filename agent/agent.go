@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Conditions:  a.conditions.Load(),
 		OnChange:    a.changed,
 		MPS:         a.mpsOn,
-		InstanceEnv: func(g, k int) map[string]string { return a.mps.Env(a.devs[g].UUID, k) },
+		InstanceEnv: a.instanceEnvs(),
 		Prefer:      a.profiles.Prefer,
 		TaskRan:     a.taskRan,
 		Logger:      log,

@@ -73,9 +73,10 @@ type Config struct {
 	// Conditions are the agent's conditions at start (nil: none yet);
 	// SetConditions brings each new set.
 	Conditions *Conditions
-	// InstanceEnv returns the MPS variables of instance k of GPU g (pipe and log
-	// folders); nil or an empty map when MPS is off.
-	InstanceEnv func(g, k int) map[string]string
+	// InstanceEnv are the MPS variables (pipe and log folders) of each
+	// instance, by GPU index and instance: fixed once the MPS daemons are set
+	// up. Nil when MPS is off.
+	InstanceEnv [][]map[string]string
 	// MPS adds the MPS-only variables (pinned memory limit) to leases, and
 	// keeps users apart: an MPS server runs as one user and clients of another
 	// user queue behind it, so a lease never goes to an instance whose clients
@@ -217,9 +218,6 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.OnChange == nil {
 		cfg.OnChange = func() {}
-	}
-	if cfg.InstanceEnv == nil {
-		cfg.InstanceEnv = func(int, int) map[string]string { return nil }
 	}
 	if cfg.Prefer == nil {
 		cfg.Prefer = func(uint32, string) []string { return nil }
