@@ -234,7 +234,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		OnChange:    a.changed,
 		MPS:         a.mpsOn,
 		InstanceEnv: a.instanceEnvs(),
-		Prefer:      a.profiles.Prefer,
+		Profiles:    a.profiles,
 		TaskRan:     a.taskRan,
 		Logger:      log,
 		// Reservations survive a reboot: the state dir, not the run dir.

@@ -204,8 +204,8 @@ func (m *Manager) placementRequest(peer identity.Peer, req Request) placement.Re
 	if !m.engine.Load().Open() {
 		r.GIDs = peer.GIDs()
 	}
-	if req.Task != "" {
-		r.Prefer = m.cfg.Prefer(peer.UID, req.Task)
+	if m.cfg.Profiles != nil && req.Task != "" {
+		r.Prefer = m.cfg.Profiles.Prefer(peer.UID, req.Task)
 	}
 	return r
 }

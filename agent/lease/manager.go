@@ -29,6 +29,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
+	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/clock"
@@ -95,10 +96,11 @@ type Config struct {
 	// MaxWaitersPerUID caps the requests one uid (root aside) may have
 	// waiting for units at once; 0: no cap.
 	MaxWaitersPerUID int
-	// Prefer returns the GPU models a task runs fastest on for uid, fastest
-	// first (task–engine affinity); it must not call the Manager. Nil: no
-	// preference.
-	Prefer func(uid uint32, task string) []string
+	// Profiles is the task–engine affinity table (nil: no preference): a
+	// request with a task prefers the GPU models it runs fastest on for its
+	// uid, as in the table the store last published. Its read takes no
+	// lock, and the store cannot call the Manager: the Manager imports it.
+	Profiles *profiles.Store
 	// TaskRan is told, without the Manager's lock, how long a lease of uid
 	// with a task ran on a GPU model, when the lease ended because its process
 	// exited. Nil: nobody listens.
@@ -218,9 +220,6 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.OnChange == nil {
 		cfg.OnChange = func() {}
-	}
-	if cfg.Prefer == nil {
-		cfg.Prefer = func(uint32, string) []string { return nil }
 	}
 	if cfg.TaskRan == nil {
 		cfg.TaskRan = func(string, string, uint32, time.Duration) {}
