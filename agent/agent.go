@@ -240,7 +240,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		// Reservations survive a reboot: the state dir, not the run dir.
 		ReservationsPath: filepath.Join(cfg.StateDir, reserve.FileName),
 		ReclaimGrace:     cfg.ReclaimGrace,
-		PeakMemory:       a.peakMiB,
+		Usage:            a.usage,
 	})
 	if err != nil {
 		return err

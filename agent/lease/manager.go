@@ -31,6 +31,7 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/agent/units"
+	accounting "github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/ratelog"
@@ -113,11 +114,11 @@ type Config struct {
 	ReclaimGrace time.Duration
 	// Accounts resolves the names of share members; the system's when nil.
 	Accounts identity.Directory
-	// PeakMemory is the most GPU memory a live lease's processes have used,
-	// as measured (false: not measured), for the record and the log line of
-	// its end, as sacct keeps a job's peak. It is called under the lock and
-	// must not call the Manager. Nil: nothing is measured.
-	PeakMemory func(id string) (mib uint64, ok bool)
+	// Usage is the accounting (nil: off): a lease's end records and logs the
+	// most GPU memory its processes used, as the accountant's last round
+	// measured it, as sacct keeps a job's peak. Its read takes no lock, and
+	// the accountant cannot call the Manager: the Manager imports it.
+	Usage *accounting.Accountant
 	// Slurm says where Slurm's cgroups are, for leases of kind slurm.
 	Slurm SlurmConfig
 }
