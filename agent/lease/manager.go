@@ -83,11 +83,8 @@ type Config struct {
 	// keeps users apart: an MPS server runs as one user and clients of another
 	// user queue behind it, so a lease never goes to an instance whose clients
 	// belong to another uid.
-	MPS bool
-	// OnChange is called, without the Manager's lock, after every change of the
-	// table, once its View is published.
-	OnChange func()
-	Logger   *slog.Logger
+	MPS    bool
+	Logger *slog.Logger
 	// Clock runs ttls, reclaim graces and the polls of Slurm jobs; the real
 	// clock when nil.
 	Clock clock.Clock
@@ -102,10 +99,6 @@ type Config struct {
 	// uid, as in the table the store last published. Its read takes no
 	// lock, and the store cannot call the Manager: the Manager imports it.
 	Profiles *profiles.Store
-	// TaskRan is told, without the Manager's lock, how long a lease of uid
-	// with a task ran on a GPU model, when the lease ended because its process
-	// exited. Nil: nobody listens.
-	TaskRan func(task, model string, uid uint32, d time.Duration)
 	// ReservationsPath is the file that keeps workflow reservations
 	// (<state-dir>/reservations.json); empty: they live in memory only.
 	ReservationsPath string
@@ -121,6 +114,20 @@ type Config struct {
 	Usage *accounting.Accountant
 	// Slurm says where Slurm's cgroups are, for leases of kind slurm.
 	Slurm SlurmConfig
+
+	// The agent hears from the Manager only through these two, never called
+	// under the Manager's lock: they may call the Manager.
+
+	// OnChange is called after every change of the table, once its View is
+	// published, on the goroutine that made the change and before the call
+	// that made it returns: no answer goes out before the snapshot can show
+	// it. Nil: nobody listens.
+	OnChange func()
+	// TaskRan is told how long a lease of uid with a task ran on a GPU
+	// model, when the lease ended because its process exited, on the
+	// goroutine that saw the exit: the measured runs task–engine affinity
+	// learns from. Nil: nobody listens.
+	TaskRan func(task, model string, uid uint32, d time.Duration)
 }
 
 // Manager owns the unit table.
