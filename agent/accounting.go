@@ -157,12 +157,3 @@ func (a *Agent) usageTable() *usage.Table {
 	}
 	return a.usage.Table()
 }
-
-// peakMiB is the most memory lease id's processes used, for its end's log
-// line and journal record.
-func (a *Agent) peakMiB(id string) (uint64, bool) {
-	if a.usage == nil {
-		return 0, false
-	}
-	return a.usage.Peak(id)
-}

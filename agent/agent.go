@@ -239,14 +239,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Conditions:  a.conditions.Load(),
 		OnChange:    a.changed,
 		MPS:         a.mpsOn,
-		InstanceEnv: func(g, k int) map[string]string { return a.mps.Env(a.devs[g].UUID, k) },
-		Prefer:      a.profiles.Prefer,
+		InstanceEnv: a.instanceEnvs(),
+		Profiles:    a.profiles,
 		TaskRan:     a.taskRan,
 		Logger:      log,
 		// Reservations survive a reboot: the state dir, not the run dir.
 		ReservationsPath: filepath.Join(cfg.StateDir, reserve.FileName),
 		ReclaimGrace:     cfg.ReclaimGrace,
-		PeakMemory:       a.peakMiB,
+		Usage:            a.usage,
 	})
 	if err != nil {
 		return err

@@ -77,6 +77,22 @@ func (a *Agent) checkMPS(ctx context.Context, interval time.Duration) {
 	}
 }
 
+// instanceEnvs are the MPS variables of every instance, by GPU and
+// instance, for the lease engine: the daemons' folders are fixed from their
+// start on. Nil when MPS is off.
+func (a *Agent) instanceEnvs() [][]map[string]string {
+	if !a.mpsOn {
+		return nil
+	}
+	out := make([][]map[string]string, len(a.devs))
+	for g, d := range a.devs {
+		for k := range a.cfg.Model.InstancesPerGPU {
+			out[g] = append(out[g], a.mps.Env(d.UUID, k))
+		}
+	}
+	return out
+}
+
 // layoutEnv is the environment layout.json gives instance k of GPU g: what a
 // process claiming one unit offline runs with.
 func (a *Agent) layoutEnv(g, k int) map[string]string {

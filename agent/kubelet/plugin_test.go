@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -72,10 +73,8 @@ func newNodeEvery(t *testing.T, interval time.Duration) *node {
 	n.leases, err = lease.New(lease.Config{
 		Model: model, Devices: n.devs, Ledger: n.ledger, JournalPath: filepath.Join(dir, "run", "leases.journal"),
 		Policy: placement.BestFit, Conditions: n.cond.Load(), OnChange: n.store.Invalidate, MPS: true,
-		InstanceEnv: func(g, k int) map[string]string {
-			return map[string]string{"CUDA_MPS_PIPE_DIRECTORY": filepath.Join(dir, "mps", n.devs[g].UUID, string(rune('0'+k)), "pipe")}
-		},
-		Logger: quiet(),
+		InstanceEnv: mpsFolders(dir, n.devs, model.InstancesPerGPU),
+		Logger:      quiet(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -102,6 +101,18 @@ func newNodeEvery(t *testing.T, interval time.Duration) *node {
 }
 
 // setConditions changes what placement and health read, as the agent does.
+// mpsFolders is a lease.Config.InstanceEnv that puts the pipe folder of
+// each instance under dir, as gpuletd's run dir holds them.
+func mpsFolders(dir string, devs []inventory.Device, instances int) [][]map[string]string {
+	out := make([][]map[string]string, len(devs))
+	for g, d := range devs {
+		for k := range instances {
+			out[g] = append(out[g], map[string]string{"CUDA_MPS_PIPE_DIRECTORY": filepath.Join(dir, "mps", d.UUID, strconv.Itoa(k), "pipe")})
+		}
+	}
+	return out
+}
+
 func (n *node) setConditions(c *lease.Conditions) {
 	n.cond.Store(c)
 	n.leases.SetConditions(c)

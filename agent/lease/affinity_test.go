@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
@@ -16,7 +17,8 @@ import (
 
 // TestTaskRunIsMeasuredWhenItsProcessExits: a task lease that ends by its
 // process exiting reports its run time on its GPU's model; one released by
-// hand reports nothing. The task's preferred model steers the placement.
+// hand reports nothing. The task's preferred model, in the affinity table
+// as last published, steers the placement.
 func TestTaskRunIsMeasuredWhenItsProcessExits(t *testing.T) {
 	f := newFixture(t, 1, 4, 1)
 	type run struct {
@@ -26,19 +28,21 @@ func TestTaskRunIsMeasuredWhenItsProcessExits(t *testing.T) {
 	var mu sync.Mutex
 	var runs []run
 	last := f.devs[len(f.devs)-1]
+	affinity, err := profiles.Open(t.TempDir(), quietLog())
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := f.manager(t, func(c *Config) {
-		c.Prefer = func(_ uint32, task string) []string {
-			if task == "bert" {
-				return []string{last.Name}
-			}
-			return nil
-		}
+		c.Profiles = affinity
 		c.TaskRan = func(task, model string, _ uint32, d time.Duration) {
 			mu.Lock()
 			runs = append(runs, run{task, model, d})
 			mu.Unlock()
 		}
 	})
+	// Placement reads the table the store last published: here one seeded
+	// after the start.
+	affinity.Seed(map[string]map[string]time.Duration{"bert": {last.Name: time.Minute}})
 	cmd := exec.Command("sleep", "60")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

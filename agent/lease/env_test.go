@@ -18,21 +18,31 @@ func sameMap(a, b map[string]string) bool {
 	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
+// mpsFolders is a Config.InstanceEnv that puts the pipe folder of each
+// instance under dir: dir/<GPU UUID>/<instance>.
+func mpsFolders(f *fixture, dir string) [][]map[string]string {
+	out := make([][]map[string]string, len(f.devs))
+	for g, d := range f.devs {
+		for k := range f.model.InstancesPerGPU {
+			out[g] = append(out[g], map[string]string{"CUDA_MPS_PIPE_DIRECTORY": dir + "/" + d.UUID + "/" + strconv.Itoa(k)})
+		}
+	}
+	return out
+}
+
 // TestAlikeLeasesShareOneEnvironment: leases of as many units on one instance,
 // with the default memory limit, hold one environment map between them;
-// every lease still shows what EnvFor makes for it, a changed MPS folder is
+// every lease still shows what EnvFor makes for it, a changed MPS folder (a
+// restart with another run dir, its leases taken back from the journal) is
 // not hidden by a shared map, and a restart shows the same leases, byte for
 // byte, sharing again.
 func TestAlikeLeasesShareOneEnvironment(t *testing.T) {
 	f := newFixture(t, 2, 4, 2) // 2 instances of 8 units on each GPU
 	pipe := "/p1"
-	instanceEnv := func(g, k int) map[string]string {
-		return map[string]string{"CUDA_MPS_PIPE_DIRECTORY": pipe + "/" + f.devs[g].UUID + "/" + strconv.Itoa(k)}
-	}
 	withMPS := func(c *Config) {
 		c.MPS = true
 		c.Devices = c.Devices[:1]
-		c.InstanceEnv = func(g, k int) map[string]string { return instanceEnv(g, k) }
+		c.InstanceEnv = mpsFolders(f, pipe)
 	}
 	m := f.manager(t, withMPS)
 	acquire := func(units int, memMiB uint64) Grant {
@@ -45,45 +55,52 @@ func TestAlikeLeasesShareOneEnvironment(t *testing.T) {
 		}
 		return g
 	}
-	// Three one-unit leases on two instances: two at least on one.
-	ones := []Grant{acquire(1, 0), acquire(1, 0), acquire(1, 0)}
-	two := acquire(2, 0)
-	pinned := acquire(1, 8000)
-	pipe = "/p2"
-	moved := acquire(1, 0)
-	all := append(append([]Grant{}, ones...), two, pinned, moved)
-
 	envOf := func(m *Manager, id string) map[string]string {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		return m.leases[id].Env
 	}
-	for _, g := range all {
+	// Three one-unit leases on two instances: two at least on one.
+	ones := []Grant{acquire(1, 0), acquire(1, 0), acquire(1, 0)}
+	oneEnvShared := func(when string) {
+		t.Helper()
+		shared := 0
+		for i, a := range ones {
+			for _, b := range ones[i+1:] {
+				if a.Instance == b.Instance {
+					shared++
+					if !sameMap(envOf(m, a.ID), envOf(m, b.ID)) {
+						t.Fatalf("%s, leases %s and %s of one unit on instance %d hold two environments", when, a.ID, b.ID, a.Instance)
+					}
+				}
+			}
+		}
+		if shared == 0 {
+			t.Fatalf("no two one-unit leases on one instance: %+v", ones)
+		}
+	}
+	oneEnvShared("as granted")
+	two := acquire(2, 0)
+	pinned := acquire(1, 8000)
+	m.Close()
+	pipe = "/p2"
+	m = f.manager(t, withMPS)
+	oneEnvShared("taken back")
+	moved := acquire(1, 0)
+	for _, g := range append(append([]Grant{}, ones...), two, pinned, moved) {
 		p := pipe
 		if g.ID != moved.ID {
 			p = "/p1"
 		}
 		want := EnvFor(f.model, f.devs[0], map[string]string{"CUDA_MPS_PIPE_DIRECTORY": p + "/" + f.devs[0].UUID + "/" + strconv.Itoa(g.Instance)}, true, len(g.Units), g.MemoryMiB)
-		if !maps.Equal(g.Env, want) {
-			t.Fatalf("lease %s of %d unit(s) on instance %d, memory %d: env %v, want %v", g.ID, len(g.Units), g.Instance, g.MemoryMiB, g.Env, want)
+		if got := envOf(m, g.ID); !maps.Equal(g.Env, want) || !maps.Equal(got, want) {
+			t.Fatalf("lease %s of %d unit(s) on instance %d, memory %d: env %v (held: %v), want %v", g.ID, len(g.Units), g.Instance, g.MemoryMiB, g.Env, got, want)
 		}
 	}
-	shared := 0
-	for i, a := range ones {
-		for _, b := range ones[i+1:] {
-			if a.Instance == b.Instance {
-				shared++
-				if !sameMap(envOf(m, a.ID), envOf(m, b.ID)) {
-					t.Fatalf("leases %s and %s of one unit on instance %d hold two environments", a.ID, b.ID, a.Instance)
-				}
-			}
-		}
+	for _, a := range ones {
 		if sameMap(envOf(m, a.ID), envOf(m, two.ID)) || sameMap(envOf(m, a.ID), envOf(m, pinned.ID)) || sameMap(envOf(m, a.ID), envOf(m, moved.ID)) {
 			t.Fatalf("lease %s shares its environment with a lease of other units, memory or folders", a.ID)
 		}
-	}
-	if shared == 0 {
-		t.Fatalf("no two one-unit leases on one instance: %+v", ones)
 	}
 
 	// The restart replays the journal's environments; the lease of the
@@ -104,13 +121,7 @@ func TestAlikeLeasesShareOneEnvironment(t *testing.T) {
 	if !bytes.Equal(before, after) {
 		t.Fatalf("leases before the restart\n%s\nand after\n%s", before, after)
 	}
-	for i, a := range ones {
-		for _, b := range ones[i+1:] {
-			if a.Instance == b.Instance && !sameMap(envOf(m, a.ID), envOf(m, b.ID)) {
-				t.Fatalf("after the restart, leases %s and %s hold two environments", a.ID, b.ID)
-			}
-		}
-	}
+	oneEnvShared("after the restart")
 }
 
 // TestAnswersAreWhatJSONMakesOfTheLease: a grant's answer is the lease as

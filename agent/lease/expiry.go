@@ -78,7 +78,7 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error {
 	// Out of the table first: a rewrite due after this record must not hold it.
 	delete(m.leases, l.ID)
-	peak, measured := m.peakLocked(l.ID)
+	peak, measured := m.measuredPeak(l.ID)
 	if err := m.recordLocked(record{Op: opEnd, ID: l.ID, PeakMemoryMiB: peak}); err != nil {
 		if !force {
 			m.leases[l.ID] = l
@@ -99,12 +99,12 @@ func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error
 	return nil
 }
 
-// peakLocked is the peak memory measured for lease id, if any was.
-func (m *Manager) peakLocked(id string) (uint64, bool) {
-	if m.cfg.PeakMemory == nil {
+// measuredPeak is the peak memory measured for lease id, if any was.
+func (m *Manager) measuredPeak(id string) (uint64, bool) {
+	if m.cfg.Usage == nil {
 		return 0, false
 	}
-	return m.cfg.PeakMemory(id)
+	return m.cfg.Usage.Peak(id)
 }
 
 // dropLocked removes a lease from the table and the ledger and lets go of its

@@ -204,8 +204,8 @@ func (m *Manager) placementRequest(peer identity.Peer, req Request) placement.Re
 	if !m.engine.Load().Open() {
 		r.GIDs = peer.GIDs()
 	}
-	if req.Task != "" {
-		r.Prefer = m.cfg.Prefer(peer.UID, req.Task)
+	if m.cfg.Profiles != nil && req.Task != "" {
+		r.Prefer = m.cfg.Profiles.Prefer(peer.UID, req.Task)
 	}
 	return r
 }
@@ -343,8 +343,16 @@ func (m *Manager) newLease(peer identity.Peer, req Request, bind binding, c plac
 		job := b.job
 		pub.Slurm = &job
 	}
-	pub.Env = m.sharedEnvLocked(&pub, EnvFor(m.cfg.Model, dev, m.cfg.InstanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB))
+	pub.Env = m.sharedEnvLocked(&pub, EnvFor(m.cfg.Model, dev, m.instanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB))
 	return &lease{Lease: &pub, bind: bind, share: dr.member()}
+}
+
+// instanceEnv is the MPS variables of instance k of GPU g; nil when MPS is off.
+func (m *Manager) instanceEnv(g, k int) map[string]string {
+	if g >= len(m.cfg.InstanceEnv) || k >= len(m.cfg.InstanceEnv[g]) {
+		return nil
+	}
+	return m.cfg.InstanceEnv[g][k]
 }
 
 // SetConditions puts the agent's new conditions in force and serves the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -277,15 +278,13 @@ func TestMPSEnv(t *testing.T) {
 	f := newFixture(t, 2, 4, 2)
 	m := f.manager(t, func(c *Config) {
 		c.MPS = true
-		c.InstanceEnv = func(g, k int) map[string]string {
-			return map[string]string{"CUDA_MPS_PIPE_DIRECTORY": "/p/" + f.devs[g].UUID}
-		}
+		c.InstanceEnv = mpsFolders(f, "/p")
 	})
 	l, err := m.Acquire(context.Background(), root, ttlReq(2, "1m"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if l.Env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=10240M" || l.Env["CUDA_MPS_PIPE_DIRECTORY"] != "/p/"+l.GPU.UUID {
+	if l.Env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] != "0=10240M" || l.Env["CUDA_MPS_PIPE_DIRECTORY"] != "/p/"+l.GPU.UUID+"/"+strconv.Itoa(l.Instance) {
 		t.Fatalf("env %v", l.Env)
 	}
 	req := ttlReq(1, "1m")

@@ -29,7 +29,9 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
+	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/agent/units"
+	accounting "github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/ratelog"
@@ -73,18 +75,16 @@ type Config struct {
 	// Conditions are the agent's conditions at start (nil: none yet);
 	// SetConditions brings each new set.
 	Conditions *Conditions
-	// InstanceEnv returns the MPS variables of instance k of GPU g (pipe and log
-	// folders); nil or an empty map when MPS is off.
-	InstanceEnv func(g, k int) map[string]string
+	// InstanceEnv are the MPS variables (pipe and log folders) of each
+	// instance, by GPU index and instance: fixed once the MPS daemons are set
+	// up. Nil when MPS is off.
+	InstanceEnv [][]map[string]string
 	// MPS adds the MPS-only variables (pinned memory limit) to leases, and
 	// keeps users apart: an MPS server runs as one user and clients of another
 	// user queue behind it, so a lease never goes to an instance whose clients
 	// belong to another uid.
-	MPS bool
-	// OnChange is called, without the Manager's lock, after every change of the
-	// table, once its View is published.
-	OnChange func()
-	Logger   *slog.Logger
+	MPS    bool
+	Logger *slog.Logger
 	// Clock runs ttls, reclaim graces and the polls of Slurm jobs; the real
 	// clock when nil.
 	Clock clock.Clock
@@ -94,14 +94,11 @@ type Config struct {
 	// MaxWaitersPerUID caps the requests one uid (root aside) may have
 	// waiting for units at once; 0: no cap.
 	MaxWaitersPerUID int
-	// Prefer returns the GPU models a task runs fastest on for uid, fastest
-	// first (task–engine affinity); it must not call the Manager. Nil: no
-	// preference.
-	Prefer func(uid uint32, task string) []string
-	// TaskRan is told, without the Manager's lock, how long a lease of uid
-	// with a task ran on a GPU model, when the lease ended because its process
-	// exited. Nil: nobody listens.
-	TaskRan func(task, model string, uid uint32, d time.Duration)
+	// Profiles is the task–engine affinity table (nil: no preference): a
+	// request with a task prefers the GPU models it runs fastest on for its
+	// uid, as in the table the store last published. Its read takes no
+	// lock, and the store cannot call the Manager: the Manager imports it.
+	Profiles *profiles.Store
 	// ReservationsPath is the file that keeps workflow reservations
 	// (<state-dir>/reservations.json); empty: they live in memory only.
 	ReservationsPath string
@@ -110,13 +107,27 @@ type Config struct {
 	ReclaimGrace time.Duration
 	// Accounts resolves the names of share members; the system's when nil.
 	Accounts identity.Directory
-	// PeakMemory is the most GPU memory a live lease's processes have used,
-	// as measured (false: not measured), for the record and the log line of
-	// its end, as sacct keeps a job's peak. It is called under the lock and
-	// must not call the Manager. Nil: nothing is measured.
-	PeakMemory func(id string) (mib uint64, ok bool)
+	// Usage is the accounting (nil: off): a lease's end records and logs the
+	// most GPU memory its processes used, as the accountant's last round
+	// measured it, as sacct keeps a job's peak. Its read takes no lock, and
+	// the accountant cannot call the Manager: the Manager imports it.
+	Usage *accounting.Accountant
 	// Slurm says where Slurm's cgroups are, for leases of kind slurm.
 	Slurm SlurmConfig
+
+	// The agent hears from the Manager only through these two, never called
+	// under the Manager's lock: they may call the Manager.
+
+	// OnChange is called after every change of the table, once its View is
+	// published, on the goroutine that made the change and before the call
+	// that made it returns: no answer goes out before the snapshot can show
+	// it. Nil: nobody listens.
+	OnChange func()
+	// TaskRan is told how long a lease of uid with a task ran on a GPU
+	// model, when the lease ended because its process exited, on the
+	// goroutine that saw the exit: the measured runs task–engine affinity
+	// learns from. Nil: nobody listens.
+	TaskRan func(task, model string, uid uint32, d time.Duration)
 }
 
 // Manager owns the unit table.
@@ -217,12 +228,6 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.OnChange == nil {
 		cfg.OnChange = func() {}
-	}
-	if cfg.InstanceEnv == nil {
-		cfg.InstanceEnv = func(int, int) map[string]string { return nil }
-	}
-	if cfg.Prefer == nil {
-		cfg.Prefer = func(uint32, string) []string { return nil }
 	}
 	if cfg.TaskRan == nil {
 		cfg.TaskRan = func(string, string, uint32, time.Duration) {}

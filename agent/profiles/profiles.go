@@ -182,7 +182,9 @@ func (s *Store) Record(task, model string, uid uint32, ran time.Duration) error 
 // Table returns the table as last published.
 func (s *Store) Table() *Table { return s.table.Load() }
 
-// Prefer lists the GPU models task runs on for uid, fastest first.
+// Prefer lists the GPU models task runs on for uid, fastest first, as the
+// table last published says. It takes no lock: the lease engine asks it
+// under its own.
 func (s *Store) Prefer(uid uint32, task string) []string { return s.table.Load().Prefer(uid, task) }
 
 // publishLocked makes a new Table of the seeds and the measured runs.

@@ -111,7 +111,8 @@ func New() *Accountant { return &Accountant{peaks: map[string]uint64{}} }
 func (a *Accountant) Table() *Table { return a.table.Load() }
 
 // Peak is the most memory lease id's processes have used, as of the last
-// round; false for a lease no round saw.
+// round; false for a lease no round saw. It takes no lock: the lease engine
+// asks it under its own.
 func (a *Accountant) Peak(id string) (uint64, bool) {
 	t := a.table.Load()
 	if t == nil {
