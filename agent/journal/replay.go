@@ -69,13 +69,17 @@ func Decode(b []byte, gpus []GPUShape) (Replay, error) {
 		out.Skipped = append(out.Skipped, Note{Record: n, Lease: id, Why: why, op: op})
 	}
 	type granted struct {
-		e    Entry
+		// e is the record's own entry, which replay may change.
+		e    *Entry
 		line int
 		// at is the line of the record that set e.Deadline last.
 		at int
 	}
-	grants := map[string]*granted{}
-	var order []string
+	// Sized for a journal of grants, a few hundred bytes each, as a rewrite
+	// leaves it: no growing while thousands are read.
+	grantsHint := len(b)/256 + 1
+	grants := make(map[string]*granted, grantsHint)
+	order := make([]string, 0, grantsHint)
 	ended := map[string]bool{}
 	type renewal struct {
 		id       string
@@ -110,7 +114,7 @@ func Decode(b []byte, gpus []GPUShape) (Replay, error) {
 				skip(n, line, "a second grant of the same lease")
 				continue
 			}
-			grants[id] = &granted{e: *r.Entry, line: n, at: n}
+			grants[id] = &granted{e: r.Entry, line: n, at: n}
 			order = append(order, id)
 		case OpEnd:
 			if !ValidID(r.ID) {
@@ -144,7 +148,7 @@ func Decode(b []byte, gpus []GPUShape) (Replay, error) {
 			g.e.Lease.Expires = &exp
 		}
 	}
-	var live []*granted
+	live := make([]*granted, 0, len(order))
 	for _, id := range order {
 		if !ended[id] {
 			live = append(live, grants[id])
@@ -159,8 +163,8 @@ func Decode(b []byte, gpus []GPUShape) (Replay, error) {
 		}
 		return b.line - a.line
 	})
-	taken := map[[2]int]string{}
-	kept := map[*granted]bool{}
+	taken := make(map[[2]int]string, len(live))
+	kept := make(map[*granted]bool, len(live))
 	for _, g := range byAge {
 		if why := checkEntry(g.e, gpus, taken); why != "" {
 			out.Dropped = append(out.Dropped, Note{Record: g.line, Lease: g.e.Lease.ID, Why: why})
@@ -171,9 +175,10 @@ func Decode(b []byte, gpus []GPUShape) (Replay, error) {
 		}
 		kept[g] = true
 	}
+	out.Entries = make([]Entry, 0, len(kept))
 	for _, g := range live {
 		if kept[g] {
-			out.Entries = append(out.Entries, g.e)
+			out.Entries = append(out.Entries, *g.e)
 		}
 	}
 	// Name what the damage seems to have cost: a lease whose grant is
@@ -222,14 +227,20 @@ func decodeRecord(line []byte) (Record, error) {
 	case len(line) < 10 || line[8] != ' ':
 		return r, errors.New("malformed line")
 	}
-	var sum uint32
-	if _, err := fmt.Sscanf(string(line[:8]), "%08x", &sum); err != nil {
-		return r, errors.New("malformed checksum")
+	sum, ok := parseHex32(line[:8])
+	if !ok {
+		if _, err := fmt.Sscanf(string(line[:8]), "%08x", &sum); err != nil {
+			return r, errors.New("malformed checksum")
+		}
 	}
 	body := line[9:]
 	if crc32.ChecksumIEEE(body) != sum {
 		return r, errors.New("checksum mismatch")
 	}
+	if decodeRecordJSON(body, &r) {
+		return r, nil
+	}
+	r = Record{}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
@@ -238,7 +249,27 @@ func decodeRecord(line []byte) (Record, error) {
 	return r, nil
 }
 
-func checkEntry(e Entry, gpus []GPUShape, taken map[[2]int]string) string {
+// parseHex32 reads eight hex digits, the checksum as the encoder writes it;
+// false for any other text, which decodeRecord leaves to fmt as before.
+func parseHex32(b []byte) (uint32, bool) {
+	var v uint32
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | uint32(c)
+	}
+	return v, len(b) == 8
+}
+
+func checkEntry(e *Entry, gpus []GPUShape, taken map[[2]int]string) string {
 	l := e.Lease
 	if l.GPU.Index < 0 || l.GPU.Index >= len(gpus) || gpus[l.GPU.Index].UUID != l.GPU.UUID {
 		return "GPU not on this node"
