@@ -18,8 +18,8 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 		return api.Placement{}, errStopping
 	}
 	defer m.unlock()
-	if m.journal.failed != nil {
-		return api.Placement{}, unrecorded("no lease is granted", m.journal.failed)
+	if m.journal.Failed() != nil {
+		return api.Placement{}, unrecorded("no lease is granted", m.journal.Failed())
 	}
 	if req.TTL == 0 {
 		// Bound to a process: the one named, or the caller's own. The dry

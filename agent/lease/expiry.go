@@ -3,6 +3,7 @@ package lease
 import (
 	"log/slog"
 
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 )
@@ -60,7 +61,7 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 	exp := m.clock.Now().UTC().Add(b.ttl)
 	b.deadline = exp
 	l.change(func(pub *api.Lease) { pub.Expires = &exp })
-	if err := m.recordLocked(record{Op: opRenew, ID: l.ID, Deadline: &exp}); err != nil {
+	if err := m.recordLocked(journal.Record{Op: journal.OpRenew, ID: l.ID, Deadline: &exp}); err != nil {
 		b.deadline, l.Lease = was, wasLease
 		return api.Lease{}, unrecorded("the lease is not renewed", err)
 	}
@@ -79,7 +80,7 @@ func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error
 	// Out of the table first: a rewrite due after this record must not hold it.
 	delete(m.leases, l.ID)
 	peak, measured := m.measuredPeak(l.ID)
-	if err := m.recordLocked(record{Op: opEnd, ID: l.ID, PeakMemoryMiB: peak}); err != nil {
+	if err := m.recordLocked(journal.Record{Op: journal.OpEnd, ID: l.ID, PeakMemoryMiB: peak}); err != nil {
 		if !force {
 			m.leases[l.ID] = l
 			return err

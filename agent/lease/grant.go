@@ -11,23 +11,20 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
 )
 
-const (
-	idPrefix = "l-"
-	idHexLen = 16
-)
-
+// newID makes a lease id of the form the journal takes back.
 func newID() string {
-	var b [idHexLen / 2]byte
+	var b [journal.IDHexLen / 2]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		panic(err)
 	}
-	return idPrefix + hex.EncodeToString(b[:])
+	return journal.IDPrefix + hex.EncodeToString(b[:])
 }
 
 type lease struct {
@@ -61,7 +58,7 @@ func (l *lease) change(f func(*api.Lease)) {
 // than the rest of it, and a journal rewrite encodes each lease again as it
 // writes it (appendLeaseRecord).
 func encodeLease(pub *api.Lease) []byte {
-	b, ok := appendLeaseJSON(make([]byte, 0, 512), pub)
+	b, ok := journal.AppendLease(make([]byte, 0, 512), pub)
 	if !ok {
 		var err error
 		if b, err = json.Marshal(pub); err != nil {
@@ -214,8 +211,8 @@ func (m *Manager) placementRequest(peer identity.Peer, req Request) placement.Re
 // grant's answer is the lease as granted and the encoding its journal record
 // was made with.
 func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) (Grant, error) {
-	if m.journal.failed != nil {
-		return Grant{}, unrecorded("no lease is granted", m.journal.failed)
+	if m.journal.Failed() != nil {
+		return Grant{}, unrecorded("no lease is granted", m.journal.Failed())
 	}
 	if pb, ok := bind.(*pidBinding); ok {
 		if err := m.processCap(pb.pid, m.held[pb.key()], req.Units); err != nil {
@@ -240,7 +237,7 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 		l := m.newLease(peer, req, bind, c, dr)
 		m.addLocked(l)
 		enc := encodeLease(l.Lease)
-		if err := m.recordLocked(record{Op: opLease, Entry: l.entry(enc)}); err != nil {
+		if err := m.recordLocked(journal.Record{Op: journal.OpLease, Entry: l.entry(enc)}); err != nil {
 			// The binding stays its caller's (Acquire, or a waiter that may be
 			// served later): dropping the lease must not release it.
 			l.bind = nil

@@ -1,9 +1,10 @@
 // Package lease is the lease engine: it owns the unit table of every GPU (which
 // unit is free, leased, or claimed offline), grants and ends leases, binds them
-// to what ends them (a process, a ttl), keeps the journal, and reconciles with
-// the pipe-file ledger. It asks the placement engine where a lease goes, then
-// commits. Everyone else reads the table through the immutable View it
-// publishes on every change, without taking its lock.
+// to what ends them (a process, a ttl), keeps the journal (package journal:
+// its format, file and replay), and reconciles with the pipe-file ledger. It
+// asks the placement engine where a lease goes, then commits. Everyone else
+// reads the table through the immutable View it publishes on every change,
+// without taking its lock.
 //
 // Files: manager.go (the Manager, its lock and lifecycle), grant.go (grants and
 // waits), binding.go (what ends a lease), ttl.go (ttl leases, under one timer)
@@ -13,11 +14,10 @@
 // glue), recovery.go (a journal that cannot be written or was damaged), env.go
 // (the environment a lease gives, shared between alike leases), view.go (the
 // published view and the reads), loglines.go (the per-lease line budget),
-// journal.go (the journal's format), request.go (request decoding),
-// reservation.go (workflow reservations: units set aside, admission, advance
-// and reclaim), reservation_place.go (drawing and borrowing),
-// reservation_store.go (their file and restart), pod.go (leases the kubelet
-// plugin makes for Kubernetes containers).
+// request.go (request decoding), reservation.go (workflow reservations: units
+// set aside, admission, advance and reclaim), reservation_place.go (drawing
+// and borrowing), reservation_store.go (their file and restart), pod.go
+// (leases the kubelet plugin makes for Kubernetes containers).
 package lease
 
 import (
@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/agent/units"
@@ -173,7 +174,7 @@ type Manager struct {
 	waiters []*waiter
 	waitCap uidCap
 	// journal records live leases.
-	journal journal
+	journal *journal.File
 	// pendingLogs are log lines made under mu, written by unlock once mu is
 	// free: a slow log sink must not hold up leasing.
 	pendingLogs []pendingLog
@@ -235,7 +236,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Accounts == nil {
 		cfg.Accounts = identity.SystemDirectory{}
 	}
-	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, envs: map[envKey]map[string]string{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal{path: cfg.JournalPath}}
+	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, envs: map[envKey]map[string]string{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal.NewFile(cfg.JournalPath)}
 	m.conditions.Store(cfg.Conditions)
 	if cfg.Engine == nil {
 		cfg.Engine = placement.New(cfg.Policy)
@@ -329,7 +330,7 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
-	m.journal.close()
+	m.journal.Close()
 	for _, w := range m.waiters {
 		w.bind.release()
 		w.done <- nil

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
@@ -223,9 +224,9 @@ func (m *Manager) podLease(units []Unit, pod api.LeasePod, adopt bool) (Grant, b
 	if !m.lockOpen() {
 		return Grant{}, false, errStopping
 	}
-	if m.journal.failed != nil {
+	if m.journal.Failed() != nil {
 		m.unlock()
-		return Grant{}, false, unrecorded("no lease is granted", m.journal.failed)
+		return Grant{}, false, unrecorded("no lease is granted", m.journal.Failed())
 	}
 	stale, err := m.podHoldersLocked(gpu, idx)
 	if err != nil {
@@ -292,7 +293,7 @@ func (m *Manager) podHoldersLocked(g int, idx []int) ([]*lease, error) {
 // Unlike other ends it serves no waiter: the units are about to be taken.
 func (m *Manager) supersedeLocked(l *lease) error {
 	delete(m.leases, l.ID)
-	if err := m.recordLocked(record{Op: opEnd, ID: l.ID}); err != nil {
+	if err := m.recordLocked(journal.Record{Op: journal.OpEnd, ID: l.ID}); err != nil {
 		m.leases[l.ID] = l
 		return err
 	}
@@ -325,7 +326,7 @@ func (m *Manager) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bo
 	// Set in place: nothing holds the new lease's value yet.
 	l.Lease.Pod = &pod
 	m.addLocked(l)
-	if err := m.recordLocked(record{Op: opLease, Entry: l.entry(nil)}); err != nil {
+	if err := m.recordLocked(journal.Record{Op: journal.OpLease, Entry: l.entry(nil)}); err != nil {
 		m.dropLocked(l)
 		return nil, unrecorded("the lease is not granted", err)
 	}

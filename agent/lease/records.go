@@ -1,22 +1,33 @@
 package lease
 
-import "sort"
+import (
+	"sort"
+
+	"github.com/gpulet/gpulet/agent/journal"
+)
+
+// rewriteSlack is how many records beyond twice the live leases the journal
+// takes before it is written anew. A rewrite is half a dozen syscalls under
+// the lease lock; at 2,048 its share of a lease under churn is a few
+// nanoseconds, and the file stays around a megabyte on tmpfs, replayed in
+// milliseconds at start.
+const rewriteSlack = 2048
 
 // recordLocked appends r to the journal, rewriting it when it has grown; the
 // table holds the change already. When r cannot be recorded, the caller undoes
 // the change or, for an end, keeps the lease out of the table for the repair
 // (repairJournalLocked) to leave out of the journal.
-func (m *Manager) recordLocked(r record) error {
-	first := m.journal.failed == nil
-	if err := m.journal.append(r); err != nil {
+func (m *Manager) recordLocked(r journal.Record) error {
+	first := m.journal.Failed() == nil
+	if err := m.journal.Append(r); err != nil {
 		if first {
 			m.log.Error("cannot record leases: no grants, releases or renewals until the lease journal can be written again", "err", err)
 			m.dirty = true
 		}
 		return err
 	}
-	if m.journal.due(len(m.leases)) {
-		if err := m.journal.rewrite(m.entriesLocked()); err != nil {
+	if m.journal.Records() > rewriteSlack+2*len(m.leases) {
+		if err := m.journal.Rewrite(m.entriesLocked()); err != nil {
 			m.log.Error("cannot rewrite lease journal", "err", err)
 		}
 	}
@@ -25,8 +36,8 @@ func (m *Manager) recordLocked(r record) error {
 
 // entry is what the journal keeps of a lease; enc is the lease encoded, nil
 // when the record is to encode it.
-func (l *lease) entry(enc []byte) *journalEntry {
-	e := &journalEntry{Lease: *l.Lease, leaseJSON: enc, Share: l.share}
+func (l *lease) entry(enc []byte) *journal.Entry {
+	e := &journal.Entry{Lease: *l.Lease, LeaseJSON: enc, Share: l.share}
 	switch b := l.bind.(type) {
 	case *pidBinding:
 		e.StartTime = b.startTime
@@ -41,8 +52,8 @@ func (l *lease) entry(enc []byte) *journalEntry {
 }
 
 // entriesLocked lists every live lease's journal entry, by id.
-func (m *Manager) entriesLocked() []journalEntry {
-	out := make([]journalEntry, 0, len(m.leases))
+func (m *Manager) entriesLocked() []journal.Entry {
+	out := make([]journal.Entry, 0, len(m.leases))
 	for _, l := range m.leases {
 		out = append(out, *l.entry(nil))
 	}

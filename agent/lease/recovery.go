@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/api"
 )
 
@@ -25,10 +26,10 @@ func (m *Manager) JournalError() error {
 // unrecordedLocked says why leases cannot be recorded, for the view; empty
 // when they can.
 func (m *Manager) unrecordedLocked() string {
-	if m.journal.failed == nil {
+	if m.journal.Failed() == nil {
 		return ""
 	}
-	return fmt.Sprintf("cannot record leases (%v): no grants, releases or renewals until the lease journal can be written", m.journal.failed)
+	return fmt.Sprintf("cannot record leases (%v): no grants, releases or renewals until the lease journal can be written", m.journal.Failed())
 }
 
 // unrecorded is the answer to a change that was not made because it could
@@ -40,10 +41,10 @@ func unrecorded(what string, err error) error {
 // repairJournalLocked writes a failed journal anew from the table, and once
 // that works serves the waiting requests; it reports whether it repaired it.
 func (m *Manager) repairJournalLocked() bool {
-	if m.journal.failed == nil {
+	if m.journal.Failed() == nil {
 		return false
 	}
-	if m.journal.rewrite(m.entriesLocked()) != nil {
+	if m.journal.Rewrite(m.entriesLocked()) != nil {
 		return false
 	}
 	m.log.Warn("lease journal written again: grants, releases and renewals resume", "leases", len(m.leases))
@@ -54,26 +55,26 @@ func (m *Manager) repairJournalLocked() bool {
 
 // replayLocked decodes the journal b and logs every record it skipped and
 // every lease it dropped, by name and why; it returns the leases to take back.
-func (m *Manager) replayLocked(b []byte) []journalEntry {
-	rep, err := decodeJournal(b, m.shapes())
+func (m *Manager) replayLocked(b []byte) []journal.Entry {
+	rep, err := journal.Decode(b, m.shapes())
 	if err != nil {
 		m.log.Error("lease journal not replayed: rebuilding from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err)
 		return nil
 	}
-	for _, n := range rep.skipped {
+	for _, n := range rep.Skipped {
 		attrs := []any{"line", n.Record, "why", n.Why}
 		if n.Lease != "" {
 			attrs = append(attrs, "names_lease", n.Lease)
 		}
 		m.log.Warn("lease journal record skipped; the records after it still count", attrs...)
 	}
-	if rep.skippedMore > 0 {
-		m.log.Warn("more lease journal records skipped than are listed", "not_listed", rep.skippedMore)
+	if rep.SkippedMore > 0 {
+		m.log.Warn("more lease journal records skipped than are listed", "not_listed", rep.SkippedMore)
 	}
-	for _, n := range rep.dropped {
+	for _, n := range rep.Dropped {
 		m.log.Warn("lease dropped at replay", "lease", n.Lease, "line", n.Record, "why", n.Why)
 	}
-	return rep.entries
+	return rep.Entries
 }
 
 // removeUnheldFIFOsLocked removes the FIFOs of a lease that restore drops,

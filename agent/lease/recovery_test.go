@@ -16,6 +16,7 @@ import (
 
 	"time"
 
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
@@ -52,21 +53,27 @@ func (f *fullFile) Truncate(size int64) error {
 	return f.File.Truncate(size)
 }
 
-// fillDisk makes m's journal behave as if the disk had room bytes left.
-func fillDisk(m *Manager, room int, truncErr error) {
+// fillDisk makes m's journal behave as if the disk had room bytes left; the
+// test gives it more room through what it returns.
+func fillDisk(m *Manager, room int, truncErr error) *fullFile {
 	m.mu.Lock()
 	defer m.unlock()
-	m.journal.f = &fullFile{File: m.journal.f.(*os.File), room: room, truncErr: truncErr}
+	var full *fullFile
+	m.journal.WrapWriter(func(w journal.Writer) journal.Writer {
+		full = &fullFile{File: w.(*os.File), room: room, truncErr: truncErr}
+		return full
+	})
+	return full
 }
 
 // journalReplay reads f's journal as a restart would.
-func (f *fixture) journalReplay(t *testing.T, m *Manager) replay {
+func (f *fixture) journalReplay(t *testing.T, m *Manager) journal.Replay {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(f.dir, "leases.journal"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := decodeJournal(b, m.shapes())
+	rep, err := journal.Decode(b, m.shapes())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +97,7 @@ func TestFullDiskRefusesWhatItCannotRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	holder, c := processLease(t, m)
-	fillDisk(m, 40, nil)
+	full := fillDisk(m, 40, nil)
 
 	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1h")); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("grant on a full disk: %v", err)
@@ -98,14 +105,14 @@ func TestFullDiskRefusesWhatItCannotRecord(t *testing.T) {
 	if n := f.fifoCount(t, 0); n != 3 {
 		t.Fatalf("%d FIFOs after a refused grant, want 3", n)
 	}
-	if rep := f.journalReplay(t, m); len(rep.skipped) != 0 || len(rep.entries) != 3 {
+	if rep := f.journalReplay(t, m); len(rep.Skipped) != 0 || len(rep.Entries) != 3 {
 		t.Fatalf("journal after a failed append: %+v", rep)
 	}
 	if err := m.JournalError(); err == nil || !strings.Contains(err.Error(), "no space left") {
 		t.Fatalf("JournalError = %v", err)
 	}
 	// Room again, but nothing is appended before the journal is rewritten.
-	m.journal.f.(*fullFile).room = 1 << 20
+	full.room = 1 << 20
 	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1h")); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("grant before the repair: %v", err)
 	}
@@ -136,8 +143,8 @@ func TestFullDiskRefusesWhatItCannotRecord(t *testing.T) {
 	if err := m.JournalError(); err != nil {
 		t.Fatalf("tick did not repair the journal: %v", err)
 	}
-	if rep := f.journalReplay(t, m); len(rep.entries) != 2 {
-		t.Fatalf("repaired journal holds %d leases, want 2", len(rep.entries))
+	if rep := f.journalReplay(t, m); len(rep.Entries) != 2 {
+		t.Fatalf("repaired journal holds %d leases, want 2", len(rep.Entries))
 	}
 	if err := m.Release(root, a.ID); err != nil {
 		t.Fatal(err)
@@ -168,18 +175,18 @@ func TestPartialRecordThatCannotBeCutOff(t *testing.T) {
 		}
 		ids = append(ids, l.ID)
 	}
-	fillDisk(m, 40, syscall.EIO)
+	full := fillDisk(m, 40, syscall.EIO)
 	if _, err := m.Acquire(context.Background(), root, ttlReq(1, "1h")); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("grant on a full disk: %v", err)
 	}
 	if err := m.JournalError(); err == nil || !strings.Contains(err.Error(), "cutting off") {
 		t.Fatalf("JournalError = %v, want it to say the part could not be cut off", err)
 	}
-	m.journal.f.(*fullFile).room = 1 << 20
+	full.room = 1 << 20
 	if err := m.Release(root, ids[0]); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("release behind a partial record: %v", err)
 	}
-	if rep := f.journalReplay(t, m); len(rep.skipped) != 1 || len(rep.entries) != 2 {
+	if rep := f.journalReplay(t, m); len(rep.Skipped) != 1 || len(rep.Entries) != 2 {
 		t.Fatalf("journal with a partial record: %+v", rep)
 	}
 	m.Close()
@@ -187,7 +194,7 @@ func TestPartialRecordThatCannotBeCutOff(t *testing.T) {
 	if got := leaseIDs(m2.View()); !slices.Equal(got, sortedIDs(ids...)) {
 		t.Fatalf("after restart %v, want %v", got, ids)
 	}
-	if rep := f.journalReplay(t, m2); len(rep.skipped) != 0 || len(rep.entries) != 2 {
+	if rep := f.journalReplay(t, m2); len(rep.Skipped) != 0 || len(rep.Entries) != 2 {
 		t.Fatalf("journal after restart: %+v", rep)
 	}
 }
@@ -307,12 +314,12 @@ func TestFailedGrantGivesBackItsProcessUnits(t *testing.T) {
 	if err := m.Release(root, l.ID); err != nil {
 		t.Fatal(err)
 	}
-	fillDisk(m, 40, nil)
+	full := fillDisk(m, 40, nil)
 	hp := identity.Peer{UID: 0, PID: holder.Process.Pid, Admin: true}
 	if _, err := m.Acquire(context.Background(), hp, Request{LeaseRequest: api.LeaseRequest{Units: 1}}); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("grant on a full journal: %v, want unavailable", err)
 	}
-	m.journal.f.(*fullFile).room = 1 << 20
+	full.room = 1 << 20
 	m.Tick()
 	if _, err := m.Acquire(context.Background(), hp, Request{LeaseRequest: api.LeaseRequest{Units: 1}}); err != nil {
 		t.Fatalf("the process's next grant: %v", err)
@@ -329,18 +336,24 @@ func TestRenewalSurvivesTheRewriteItCauses(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Advance(time.Minute)
+	// Renewals to a's old deadline, up to where the next record makes a
+	// rewrite due.
 	m.mu.Lock()
-	m.journal.records = rewriteSlack + 2*len(m.leases) // a rewrite is due on the next record
+	for m.journal.Records() < rewriteSlack+2*len(m.leases) {
+		if err := m.journal.Append(journal.Record{Op: journal.OpRenew, ID: a.ID, Deadline: a.Expires}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	m.mu.Unlock()
 	r, err := m.Renew(root, a.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rep := f.journalReplay(t, m)
-	if len(rep.entries) != 1 {
-		t.Fatalf("entries %+v", rep.entries)
+	if len(rep.Entries) != 1 {
+		t.Fatalf("entries %+v", rep.Entries)
 	}
-	if got := *rep.entries[0].Deadline; !got.Equal(*r.Expires) {
+	if got := *rep.Entries[0].Deadline; !got.Equal(*r.Expires) {
 		t.Fatalf("journal deadline %v after the renewal to %v (before it %v)", got, r.Expires, a.Expires)
 	}
 }

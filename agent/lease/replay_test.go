@@ -8,9 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
 
@@ -55,7 +54,7 @@ func TestReplayKeepsWhatFollowsDamageAndNamesWhatItLost(t *testing.T) {
 	damagedGrant[len(damagedGrant)/2] ^= 0x01
 	out := lines[0] + string(flip) +
 		strings.Repeat("x", 2<<20) + "\n" +
-		journalText(t, record{Op: "compact"}) +
+		recordLine(t, journal.Record{Op: "compact"}) +
 		lines[2] + lines[3] + lines[4] + lines[5] + lines[6] + string(damagedGrant) + lines[8]
 	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
 		t.Fatal(err)
@@ -84,60 +83,6 @@ func TestReplayKeepsWhatFollowsDamageAndNamesWhatItLost(t *testing.T) {
 	})
 }
 
-// TestEndWinsWhereverItStands: an end record before its lease's grant, or a
-// grant after the end, never brings the lease back; and the log-free parts of
-// the replay hold for an empty and a schema-only journal.
-func TestEndWinsWhereverItStands(t *testing.T) {
-	shapes, entries := replayShapes(), replayLeases()
-	a, b := entries[0], entries[1]
-	schema := record{Op: opSchema, Schema: JournalSchema}
-	tests := []struct {
-		name string
-		recs []record
-		want []string
-	}{
-		{"end after grant", []record{schema, {Op: opLease, Entry: &a}, {Op: opEnd, ID: a.Lease.ID}, {Op: opLease, Entry: &b}}, []string{b.Lease.ID}},
-		{"end before grant", []record{schema, {Op: opEnd, ID: a.Lease.ID}, {Op: opLease, Entry: &a}, {Op: opLease, Entry: &b}}, []string{b.Lease.ID}},
-		{"renewal after end", []record{schema, {Op: opLease, Entry: &a}, {Op: opEnd, ID: a.Lease.ID}, {Op: opRenew, ID: a.Lease.ID, Deadline: b.Deadline}}, nil},
-		{"no schema record", []record{{Op: opLease, Entry: &a}}, []string{a.Lease.ID}},
-		{"schema only", []record{schema}, nil},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			rep, err := decodeJournal([]byte(journalText(t, tc.recs...)), shapes)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, e := range rep.entries {
-				got = append(got, e.Lease.ID)
-			}
-			if !slices.Equal(got, tc.want) {
-				t.Fatalf("kept %v, want %v (%+v)", got, tc.want, rep)
-			}
-		})
-	}
-	if _, err := decodeJournal([]byte(journalText(t, record{Op: opSchema, Schema: "gpulet.journal/v9"})), shapes); err == nil {
-		t.Fatal("a journal of another format was replayed")
-	}
-}
-
-// replayShapes is the node replay tests check leases against: one GPU of 16
-// units in two instances, two units at most per lease.
-func replayShapes() []gpuShape {
-	return []gpuShape{{UUID: "GPU-a", UnitsTotal: 16, InstanceOf: func(u int) int { return u / 8 }, UnitsPerMax: 2}}
-}
-
-// replayLeases is two leases that fit replayShapes, one of each binding.
-func replayLeases() []journalEntry {
-	created := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-	deadline := created.Add(time.Hour)
-	return []journalEntry{
-		{Lease: api.Lease{ID: "l-00000000000000aa", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{0}, Owner: api.Owner{PID: 7}, Created: created}, StartTime: 9},
-		{Lease: api.Lease{ID: "l-00000000000000bb", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{1}, Created: created, Expires: &deadline, TTL: "1h0m0s"}, Deadline: &deadline, TTLNanos: int64(time.Hour)},
-	}
-}
-
 func leaseIDs(v *View) []string {
 	var ids []string
 	for _, l := range v.Leases() {
@@ -149,4 +94,13 @@ func leaseIDs(v *View) []string {
 
 func sortedIDs(ids ...string) []string {
 	return slices.Sorted(slices.Values(ids))
+}
+
+// recordLine is r's line as the journal writes it.
+func recordLine(t testing.TB, r journal.Record) string {
+	b, err := journal.AppendRecord(nil, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

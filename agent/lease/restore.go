@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/agent/ledger"
 )
 
@@ -15,7 +16,7 @@ import (
 func (m *Manager) restore() {
 	m.mu.Lock()
 	defer m.unlock()
-	var entries []journalEntry
+	var entries []journal.Entry
 	b, err := os.ReadFile(m.cfg.JournalPath)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -52,15 +53,14 @@ func (m *Manager) restore() {
 	}
 	m.restoreReservationsLocked()
 	m.rescanLocked()
-	if err := m.journal.rewrite(m.entriesLocked()); err != nil {
-		m.journal.failed = err
+	if err := m.journal.Rewrite(m.entriesLocked()); err != nil {
 		m.log.Error("cannot write the lease journal: the old one is kept, and no lease is granted, released or renewed until it can be written", "err", err)
 	}
 }
 
 // rebind binds a journaled lease again as its kind says, or says why it ended
 // while the daemon was down.
-func (m *Manager) rebind(e journalEntry) (binding, string) {
+func (m *Manager) rebind(e journal.Entry) (binding, string) {
 	kind := Kind(e.Lease.Binding)
 	if kind == "" {
 		// Journals written before kinds were recorded.
@@ -123,10 +123,10 @@ func (m *Manager) recreateFIFOsLocked(l *lease) int {
 	return -1
 }
 
-func (m *Manager) shapes() []gpuShape {
-	out := make([]gpuShape, len(m.gpus))
+func (m *Manager) shapes() []journal.GPUShape {
+	out := make([]journal.GPUShape, len(m.gpus))
 	for i, g := range m.gpus {
-		out[i] = gpuShape{UUID: g.dev.UUID, UnitsTotal: m.cfg.Model.UnitsPerGPU, InstanceOf: m.cfg.Model.InstanceOf, UnitsPerMax: m.cfg.Model.UnitsPerClient}
+		out[i] = journal.GPUShape{UUID: g.dev.UUID, UnitsTotal: m.cfg.Model.UnitsPerGPU, InstanceOf: m.cfg.Model.InstanceOf, UnitsPerMax: m.cfg.Model.UnitsPerClient}
 	}
 	return out
 }

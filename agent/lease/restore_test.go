@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
@@ -88,7 +89,7 @@ func TestCorruptJournalIsRebuiltFromLedger(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(filepath.Join(f.dir, "leases.journal"))
-	if !strings.Contains(string(b), JournalSchema) {
+	if !strings.Contains(string(b), journal.Schema) {
 		t.Fatalf("journal not rewritten: %s", b)
 	}
 }
@@ -179,9 +180,9 @@ func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep, err := decodeJournal(b, m.shapes())
-	if err != nil || len(rep.entries) != 2 {
-		t.Fatalf("journal after Close holds %d leases (%v), want 2", len(rep.entries), err)
+	rep, err := journal.Decode(b, m.shapes())
+	if err != nil || len(rep.Entries) != 2 {
+		t.Fatalf("journal after Close holds %d leases (%v), want 2", len(rep.Entries), err)
 	}
 	// The next start judges them: the holder is dead, the ttl lease lives.
 	m2 := f.manager(t)

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/agent/procwatch"
 	"github.com/gpulet/gpulet/agent/slurmjob"
 	"github.com/gpulet/gpulet/api"
@@ -181,7 +182,7 @@ func (m *Manager) slurmReuseLocked(peer identity.Peer, req Request, bind binding
 }
 
 // rebindSlurm binds a journaled Slurm lease again if its job still runs.
-func rebindSlurm(e journalEntry) (binding, string) {
+func rebindSlurm(e journal.Entry) (binding, string) {
 	if e.Lease.Slurm == nil || e.SlurmCgroup == "" {
 		return nil, "Slurm lease without its job dropped"
 	}

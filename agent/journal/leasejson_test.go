@@ -1,4 +1,4 @@
-package lease
+package journal
 
 import (
 	"bytes"
@@ -48,7 +48,7 @@ func FuzzLeaseJSONIsWhatJSONMakes(f *testing.F) {
 			l.Pod = &api.LeasePod{Devices: []string{uuid}}
 		}
 		want, err := json.Marshal(&l)
-		got, ok := appendLeaseJSON(nil, &l)
+		got, ok := AppendLease(nil, &l)
 		if !ok {
 			if len(got) != 0 {
 				t.Fatalf("appended %q though it left the lease to encoding/json", got)
@@ -75,11 +75,11 @@ func FuzzEndAndRenewRecordsAreWhatJSONMakes(f *testing.F) {
 	f.Add("a\"<\xff\u2028", int64(253402300800), int64(-1))
 	f.Fuzz(func(t *testing.T, id string, sec, nsec int64) {
 		d := time.Unix(sec, nsec)
-		for _, r := range []record{{Op: opEnd, ID: id}, {Op: opRenew, ID: id, Deadline: &d}} {
+		for _, r := range []Record{{Op: OpEnd, ID: id}, {Op: OpRenew, ID: id, Deadline: &d}} {
 			want, err := json.Marshal(r)
 			got, ok := appendRecordJSON(nil, r)
 			switch {
-			case !ok && err == nil && r.Op == opEnd:
+			case !ok && err == nil && r.Op == OpEnd:
 				t.Fatalf("left an end record to encoding/json: %s", want)
 			case !ok:
 				continue

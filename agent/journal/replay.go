@@ -1,4 +1,4 @@
-package lease
+package journal
 
 // Replay: reading a journal back at start, record by record, and checking
 // the leases it leaves against the node.
@@ -14,21 +14,21 @@ import (
 	"time"
 )
 
-// replay is what a journal's records leave.
-type replay struct {
-	// entries are the leases the journal holds, in the order of their grants.
-	entries []journalEntry
-	// skipped names the records that could not be used and why, the first
-	// maxNotes of them; skippedMore counts the rest.
-	skipped     []replayNote
-	skippedMore int
-	// dropped names every lease the journal holds that is not taken back,
+// Replay is what a journal's records leave.
+type Replay struct {
+	// Entries are the leases the journal holds, in the order of their grants.
+	Entries []Entry
+	// Skipped names the records that could not be used and why, the first
+	// maxNotes of them; SkippedMore counts the rest.
+	Skipped     []Note
+	SkippedMore int
+	// Dropped names every lease the journal holds that is not taken back,
 	// and why.
-	dropped []replayNote
+	Dropped []Note
 }
 
-// replayNote is one record skipped or one lease dropped.
-type replayNote struct {
+// Note is one record skipped or one lease dropped.
+type Note struct {
 	// Record is the line of the record, counting from 1.
 	Record int
 	// Lease is the lease's id: of a dropped lease, or what a damaged record
@@ -42,7 +42,14 @@ type replayNote struct {
 // maxNotes bounds the skipped records named one by one.
 const maxNotes = 100
 
-// decodeJournal replays a journal and checks the leases it leaves against the
+// The bindings replay checks apart from the rest, as the lease engine
+// journals them (api.Lease.Binding).
+const (
+	bindingPod   = "pod"
+	bindingSlurm = "slurm"
+)
+
+// Decode replays a journal and checks the leases it leaves against the
 // node's GPUs. Every line is a record of its own, so a damaged one (bad
 // checksum, malformed, too long, an unknown operation) is skipped and named,
 // and every other record still counts. An end wins over the grant of the same
@@ -51,24 +58,28 @@ const maxNotes = 100
 // and named; of two leases on one unit, the one created later is kept, since
 // it could only be granted once the other had ended. err is set only for a
 // journal of another format, which is not replayed at all.
-func decodeJournal(b []byte, gpus []gpuShape) (replay, error) {
-	var out replay
+func Decode(b []byte, gpus []GPUShape) (Replay, error) {
+	var out Replay
 	skip := func(n int, line []byte, why string) {
-		if len(out.skipped) == maxNotes {
-			out.skippedMore++
+		if len(out.Skipped) == maxNotes {
+			out.SkippedMore++
 			return
 		}
 		id, op := recordHint(line)
-		out.skipped = append(out.skipped, replayNote{Record: n, Lease: id, Why: why, op: op})
+		out.Skipped = append(out.Skipped, Note{Record: n, Lease: id, Why: why, op: op})
 	}
 	type granted struct {
-		e    journalEntry
+		// e is the record's own entry, which replay may change.
+		e    *Entry
 		line int
 		// at is the line of the record that set e.Deadline last.
 		at int
 	}
-	grants := map[string]*granted{}
-	var order []string
+	// Sized for a journal of grants, a few hundred bytes each, as a rewrite
+	// leaves it: no growing while thousands are read.
+	grantsHint := len(b)/256 + 1
+	grants := make(map[string]*granted, grantsHint)
+	order := make([]string, 0, grantsHint)
 	ended := map[string]bool{}
 	type renewal struct {
 		id       string
@@ -89,12 +100,12 @@ func decodeJournal(b []byte, gpus []gpuShape) (replay, error) {
 			continue
 		}
 		switch r.Op {
-		case opSchema:
-			if r.Schema != JournalSchema {
-				return replay{}, fmt.Errorf("journal record %d: the journal is %q, not %s", n, r.Schema, JournalSchema)
+		case OpSchema:
+			if r.Schema != Schema {
+				return Replay{}, fmt.Errorf("journal record %d: the journal is %q, not %s", n, r.Schema, Schema)
 			}
-		case opLease:
-			if r.Entry == nil || !validID(r.Entry.Lease.ID) {
+		case OpLease:
+			if r.Entry == nil || !ValidID(r.Entry.Lease.ID) {
 				skip(n, line, "lease record without a valid lease")
 				continue
 			}
@@ -103,16 +114,16 @@ func decodeJournal(b []byte, gpus []gpuShape) (replay, error) {
 				skip(n, line, "a second grant of the same lease")
 				continue
 			}
-			grants[id] = &granted{e: *r.Entry, line: n, at: n}
+			grants[id] = &granted{e: r.Entry, line: n, at: n}
 			order = append(order, id)
-		case opEnd:
-			if !validID(r.ID) {
+		case OpEnd:
+			if !ValidID(r.ID) {
 				skip(n, line, "end record without a valid lease id")
 				continue
 			}
 			ended[r.ID] = true
-		case opRenew:
-			if !validID(r.ID) || r.Deadline == nil {
+		case OpRenew:
+			if !ValidID(r.ID) || r.Deadline == nil {
 				skip(n, line, "renewal record without a valid lease id and deadline")
 				continue
 			}
@@ -127,7 +138,7 @@ func decodeJournal(b []byte, gpus []gpuShape) (replay, error) {
 		case ended[rn.id]:
 		case !ok:
 			// Its grant was damaged: the renewal is what names the lease.
-			out.dropped = append(out.dropped, replayNote{Record: rn.line, Lease: rn.id, Why: "its grant record is damaged or missing (renewed at this line)"})
+			out.Dropped = append(out.Dropped, Note{Record: rn.line, Lease: rn.id, Why: "its grant record is damaged or missing (renewed at this line)"})
 			ended[rn.id] = true // named once
 		case rn.line > g.at:
 			// The last deadline in the file counts, as it was written.
@@ -137,7 +148,7 @@ func decodeJournal(b []byte, gpus []gpuShape) (replay, error) {
 			g.e.Lease.Expires = &exp
 		}
 	}
-	var live []*granted
+	live := make([]*granted, 0, len(order))
 	for _, id := range order {
 		if !ended[id] {
 			live = append(live, grants[id])
@@ -152,11 +163,11 @@ func decodeJournal(b []byte, gpus []gpuShape) (replay, error) {
 		}
 		return b.line - a.line
 	})
-	taken := map[[2]int]string{}
-	kept := map[*granted]bool{}
+	taken := make(map[[2]int]string, len(live))
+	kept := make(map[*granted]bool, len(live))
 	for _, g := range byAge {
 		if why := checkEntry(g.e, gpus, taken); why != "" {
-			out.dropped = append(out.dropped, replayNote{Record: g.line, Lease: g.e.Lease.ID, Why: why})
+			out.Dropped = append(out.Dropped, Note{Record: g.line, Lease: g.e.Lease.ID, Why: why})
 			continue
 		}
 		for _, u := range g.e.Lease.Units {
@@ -164,32 +175,33 @@ func decodeJournal(b []byte, gpus []gpuShape) (replay, error) {
 		}
 		kept[g] = true
 	}
+	out.Entries = make([]Entry, 0, len(kept))
 	for _, g := range live {
 		if kept[g] {
-			out.entries = append(out.entries, g.e)
+			out.Entries = append(out.Entries, *g.e)
 		}
 	}
 	// Name what the damage seems to have cost: a lease whose grant is
 	// damaged is lost; one whose end is damaged may be back.
-	for i, sk := range out.skipped {
+	for i, sk := range out.Skipped {
 		g, granted := grants[sk.Lease]
 		switch {
 		case sk.Lease == "":
-		case sk.op == opLease && !granted && !ended[sk.Lease]:
-			out.dropped = append(out.dropped, replayNote{Record: sk.Record, Lease: sk.Lease, Why: "its grant record is damaged"})
+		case sk.op == OpLease && !granted && !ended[sk.Lease]:
+			out.Dropped = append(out.Dropped, Note{Record: sk.Record, Lease: sk.Lease, Why: "its grant record is damaged"})
 			ended[sk.Lease] = true // named once
-		case sk.op == opEnd && granted && kept[g]:
-			out.skipped[i].Why += "; it may have ended lease " + sk.Lease + ", which is kept"
+		case sk.op == OpEnd && granted && kept[g]:
+			out.Skipped[i].Why += "; it may have ended lease " + sk.Lease + ", which is kept"
 		}
 	}
-	slices.SortStableFunc(out.dropped, func(a, b replayNote) int { return a.Record - b.Record })
+	slices.SortStableFunc(out.Dropped, func(a, b Note) int { return a.Record - b.Record })
 	return out, nil
 }
 
 // recordHint returns the operation and the first lease id a damaged line seems
 // to hold, each "" when it shows none.
 func recordHint(line []byte) (id, op string) {
-	for _, o := range []string{opLease, opEnd, opRenew} {
+	for _, o := range []string{OpLease, OpEnd, OpRenew} {
 		if bytes.Contains(line, []byte(`{"op":"`+o+`"`)) {
 			op = o
 			break
@@ -201,28 +213,34 @@ func recordHint(line []byte) (id, op string) {
 		return "", op
 	}
 	rest := line[i+len(key):]
-	if n := len(idPrefix) + idHexLen; len(rest) >= n && validID(string(rest[:n])) {
+	if n := len(IDPrefix) + IDHexLen; len(rest) >= n && ValidID(string(rest[:n])) {
 		id = string(rest[:n])
 	}
 	return id, op
 }
 
-func decodeRecord(line []byte) (record, error) {
-	var r record
+func decodeRecord(line []byte) (Record, error) {
+	var r Record
 	switch {
 	case len(line) > maxRecord:
 		return r, fmt.Errorf("line of %d bytes, longer than a record may be (%d)", len(line), maxRecord)
 	case len(line) < 10 || line[8] != ' ':
 		return r, errors.New("malformed line")
 	}
-	var sum uint32
-	if _, err := fmt.Sscanf(string(line[:8]), "%08x", &sum); err != nil {
-		return r, errors.New("malformed checksum")
+	sum, ok := parseHex32(line[:8])
+	if !ok {
+		if _, err := fmt.Sscanf(string(line[:8]), "%08x", &sum); err != nil {
+			return r, errors.New("malformed checksum")
+		}
 	}
 	body := line[9:]
 	if crc32.ChecksumIEEE(body) != sum {
 		return r, errors.New("checksum mismatch")
 	}
+	if decodeRecordJSON(body, &r) {
+		return r, nil
+	}
+	r = Record{}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&r); err != nil {
@@ -231,14 +249,34 @@ func decodeRecord(line []byte) (record, error) {
 	return r, nil
 }
 
-func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string {
+// parseHex32 reads eight hex digits, the checksum as the encoder writes it;
+// false for any other text, which decodeRecord leaves to fmt as before.
+func parseHex32(b []byte) (uint32, bool) {
+	var v uint32
+	for _, c := range b {
+		switch {
+		case '0' <= c && c <= '9':
+			c -= '0'
+		case 'a' <= c && c <= 'f':
+			c -= 'a' - 10
+		case 'A' <= c && c <= 'F':
+			c -= 'A' - 10
+		default:
+			return 0, false
+		}
+		v = v<<4 | uint32(c)
+	}
+	return v, len(b) == 8
+}
+
+func checkEntry(e *Entry, gpus []GPUShape, taken map[[2]int]string) string {
 	l := e.Lease
 	if l.GPU.Index < 0 || l.GPU.Index >= len(gpus) || gpus[l.GPU.Index].UUID != l.GPU.UUID {
 		return "GPU not on this node"
 	}
 	g := gpus[l.GPU.Index]
 	most := g.UnitsPerMax
-	if Kind(l.Binding) == KindPod {
+	if l.Binding == bindingPod {
 		// A pod lease rebuilt from the kubelet records what a container
 		// holds, whatever --units-per-client says now.
 		most = g.UnitsTotal
@@ -254,14 +292,14 @@ func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string
 			return fmt.Sprintf("unit %d is also in lease %s, created later: this one had ended", u, other)
 		}
 	}
-	if Kind(l.Binding) == KindPod {
+	if l.Binding == bindingPod {
 		// Bound to neither: the kubelet plugin ends it.
 		if e.Deadline != nil || l.Owner.PID != 0 {
 			return "pod lease with a process or a deadline"
 		}
 		return ""
 	}
-	if Kind(l.Binding) == KindSlurm {
+	if l.Binding == bindingSlurm {
 		if e.Deadline != nil || l.Owner.PID != 0 || l.Slurm == nil || !filepath.IsAbs(e.SlurmCgroup) {
 			return "Slurm lease with a process or a deadline, or without its job's cgroup"
 		}
@@ -280,12 +318,18 @@ func checkEntry(e journalEntry, gpus []gpuShape, taken map[[2]int]string) string
 	return ""
 }
 
-// validID accepts the ids newID makes.
-func validID(id string) bool {
-	if len(id) != len(idPrefix)+idHexLen || id[:len(idPrefix)] != idPrefix {
+// A lease id is IDPrefix and IDHexLen lower-case hex digits.
+const (
+	IDPrefix = "l-"
+	IDHexLen = 16
+)
+
+// ValidID says whether id is a lease id: the journal takes back no other.
+func ValidID(id string) bool {
+	if len(id) != len(IDPrefix)+IDHexLen || id[:len(IDPrefix)] != IDPrefix {
 		return false
 	}
-	for _, r := range id[len(idPrefix):] {
+	for _, r := range id[len(IDPrefix):] {
 		if !(r >= '0' && r <= '9' || r >= 'a' && r <= 'f') {
 			return false
 		}

@@ -1,4 +1,4 @@
-package lease
+package journal
 
 import (
 	"slices"
@@ -8,13 +8,14 @@ import (
 	"github.com/gpulet/gpulet/internal/jsonenc"
 )
 
-// appendLeaseJSON appends l as encoding/json encodes it (a fuzz test holds it
-// to the same bytes), without walking it by reflection: a lease is encoded on
-// every grant and renewal, under the lease lock, and encoding/json's walk,
-// map sorting and time marshaling cost several times more. It reports false,
-// having appended nothing, for the rare leases it leaves to encoding/json:
-// those with labels, a pod, a Slurm job or a usage, and times encoding/json would refuse.
-func appendLeaseJSON(b []byte, l *api.Lease) ([]byte, bool) {
+// AppendLease appends l as encoding/json encodes it (a fuzz test holds it to
+// the same bytes), without walking it by reflection: a lease is encoded on
+// every grant and renewal, under the lease lock, for the journal and the
+// answer, and encoding/json's walk, map sorting and time marshaling cost
+// several times more. It reports false, having appended nothing, for the rare
+// leases it leaves to encoding/json: those with labels, a pod, a Slurm job or
+// a usage, and times encoding/json would refuse.
+func AppendLease(b []byte, l *api.Lease) ([]byte, bool) {
 	if len(l.Labels) > 0 || l.Pod != nil || l.Slurm != nil || l.Usage != nil || !jsonenc.TimeOK(l.Created) || (l.Expires != nil && !jsonenc.TimeOK(*l.Expires)) {
 		return b, false
 	}

@@ -1,4 +1,4 @@
-package lease
+package journal
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ func TestLeaseRecordIsWhatJSONMakes(t *testing.T) {
 	borrowed.Preemptible, borrowed.Reservation = true, "wf1"
 	roundSecond := timed
 	d2 := deadline.Truncate(time.Second)
-	for name, e := range map[string]journalEntry{
+	for name, e := range map[string]Entry{
 		"process-bound": {Lease: base, StartTime: 987654321},
 		"time-bound":    {Lease: timed, Deadline: &deadline, TTLNanos: int64(90 * time.Second)},
 		"whole seconds": {Lease: roundSecond, Deadline: &d2, TTLNanos: int64(time.Minute)},
@@ -45,17 +45,17 @@ func TestLeaseRecordIsWhatJSONMakes(t *testing.T) {
 		"odd share":     {Lease: borrowed, StartTime: 2, Share: "a\"b<c>\u00e9"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			want, err := jsonRecordLine(record{Op: opLease, Entry: &e})
+			want, err := jsonRecordLine(Record{Op: OpLease, Entry: &e})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, how := range []string{"encoded in place", "around its encoding"} {
 				if how == "around its encoding" {
-					if e.leaseJSON, err = json.Marshal(e.Lease); err != nil {
+					if e.LeaseJSON, err = json.Marshal(e.Lease); err != nil {
 						t.Fatal(err)
 					}
 				}
-				got, err := encodeRecord(record{Op: opLease, Entry: &e})
+				got, err := AppendRecord(nil, Record{Op: OpLease, Entry: &e})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -85,23 +85,23 @@ func FuzzLeaseRecordIsWhatJSONMakes(f *testing.F) {
 			Owner: api.Owner{PID: 1}, Created: created, Task: task,
 			Labels: map[string]string{key: value}, Env: map[string]string{"K": value},
 		}
-		e := journalEntry{Lease: l, StartTime: start}
+		e := Entry{Lease: l, StartTime: start}
 		if ttl > 0 && ttl <= int64(30*24*time.Hour) { // the API's longest ttl
 			d := created.Add(time.Duration(ttl))
 			e.Deadline, e.TTLNanos = &d, ttl
 		}
-		want, err := jsonRecordLine(record{Op: opLease, Entry: &e})
+		want, err := jsonRecordLine(Record{Op: OpLease, Entry: &e})
 		if err != nil {
 			t.Skip(err)
 		}
-		inPlace, err := encodeRecord(record{Op: opLease, Entry: &e})
+		inPlace, err := AppendRecord(nil, Record{Op: OpLease, Entry: &e})
 		if err != nil || !bytes.Equal(inPlace, want) {
 			t.Fatalf("record encoded in place\n%s\ndiffers from encoding/json's\n%s (%v)", inPlace, want, err)
 		}
-		if e.leaseJSON, err = json.Marshal(e.Lease); err != nil {
+		if e.LeaseJSON, err = json.Marshal(e.Lease); err != nil {
 			t.Fatal(err)
 		}
-		got, err := encodeRecord(record{Op: opLease, Entry: &e})
+		got, err := AppendRecord(nil, Record{Op: OpLease, Entry: &e})
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("assembled record\n%s\ndiffers from encoding/json's\n%s (%v)", got, want, err)
 		}
@@ -109,7 +109,7 @@ func FuzzLeaseRecordIsWhatJSONMakes(f *testing.F) {
 }
 
 // jsonRecordLine is r's journal line as encoding/json makes its record.
-func jsonRecordLine(r record) ([]byte, error) {
+func jsonRecordLine(r Record) ([]byte, error) {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return nil, err
@@ -136,18 +136,18 @@ func buildHistory(t testing.TB, seed uint64) journalHistory {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	base := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	h := journalHistory{grant: map[string]string{}, ended: map[string]bool{}, lines: map[string]bool{}}
-	schema := record{Op: opSchema, Schema: JournalSchema}
-	recs := []record{schema}
-	live := map[string]journalEntry{}
+	schema := Record{Op: OpSchema, Schema: Schema}
+	recs := []Record{schema}
+	live := map[string]Entry{}
 	var liveIDs []string
 	var used [16]bool
 	// grantRecord copies e, so that a later renewal changes only later records.
-	grantRecord := func(e journalEntry) record {
+	grantRecord := func(e Entry) Record {
 		if e.Deadline != nil {
 			d, exp := *e.Deadline, *e.Deadline
 			e.Deadline, e.Lease.Expires = &d, &exp
 		}
-		return record{Op: opLease, Entry: &e}
+		return Record{Op: OpLease, Entry: &e}
 	}
 	steps := 20 + rng.IntN(30)
 	for step := 0; step < steps; step++ {
@@ -164,7 +164,7 @@ func buildHistory(t testing.TB, seed uint64) journalHistory {
 			if len(units) < n {
 				continue
 			}
-			e := journalEntry{Lease: api.Lease{
+			e := Entry{Lease: api.Lease{
 				ID: fmt.Sprintf("l-%016x", seed*1000003+uint64(step)), GPU: api.LeaseGPU{UUID: "GPU-a"},
 				Instance: k, Units: units, Created: now,
 			}}
@@ -193,7 +193,7 @@ func buildHistory(t testing.TB, seed uint64) journalHistory {
 			delete(live, id)
 			liveIDs = append(liveIDs[:i], liveIDs[i+1:]...)
 			h.ended[id] = true
-			recs = append(recs, record{Op: opEnd, ID: id})
+			recs = append(recs, Record{Op: OpEnd, ID: id})
 		case x < 19:
 			if len(liveIDs) == 0 {
 				continue
@@ -207,23 +207,23 @@ func buildHistory(t testing.TB, seed uint64) journalHistory {
 			e.Deadline, e.Lease.Expires = &d, &d
 			live[id] = e
 			d2 := d
-			recs = append(recs, record{Op: opRenew, ID: id, Deadline: &d2})
+			recs = append(recs, Record{Op: OpRenew, ID: id, Deadline: &d2})
 		default:
 			// A rewrite: just the live leases, by id, as the Manager writes them.
-			recs = []record{schema}
+			recs = []Record{schema}
 			for _, id := range slices.Sorted(maps.Keys(live)) {
 				recs = append(recs, grantRecord(live[id]))
 			}
 		}
 	}
 	for _, r := range recs {
-		b, err := encodeRecord(r)
+		b, err := AppendRecord(nil, r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		line := string(b[:len(b)-1])
 		h.lines[line] = true
-		if r.Op == opLease {
+		if r.Op == OpLease {
 			h.grant[r.Entry.Lease.ID] = line
 		}
 		h.text = append(h.text, b...)
@@ -296,7 +296,7 @@ func damageJournal(t testing.TB, text, d []byte) []byte {
 			case 0:
 				line = strings.Repeat("x", maxRecord+1) + "\n"
 			case 1:
-				line = journalText(t, record{Op: "compact"})
+				line = journalText(t, Record{Op: "compact"})
 			case 2:
 				line = "\n"
 			}
@@ -337,16 +337,16 @@ func FuzzJournalReplay(f *testing.F) {
 				continue
 			}
 			switch r.Op {
-			case opSchema, opLease, opEnd, opRenew:
+			case OpSchema, OpLease, OpEnd, OpRenew:
 				// A well-formed record the history never wrote: the damage
 				// forged one, and what it says may change the outcome.
 				forged = forged || !h.lines[string(s)]
 			}
-			if r.Op == opEnd {
+			if r.Op == OpEnd {
 				endSeen[r.ID] = true
 			}
 		}
-		rep, err := decodeJournal(out, replayShapes())
+		rep, err := Decode(out, replayShapes())
 		if err != nil {
 			if !forged {
 				t.Fatalf("replay failed: %v", err)
@@ -355,7 +355,7 @@ func FuzzJournalReplay(f *testing.F) {
 		}
 		kept := map[string]bool{}
 		taken := map[int]string{}
-		for _, e := range rep.entries {
+		for _, e := range rep.Entries {
 			id := e.Lease.ID
 			if endSeen[id] {
 				t.Fatalf("lease %s came back though its end is recorded", id)
@@ -373,7 +373,7 @@ func FuzzJournalReplay(f *testing.F) {
 		}
 		for _, id := range h.ids {
 			if !h.ended[id] && present[h.grant[id]] && !kept[id] {
-				t.Fatalf("lease %s lost: its grant is intact and it never ended\nskipped %+v\ndropped %+v", id, rep.skipped, rep.dropped)
+				t.Fatalf("lease %s lost: its grant is intact and it never ended\nskipped %+v\ndropped %+v", id, rep.Skipped, rep.Dropped)
 			}
 		}
 	})
