@@ -5,9 +5,9 @@
 // the agent's own small pieces: flags.go (gpuletd's flags), rundir.go (the
 // run dir's lock), listen.go (the API socket), limits.go (the open-file
 // limit), backend.go (picking the GPU backend), mps.go (MPS daemons and their
-// health checks), conditions.go (samples and the eligibility rule), build.go
-// (the snapshot), core.go (what the API calls), kube.go (the kubelet
-// plugin's flags and start).
+// health checks), nodestate.go (samples, and the inputs and outputs of the
+// node model, package node: conditions and the snapshot), core.go (what the
+// API calls), kube.go (the kubelet plugin's flags and start).
 package agent
 
 import (
@@ -31,6 +31,7 @@ import (
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/metrics"
+	"github.com/gpulet/gpulet/agent/node"
 	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/agent/reporter"
 	"github.com/gpulet/gpulet/agent/reserve"
@@ -108,18 +109,17 @@ type Agent struct {
 	log  *slog.Logger
 	inv  inventory.Inventory
 	devs []inventory.Device
-	// instanceUnits are the unit indices of each instance k, the same on
-	// every GPU: made once, and shared by every snapshot, which never
-	// changes them.
-	instanceUnits [][]int
-	ledger        *ledger.Ledger
-	leases        *lease.Manager
-	mps           *mpsctl.Daemons
-	mpsOn         bool
+	// node is the node model (what does not change while gpuletd runs) and
+	// builder the snapshot's, which the store calls.
+	node    node.Node
+	builder *node.Builder
+	ledger  *ledger.Ledger
+	leases  *lease.Manager
+	mps     *mpsctl.Daemons
+	mpsOn   bool
 	// view is the FUSE view's state, set once mounting was tried.
-	view   atomic.Pointer[api.ViewStatus]
-	store  snapshot.Store
-	bootID string
+	view  atomic.Pointer[api.ViewStatus]
+	store snapshot.Store
 
 	// conditions is what placement reads: eligibility per GPU and draining.
 	// condMu makes each update read and store them as one step.
@@ -130,9 +130,6 @@ type Agent struct {
 	sampleMu sync.Mutex // guards samples
 	samples  []inventory.Sample
 
-	// seq numbers the snapshots; only the store's builder, which never runs
-	// concurrently, touches it.
-	seq uint64
 	// senders push to the upstreams.
 	senders []*reporter.Sender
 	// rules is the --config in force (nil: none); profiles the task–engine
@@ -159,15 +156,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	a := &Agent{cfg: cfg, log: log, inv: inv, devs: inv.Devices(), bootID: newBootID()}
+	a := &Agent{cfg: cfg, log: log, inv: inv, devs: inv.Devices()}
 	if cfg.Accounting {
 		a.usage = usage.New()
 	}
 	if cfg.Policy == placement.Frag {
 		a.mix = placement.NewLearner(nodeMixWindow, nodeMixShapes, nodeMixEvery)
-	}
-	for k := range cfg.Model.InstancesPerGPU {
-		a.instanceUnits = append(a.instanceUnits, cfg.Model.InstanceUnits(k))
 	}
 	var closers []func() error
 	closers = append(closers, inv.Close)
@@ -209,6 +203,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := a.startMPS(ctx, &closers); err != nil {
 		return err
 	}
+	a.node = node.Node{Name: cfg.NodeName, BootID: newBootID(), Backend: inv.Backend(), MPS: a.mpsOn,
+		Model: cfg.Model, MaxUtilization: cfg.MaxUtilization, Devices: a.devs}
+	a.builder = node.NewBuilder(&a.node)
 	a.samples = make([]inventory.Sample, len(a.devs))
 	gpus := make([]ledger.GPU, len(a.devs))
 	for i, d := range a.devs {

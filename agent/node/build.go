@@ -1,50 +1,89 @@
-package agent
+package node
 
 import (
 	"strconv"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/metrics"
+	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
-// buildSnapshot makes a snapshot from the lease engine's published view and
-// the last samples; the store calls it, one at a time, on the first read after
-// a change. It takes no lock of the lease table.
-func (a *Agent) buildSnapshot() *snapshot.Published {
-	view := a.leases.View()
-	samples := a.lastSamples()
-	a.seq++
-	s := &api.Snapshot{
-		Schema: api.SnapshotSchema, Node: a.cfg.NodeName, BootID: a.bootID, Seq: a.seq,
-		Time: time.Now().UTC(), State: api.NodeWorking, Backend: a.inv.Backend(), MPS: mpsMode(a.mpsOn),
-		GPUs: make([]api.GPU, len(a.devs)),
+// Inputs are what one snapshot is built from, as of one moment.
+type Inputs struct {
+	Now time.Time
+	// View is the lease engine's published view.
+	View *lease.View
+	// Samples are the last samples, one per device.
+	Samples  []inventory.Sample
+	MPS      MPSDaemons
+	Draining bool
+	// ViewStatus is the FUSE view's state; nil before mounting was tried,
+	// or with no view.
+	ViewStatus *api.ViewStatus
+	// Upstreams is how pushing to each upstream goes: as of this snapshot,
+	// since a push changes nothing that makes a new one.
+	Upstreams []api.UpstreamStatus
+	// Usage is the accounting's last table; nil with accounting off.
+	Usage *usage.Table
+}
+
+// Builder builds the node's snapshots and numbers them: each has the seq
+// after the last one's. It is not safe for concurrent use; the snapshot
+// store calls it one build at a time.
+type Builder struct {
+	node *Node
+	// instanceUnits are the unit indices of each instance k, the same on
+	// every GPU: made once, and shared by every snapshot, which never
+	// changes them.
+	instanceUnits [][]int
+	seq           uint64
+}
+
+// NewBuilder builds the snapshots of n, from seq 1.
+func NewBuilder(n *Node) *Builder {
+	b := &Builder{node: n}
+	for k := range n.Model.InstancesPerGPU {
+		b.instanceUnits = append(b.instanceUnits, n.Model.InstanceUnits(k))
 	}
-	if a.draining.Load() {
+	return b
+}
+
+// Build makes the next snapshot from in.
+func (b *Builder) Build(in Inputs) *snapshot.Published {
+	n, view, samples := b.node, in.View, in.Samples
+	b.seq++
+	s := &api.Snapshot{
+		Schema: api.SnapshotSchema, Node: n.Name, BootID: n.BootID, Seq: b.seq,
+		Time: in.Now.UTC(), State: api.NodeWorking, Backend: n.Backend, MPS: mpsMode(n.MPS),
+		GPUs: make([]api.GPU, len(n.Devices)),
+	}
+	if in.Draining {
 		s.State = api.NodeDraining
 	}
 	if view.Unrecorded != "" {
 		s.State, s.Reason = api.NodeDegraded, view.Unrecorded
-		if a.draining.Load() {
+		if in.Draining {
 			s.Reason = "draining; " + s.Reason
 		}
 	}
-	s.View = a.view.Load()
-	// As of this snapshot: a push changes nothing that makes a new one.
-	s.Upstreams = a.upstreamStatus()
-	U := a.cfg.Model.UnitsPerGPU
-	used := a.usageTable()
-	for i, d := range a.devs {
+	s.View = in.ViewStatus
+	s.Upstreams = in.Upstreams
+	U := n.Model.UnitsPerGPU
+	used := in.Usage
+	for i, d := range n.Devices {
 		gv := view.GPUs[i]
-		state, unusable := a.gpuState(samples[i])
+		state, unusable := n.GPUState(samples[i])
 		g := api.GPU{
 			Index: d.Index, UUID: d.UUID, Name: d.Name, State: state, Eligible: unusable == "",
 			UnitsTotal: U, UnitsUsed: gv.Used, UnitsFree: U - gv.Used - gv.Reserved, UnitsOffline: gv.Offline,
 			UnitsReserved:  gv.Reserved,
 			UtilizationPct: samples[i].UtilizationPct, UtilizationSource: samples[i].UtilizationSource,
-			KernelTimePct: samples[i].KernelTimePct, MaxUtilizationPct: a.cfg.MaxUtilization,
+			KernelTimePct: samples[i].KernelTimePct, MaxUtilizationPct: n.MaxUtilization,
 			MemoryTotalMiB: d.MemoryTotalMiB, MemoryUsedMiB: samples[i].MemoryUsedMiB,
 			Capability: api.Capability{
 				ComputeCapability: d.ComputeCapability(), Cores: d.Cores, MaxSMClockMHz: d.MaxSMClockMHz,
@@ -67,33 +106,33 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 				g.OfflineByUID[strconv.FormatUint(uint64(uid), 10)] = n
 			}
 		}
-		mpsStates := a.mps.Status(d.UUID)
+		mpsStates := in.MPS.Status(d.UUID)
 		anyUp := false
 		for k, iv := range gv.Instances {
-			in := api.Instance{
+			inst := api.Instance{
 				Instance: k, State: api.InstanceOff, Clients: iv.Clients,
-				ClientsMax: a.cfg.Model.ClientsPerInstance, Units: a.instanceUnits[k], UnitsFree: len(iv.FreeUnits), UID: iv.UID,
+				ClientsMax: n.Model.ClientsPerInstance, Units: b.instanceUnits[k], UnitsFree: len(iv.FreeUnits), UID: iv.UID,
 				SlurmJobs: iv.SlurmJobs,
 			}
 			if k < len(mpsStates) {
 				st := mpsStates[k]
-				in.State = st.State
+				inst.State = st.State
 				if st.ServerUID != nil {
-					in.UID = st.ServerUID
+					inst.UID = st.ServerUID
 				}
-				in.SMPct = instanceSM(st.Servers, samples[i].SMByPID)
+				inst.SMPct = instanceSM(st.Servers, samples[i].SMByPID)
 				for _, srv := range st.Servers {
-					in.Servers = append(in.Servers, api.MPSServer{PID: srv.PID, UID: srv.UID, Clients: len(srv.Clients)})
+					inst.Servers = append(inst.Servers, api.MPSServer{PID: srv.PID, UID: srv.UID, Clients: len(srv.Clients)})
 				}
 				if st.Err != nil {
-					in.Error = st.Err.Error()
+					inst.Error = st.Err.Error()
 				}
 			}
-			anyUp = anyUp || api.InstanceTakesLeases(in.State)
-			if g.State == api.GPUWorking && !api.InstanceTakesLeases(in.State) {
+			anyUp = anyUp || api.InstanceTakesLeases(inst.State)
+			if g.State == api.GPUWorking && !api.InstanceTakesLeases(inst.State) {
 				g.State = api.GPUDegraded
 			}
-			g.Instances = append(g.Instances, in)
+			g.Instances = append(g.Instances, inst)
 		}
 		// A degraded GPU still takes leases on its running instances.
 		g.Eligible = g.Eligible && anyUp
@@ -120,6 +159,14 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 		}
 		return metrics.Render(r, c)
 	})
+}
+
+// mpsMode is the snapshot's "mps": whether MPS runs.
+func mpsMode(on bool) string {
+	if on {
+		return "on"
+	}
+	return "off"
 }
 
 // instanceSM is an instance's SM utilization: its MPS servers' figures, as
