@@ -130,8 +130,8 @@ type Agent struct {
 	sampleMu sync.Mutex // guards samples
 	samples  []inventory.Sample
 
-	// senders push to the upstreams.
-	senders []*reporter.Sender
+	// upstreams push the snapshots to --upstream and publish how that goes.
+	upstreams *reporter.Group
 	// rules is the --config in force (nil: none); profiles the task–engine
 	// affinity table.
 	rules    atomic.Pointer[config.Rules]
@@ -247,6 +247,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// size with thousands of leases, which the collector's pace (GOGC 400)
 	// would keep until much later. It goes back to the system now.
 	debug.FreeOSMemory()
+	if a.upstreams, err = a.newUpstreams(); err != nil {
+		return err
+	}
 	a.store.SetBuilder(a.buildSnapshot)
 	a.applyRules(rules)
 	bg, stopBackground := context.WithCancel(context.Background())
@@ -286,10 +289,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer close(reloaded)
 		a.reloadOnHangup(bg, hangup)
 	}()
-	// Before anything may build a snapshot: the builder reads the senders.
-	if err := a.startReporters(bg, &closers); err != nil {
-		return err
-	}
+	a.startReporters(bg, &closers)
 	closeView := a.mountView(ln.Addr().String())
 	a.changed()
 	if err := a.startKubelet(&closers); err != nil {
@@ -300,7 +300,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	apiServer := server.New(a, a.adminGID(), log)
-	apiServer.Live = metrics.NewLive(a.upstreamStatus)
+	apiServer.Live = metrics.NewLive(a.upstreams.Status)
 	srv := apiServer.HTTPServer()
 	serveErr := make(chan error, 2)
 	// Requests run in a context that the stop cancels first, so that long
@@ -391,39 +391,38 @@ func newBootID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// startReporters starts a sender per --upstream; on its way out gpuletd
-// stops them and waits for them.
-func (a *Agent) startReporters(ctx context.Context, closers *[]func() error) error {
+// newUpstreams makes a sender per --upstream.
+func (a *Agent) newUpstreams() (*reporter.Group, error) {
+	var cfgs []reporter.Config
+	for _, u := range a.cfg.Upstreams {
+		cfgs = append(cfgs, reporter.Config{URL: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
+			CAFile: a.cfg.UpstreamCA, CertFile: a.cfg.UpstreamCert, KeyFile: a.cfg.UpstreamKey, Logger: a.log})
+	}
+	return reporter.NewGroup(cfgs, a)
+}
+
+// startReporters starts pushing to the upstreams, and makes the snapshot,
+// which shows whether each push fails, anew when that changes; on its way out
+// gpuletd stops them and waits for them.
+func (a *Agent) startReporters(ctx context.Context, closers *[]func() error) {
 	ctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	*closers = append(*closers, func() error { stop(); wg.Wait(); return nil })
-	// Every sender is made before any runs: a running sender builds
-	// snapshots, and the builder reads the senders.
-	for _, u := range a.cfg.Upstreams {
-		s, err := reporter.New(reporter.Config{URL: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
-			CAFile: a.cfg.UpstreamCA, CertFile: a.cfg.UpstreamCert, KeyFile: a.cfg.UpstreamKey, Logger: a.log, OnStateChange: a.changed}, a)
-		if err != nil {
-			return err
+	wg.Go(func() { a.upstreams.Run(ctx) })
+	wg.Go(func() {
+		changed := a.upstreams.StateChanged()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				// The next signal is taken before the snapshot is made
+				// anew, so that a change meanwhile is not missed.
+				changed = a.upstreams.StateChanged()
+				a.changed()
+			}
 		}
-		a.senders = append(a.senders, s)
-	}
-	for _, s := range a.senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.Run(ctx)
-		}()
-	}
-	return nil
-}
-
-// upstreamStatus is how pushing to each upstream goes, now.
-func (a *Agent) upstreamStatus() []api.UpstreamStatus {
-	var out []api.UpstreamStatus
-	for _, s := range a.senders {
-		out = append(out, s.Status())
-	}
-	return out
+	})
 }
 
 // changed says that the lease table, the samples or a condition changed: the

@@ -1,7 +1,8 @@
 // Package reporter pushes the node's snapshots to upstream receivers
 // (--upstream): every report interval, and soon after every change. Each
 // upstream has a sender of its own, so a slow or dead one never delays
-// another, nor leasing: senders only read published snapshots.
+// another, nor leasing: senders only read published snapshots. A Group
+// holds them and publishes how pushing goes (group.go).
 package reporter
 
 import (
@@ -49,10 +50,6 @@ type Config struct {
 	// takes the node's snapshots by its certificate's name).
 	CertFile, KeyFile string
 	Logger            *slog.Logger
-	// OnStateChange, when set, is called when pushing starts failing or
-	// works again, so that the snapshot, which shows the push state, is made
-	// anew (not on every push: that would make a snapshot per push).
-	OnStateChange func()
 	// Clock times the pushes (the interval, the gap between pushes, the
 	// backoff) and stamps the last success; nil is the system clock. Tests
 	// move a fake one to show what does not happen before its time.
@@ -123,6 +120,9 @@ type Sender struct {
 	mu     sync.Mutex // guards status and token
 	status api.UpstreamStatus
 	token  tokenFile
+	// published, when set (by a Group), is given each new status, and
+	// whether pushing started failing or works again with it.
+	published func(st api.UpstreamStatus, stateChanged bool)
 }
 
 type tokenFile struct {
@@ -350,13 +350,14 @@ func (s *Sender) succeeded(p *snapshot.Published) {
 	s.mu.Unlock()
 	if recovered {
 		s.log.Info("pushing snapshots to the upstream works again")
-		s.stateChanged()
 	}
+	s.publish(recovered)
 }
 
-func (s *Sender) stateChanged() {
-	if s.cfg.OnStateChange != nil {
-		s.cfg.OnStateChange()
+// publish hands the sender's status to its Group, if it has one.
+func (s *Sender) publish(stateChanged bool) {
+	if s.published != nil {
+		s.published(s.Status(), stateChanged)
 	}
 }
 
@@ -371,8 +372,8 @@ func (s *Sender) failed(err error, last time.Duration) time.Duration {
 	s.mu.Unlock()
 	if first {
 		s.log.Warn("cannot push the snapshot to the upstream; retrying with backoff (leasing goes on)", "err", err)
-		s.stateChanged()
 	}
+	s.publish(first)
 	next := min(max(2*last, backoffMin), backoffMax)
 	return next + rand.N(next/4+1)
 }

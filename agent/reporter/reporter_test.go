@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,20 +203,30 @@ func TestPushCoalescesChurn(t *testing.T) {
 	}
 }
 
-// A failing receiver is retried with backoff; the sender says so; once the
-// receiver works again the newest snapshot goes out.
+// A failing receiver is retried with backoff; the group says so, once when
+// pushing starts failing and once when it works again; once the receiver
+// works again the newest snapshot goes out.
 func TestPushRetriesAndRecovers(t *testing.T) {
 	src := newSource()
 	rcv := &receiver{status: 503}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	var changes atomic.Int32
-	s := start(t, Config{URL: srv.URL, Interval: time.Hour, OnStateChange: func() { changes.Add(1) }}, src)
-	testutil.Eventually(t, "failures counted", func() bool { return s.Status().Failures >= 2 })
-	if n := changes.Load(); n != 1 {
-		t.Fatalf("OnStateChange called %d times while failing, want once", n)
+	g, err := NewGroup([]Config{{URL: srv.URL, Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)}}, src)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if st := s.Status(); st.LastError == "" || st.LastSuccess != nil {
+	failing := g.StateChanged()
+	runGroup(t, g)
+	status := func() api.UpstreamStatus { return g.Status()[0] }
+	<-failing
+	recovered := g.StateChanged()
+	testutil.Eventually(t, "failures counted", func() bool { return status().Failures >= 2 })
+	select {
+	case <-recovered:
+		t.Fatal("the state told changed again while failing")
+	default:
+	}
+	if st := status(); st.LastError == "" || st.LastSuccess != nil {
 		t.Fatalf("status while failing: %+v", st)
 	}
 	src.change()
@@ -225,11 +234,61 @@ func TestPushRetriesAndRecovers(t *testing.T) {
 	rcv.status = 0
 	rcv.mu.Unlock()
 	testutil.Eventually(t, "the newest pushed after recovery", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 2 })
+	<-recovered
 	testutil.Eventually(t, "status recovered", func() bool {
-		st := s.Status()
+		st := status()
 		return st.Failures == 0 && st.LastError == "" && st.LastSuccess != nil && st.LastSeq == 2 && st.Pushes >= 1
 	})
-	testutil.Eventually(t, "the recovery told", func() bool { return changes.Load() == 2 })
+}
+
+// runGroup runs g until the test ends.
+func runGroup(t *testing.T, g *Group) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { g.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// A group publishes each upstream's status, in the order given, as a value
+// that later pushes do not change; every push is in the next value, though
+// only a change of failing or working is signalled.
+func TestGroupPublishesStatus(t *testing.T) {
+	src := newSource()
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	g, err := NewGroup([]Config{
+		{URL: srv.URL + "/a?token=SECRET", Interval: time.Hour, Logger: quiet},
+		{URL: srv.URL + "/b", Interval: time.Hour, Logger: quiet},
+	}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := g.Status()
+	if len(before) != 2 || before[0].URL != srv.URL+"/a?redacted" || before[1].URL != srv.URL+"/b" || before[0].Pushes != 0 {
+		t.Fatalf("status before any push = %+v", before)
+	}
+	changed := g.StateChanged()
+	runGroup(t, g)
+	testutil.Eventually(t, "both pushed", func() bool { st := g.Status(); return st[0].Pushes == 1 && st[1].Pushes == 1 })
+	src.change()
+	testutil.Eventually(t, "both pushed the change", func() bool { st := g.Status(); return st[0].LastSeq == 2 && st[1].LastSeq == 2 })
+	if before[0].Pushes != 0 || before[1].Pushes != 0 {
+		t.Fatalf("a published status changed later: %+v", before)
+	}
+	select {
+	case <-changed:
+		t.Fatal("a working push was told as a change of state")
+	default:
+	}
+	none, err := NewGroup(nil, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := none.Status(); st != nil {
+		t.Fatalf("a group of no upstream shows %+v", st)
+	}
 }
 
 // A receiver that accepts and never answers holds up neither another
