@@ -83,7 +83,7 @@ type Config struct {
 	ReclaimGrace time.Duration
 	// Upstreams receive the snapshots every ReportInterval and on change,
 	// with the bearer token of UpstreamTokenFile and trusting UpstreamCA.
-	Upstreams         []string
+	Upstreams         []reporter.Upstream
 	ReportInterval    time.Duration
 	UpstreamTokenFile string
 	UpstreamCA        string
@@ -395,7 +395,7 @@ func newBootID() string {
 func (a *Agent) newUpstreams() (*reporter.Group, error) {
 	var cfgs []reporter.Config
 	for _, u := range a.cfg.Upstreams {
-		cfgs = append(cfgs, reporter.Config{URL: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
+		cfgs = append(cfgs, reporter.Config{Upstream: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
 			CAFile: a.cfg.UpstreamCA, CertFile: a.cfg.UpstreamCert, KeyFile: a.cfg.UpstreamKey, Logger: a.log})
 	}
 	return reporter.NewGroup(cfgs, a)

@@ -45,7 +45,7 @@ func TestParseFlags(t *testing.T) {
 		{"no listen connections", []string{"--listen-max-conns", "0"}, nil, "--listen-max-conns 0: must be from 1"},
 		{"no listen connections per address", []string{"--listen-max-conns-per-addr", "-2"}, nil, "--listen-max-conns-per-addr -2: must be from 1"},
 		{"upstreams", []string{"--upstream", "http://a/x", "--upstream", "https://b/y", "--report-interval", "2s"}, func(c Config) bool {
-			return len(c.Upstreams) == 2 && c.Upstreams[1] == "https://b/y" && c.ReportInterval == 2*time.Second
+			return len(c.Upstreams) == 2 && c.Upstreams[1].String() == "https://b/y" && c.ReportInterval == 2*time.Second
 		}, ""},
 		{"upstream not a URL", []string{"--upstream", "scheduler:8080"}, nil, "--upstream \"scheduler:8080\": want an http:// or https:// URL"},
 		{"upstream cert without key", []string{"--upstream-cert", "/x.pem"}, nil, "--upstream-cert and --upstream-key go together"},

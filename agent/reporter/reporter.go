@@ -36,7 +36,7 @@ type Source interface {
 
 // Config is one upstream's.
 type Config struct {
-	URL string
+	Upstream Upstream
 	// Interval is --report-interval: the longest time between pushes.
 	Interval time.Duration
 	// TokenFile, when set, holds the bearer token sent with each push; it is
@@ -66,44 +66,6 @@ const (
 	backoffMax  = 30 * time.Second
 )
 
-// CheckURL refuses an --upstream that is not an http or https URL with a
-// host.
-func CheckURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host, such as http://scheduler:8080/v1/snapshots", RedactURL(raw))
-	}
-	return nil
-}
-
-// RedactURL is raw as it may be shown (status, snapshot, view, logs,
-// metrics): its userinfo and query, where credentials go, replaced by
-// "redacted". A URL that does not parse is shown as "(unparsable URL)".
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if u.User != nil {
-		u.User = url.User("redacted")
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "redacted"
-	}
-	u.ForceQuery = false
-	u.Fragment, u.RawFragment = "", ""
-	return u.String()
-}
-
-// fullDetail reports whether the upstream at raw may be pushed the snapshot
-// with its uids and reservation names: it is reached over TLS, or with
-// credentials (a token file or a client certificate, which credentials
-// says, or userinfo in the URL). Others get it redacted.
-func fullDetail(raw string, credentials bool) bool {
-	u, err := url.Parse(raw)
-	return err == nil && (u.Scheme == "https" || u.User != nil || credentials)
-}
-
 // Sender pushes to one upstream.
 type Sender struct {
 	cfg    Config
@@ -111,7 +73,7 @@ type Sender struct {
 	client *http.Client
 	log    *slog.Logger
 
-	// shown is the URL as it may be shown (RedactURL).
+	// shown is the URL as it may be shown (Upstream.String).
 	shown string
 	// full: push the snapshot with its uids and reservation names, not
 	// redacted (fullDetail).
@@ -134,9 +96,6 @@ type tokenFile struct {
 // New makes a sender for cfg, reading from src. It fails on a CA file that
 // cannot be read or holds no certificate.
 func New(cfg Config, src Source) (*Sender, error) {
-	if err := CheckURL(cfg.URL); err != nil {
-		return nil, err
-	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
@@ -165,7 +124,7 @@ func New(cfg Config, src Source) (*Sender, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	shown := RedactURL(cfg.URL)
+	shown := cfg.Upstream.String()
 	return &Sender{
 		cfg: cfg, src: src, log: cfg.Logger.With("upstream", shown),
 		client: &http.Client{Transport: tr, Timeout: pushTimeout,
@@ -174,7 +133,7 @@ func New(cfg Config, src Source) (*Sender, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		status: api.UpstreamStatus{URL: shown},
 		shown:  shown,
-		full:   fullDetail(cfg.URL, cfg.TokenFile != "" || cfg.CertFile != ""),
+		full:   cfg.Upstream.fullDetail(cfg.TokenFile != "" || cfg.CertFile != ""),
 	}, nil
 }
 
@@ -275,7 +234,7 @@ func (s *Sender) push(ctx context.Context, p *snapshot.Published) error {
 	if !s.full {
 		p = p.Redacted()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(p.JSON()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.Upstream.url, bytes.NewReader(p.JSON()))
 	if err != nil {
 		return s.redactError(err)
 	}

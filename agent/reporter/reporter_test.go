@@ -140,7 +140,7 @@ func TestPushOnChangeAndInterval(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	clk := newTestClock()
-	start(t, Config{URL: srv.URL, Interval: interval, Clock: clk}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: interval, Clock: clk}, src)
 	testutil.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
 	if w := clk.nextWait(t); w != interval {
 		t.Fatalf("after a push the sender waits %s, want the interval %s", w, interval)
@@ -179,7 +179,7 @@ func TestPushCoalescesChurn(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	clk := newTestClock()
-	start(t, Config{URL: srv.URL, Interval: time.Hour, Clock: clk}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, Clock: clk}, src)
 	testutil.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
 	want := []uint64{1}
 	for round := range 3 {
@@ -211,7 +211,7 @@ func TestPushRetriesAndRecovers(t *testing.T) {
 	rcv := &receiver{status: 503}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	g, err := NewGroup([]Config{{URL: srv.URL, Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)}}, src)
+	g, err := NewGroup([]Config{{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)}}, src)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,8 +259,8 @@ func TestGroupPublishesStatus(t *testing.T) {
 	defer srv.Close()
 	quiet := slog.New(slog.DiscardHandler)
 	g, err := NewGroup([]Config{
-		{URL: srv.URL + "/a?token=SECRET", Interval: time.Hour, Logger: quiet},
-		{URL: srv.URL + "/b", Interval: time.Hour, Logger: quiet},
+		{Upstream: mustUpstream(t, srv.URL+"/a?token=SECRET"), Interval: time.Hour, Logger: quiet},
+		{Upstream: mustUpstream(t, srv.URL+"/b"), Interval: time.Hour, Logger: quiet},
 	}, src)
 	if err != nil {
 		t.Fatal(err)
@@ -312,9 +312,9 @@ func TestHangingReceiverHoldsUpNothing(t *testing.T) {
 	rcv := &receiver{}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	start(t, Config{URL: "http://" + ln.Addr().String(), Interval: time.Hour}, src)
+	start(t, Config{Upstream: mustUpstream(t, "http://"+ln.Addr().String()), Interval: time.Hour}, src)
 	clk := newTestClock()
-	start(t, Config{URL: srv.URL, Interval: time.Hour, Clock: clk}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, Clock: clk}, src)
 	testutil.Eventually(t, "the first push to the good upstream", func() bool { return len(rcv.got()) >= 1 })
 	// Each change comes after a quiet spell, so the good upstream gets each
 	// at once while the other one's first push still hangs.
@@ -336,7 +336,7 @@ func TestPushToken(t *testing.T) {
 	rcv := &receiver{}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	start(t, Config{URL: srv.URL, Interval: time.Hour, TokenFile: tok}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, TokenFile: tok}, src)
 	testutil.Eventually(t, "a push", func() bool { return len(rcv.got()) >= 1 })
 	if err := os.WriteFile(tok, []byte("second-token\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -368,31 +368,46 @@ func TestPushPrivateCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := newSource()
-	untrusted := start(t, Config{URL: srv.URL, Interval: time.Hour}, src)
-	start(t, Config{URL: srv.URL, Interval: time.Hour, CAFile: ca}, src)
+	untrusted := start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, CAFile: ca}, src)
 	testutil.Eventually(t, "a push through the private CA", func() bool { return len(rcv.got()) >= 1 })
 	testutil.Eventually(t, "the sender without the CA failing", func() bool { return untrusted.Status().Failures >= 1 })
-	if _, err := New(Config{URL: srv.URL, CAFile: filepath.Join(t.TempDir(), "none.pem")}, src); err == nil {
+	if _, err := New(Config{Upstream: mustUpstream(t, srv.URL), CAFile: filepath.Join(t.TempDir(), "none.pem")}, src); err == nil {
 		t.Fatal("a missing CA file was accepted")
 	}
 }
 
-func TestCheckURL(t *testing.T) {
-	for _, good := range []string{"http://s:8080/v1/snapshots", "https://scheduler.example/x"} {
-		if err := CheckURL(good); err != nil {
+func TestParseUpstream(t *testing.T) {
+	for good, full := range map[string]bool{"http://s:8080/v1/snapshots": false, "https://scheduler.example/x": true, "http://tok@s/x": true} {
+		u, err := ParseUpstream(good)
+		if err != nil {
 			t.Errorf("%s: %v", good, err)
+			continue
+		}
+		if u.url != good || u.String() != RedactURL(good) || u.fullDetail(false) != full || !u.fullDetail(true) {
+			t.Errorf("%s parsed as %+v", good, u)
 		}
 	}
 	for _, bad := range []string{"", "scheduler:8080", "ftp://s/x", "http://", "://x", "unix:///run/x.sock"} {
-		if err := CheckURL(bad); err == nil {
+		if _, err := ParseUpstream(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
 }
 
-func FuzzCheckURL(f *testing.F) {
+func FuzzParseUpstream(f *testing.F) {
 	for _, s := range []string{"http://s:8080/v1/snapshots", "https://x", "ftp://s", "", "http://[::1]:80/"} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, s string) { CheckURL(s) })
+	f.Fuzz(func(t *testing.T, s string) { ParseUpstream(s) })
+}
+
+// mustUpstream is raw parsed, which must work.
+func mustUpstream(t testing.TB, raw string) Upstream {
+	t.Helper()
+	u, err := ParseUpstream(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
