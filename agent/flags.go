@@ -15,6 +15,7 @@ import (
 	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/flaghelp"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/placement"
 )
@@ -40,7 +41,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	defineFlags(fs, &cfg, &raw)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "gpuletd shares this host's NVIDIA GPUs as units leased over a Unix-socket API.\n\nUsage: gpuletd [flags]\n\n")
-		writeGroupedFlags(out, fs, gpuletdFlagGroups, gpuletdComputedDefaults)
+		flaghelp.Write(out, fs, gpuletdFlagGroups, gpuletdComputedDefaults)
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, typedFlagError(err)

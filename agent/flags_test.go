@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/flaghelp"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/placement"
 )
@@ -143,33 +142,10 @@ func TestHelpAligned(t *testing.T) {
 		if _, err := ParseFlags([]string{arg}, &out); !errors.Is(err, ErrHelp) {
 			t.Fatalf("%s: err = %v, want ErrHelp", arg, err)
 		}
-		column, lines := -1, 0
-		for _, line := range strings.Split(out.String(), "\n") {
-			m := helpLine.FindStringSubmatchIndex(line)
-			if m == nil {
-				continue
-			}
-			lines++
-			if !printedDefault.MatchString(line) {
-				t.Errorf("%s: no default on %q", arg, line)
-			}
-			if column == -1 {
-				column = m[6]
-			}
-			if m[6] != column {
-				t.Errorf("%s: usage at column %d, not %d: %q", arg, m[6], column, line)
-			}
-		}
-		if lines != countFlags(gpuletdFlagSet()) {
-			t.Errorf("%s: %d flag lines, want one a flag (%d)", arg, lines, countFlags(gpuletdFlagSet()))
+		for _, p := range flaghelp.ShapeProblems(out.String(), gpuletdFlagSet()) {
+			t.Errorf("%s: %s", arg, p)
 		}
 	}
-}
-
-func countFlags(fs *pflag.FlagSet) int {
-	n := 0
-	fs.VisitAll(func(*pflag.Flag) { n++ })
-	return n
 }
 
 func FuzzParseFlags(f *testing.F) {
