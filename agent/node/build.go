@@ -1,6 +1,7 @@
 package node
 
 import (
+	"reflect"
 	"strconv"
 	"time"
 
@@ -42,11 +43,26 @@ type Builder struct {
 	// changes them.
 	instanceUnits [][]int
 	seq           uint64
+	// kept is what the last build made of each GPU.
+	kept []gpuKept
+}
+
+// gpuKept is what a build made of one GPU, and what from. A lease changes
+// one GPU, so on a large node under churn most GPUs read as they did in the
+// last snapshot: they are neither made nor encoded again.
+type gpuKept struct {
+	// built is the lease view's Built of the GPU; 0: nothing kept.
+	built  uint64
+	sample inventory.Sample
+	mps    []mpsctl.InstanceStatus
+	usage  *usage.Table
+	gpu    api.GPU
+	part   *snapshot.GPUPart
 }
 
 // NewBuilder builds the snapshots of n, from seq 1.
 func NewBuilder(n *Node) *Builder {
-	b := &Builder{node: n}
+	b := &Builder{node: n, kept: make([]gpuKept, len(n.Devices))}
 	for k := range n.Model.InstancesPerGPU {
 		b.instanceUnits = append(b.instanceUnits, n.Model.InstanceUnits(k))
 	}
@@ -73,70 +89,16 @@ func (b *Builder) Build(in Inputs) *snapshot.Published {
 	}
 	s.View = in.ViewStatus
 	s.Upstreams = in.Upstreams
-	U := n.Model.UnitsPerGPU
-	used := in.Usage
-	for i, d := range n.Devices {
-		gv := view.GPUs[i]
-		state, unusable := n.GPUState(samples[i])
-		g := api.GPU{
-			Index: d.Index, UUID: d.UUID, Name: d.Name, State: state, Eligible: unusable == "",
-			UnitsTotal: U, UnitsUsed: gv.Used, UnitsFree: U - gv.Used - gv.Reserved, UnitsOffline: gv.Offline,
-			UnitsReserved:  gv.Reserved,
-			UtilizationPct: samples[i].UtilizationPct, UtilizationSource: samples[i].UtilizationSource,
-			KernelTimePct: samples[i].KernelTimePct, MaxUtilizationPct: n.MaxUtilization,
-			MemoryTotalMiB: d.MemoryTotalMiB, MemoryUsedMiB: samples[i].MemoryUsedMiB,
-			Capability: api.Capability{
-				ComputeCapability: d.ComputeCapability(), Cores: d.Cores, MaxSMClockMHz: d.MaxSMClockMHz,
-				MemoryBusWidthBit: d.MemoryBusWidthBit, MemoryClockMHz: d.MemoryClockMHz,
-				MemoryBandwidthGBps: d.MemoryBandwidthGBps(),
-			},
+	parts := make([]*snapshot.GPUPart, len(n.Devices))
+	for i := range n.Devices {
+		gv, mpsStates := &view.GPUs[i], in.MPS.Status(n.Devices[i].UUID)
+		k := &b.kept[i]
+		if k.built == 0 || k.built != gv.Built || k.usage != in.Usage || !sameSample(&k.sample, &samples[i]) || !reflect.DeepEqual(k.mps, mpsStates) {
+			*k = gpuKept{built: gv.Built, sample: samples[i], mps: mpsStates, usage: in.Usage,
+				gpu: b.buildGPU(i, gv, &samples[i], mpsStates, in.Usage), part: new(snapshot.GPUPart)}
 		}
-		if samples[i].Err != nil {
-			g.Error = samples[i].Err.Error()
-		}
-		g.Xid = samples[i].Xid
-		if used != nil && i < len(used.GPUs) {
-			u := used.GPUs[i]
-			g.OutsideMemoryMiB, g.OutsideProcesses, g.OutsideOverShare = u.OutsideMiB, u.Outside, u.OutsideOverShare
-			g.LeasesOverShare, g.Claims = u.OverShare, u.Claims
-		}
-		if len(gv.OfflineByUID) > 0 {
-			g.OfflineByUID = make(map[string]int, len(gv.OfflineByUID))
-			for uid, n := range gv.OfflineByUID {
-				g.OfflineByUID[strconv.FormatUint(uint64(uid), 10)] = n
-			}
-		}
-		mpsStates := in.MPS.Status(d.UUID)
-		anyUp := false
-		for k, iv := range gv.Instances {
-			inst := api.Instance{
-				Instance: k, State: api.InstanceOff, Clients: iv.Clients,
-				ClientsMax: n.Model.ClientsPerInstance, Units: b.instanceUnits[k], UnitsFree: len(iv.FreeUnits), UID: iv.UID,
-				SlurmJobs: iv.SlurmJobs,
-			}
-			if k < len(mpsStates) {
-				st := mpsStates[k]
-				inst.State = st.State
-				if st.ServerUID != nil {
-					inst.UID = st.ServerUID
-				}
-				inst.SMPct = instanceSM(st.Servers, samples[i].SMByPID)
-				for _, srv := range st.Servers {
-					inst.Servers = append(inst.Servers, api.MPSServer{PID: srv.PID, UID: srv.UID, Clients: len(srv.Clients)})
-				}
-				if st.Err != nil {
-					inst.Error = st.Err.Error()
-				}
-			}
-			anyUp = anyUp || api.InstanceTakesLeases(inst.State)
-			if g.State == api.GPUWorking && !api.InstanceTakesLeases(inst.State) {
-				g.State = api.GPUDegraded
-			}
-			g.Instances = append(g.Instances, inst)
-		}
-		// A degraded GPU still takes leases on its running instances.
-		g.Eligible = g.Eligible && anyUp
-		s.GPUs[i] = g
+		g := k.gpu
+		s.GPUs[i], parts[i] = g, k.part
 		s.UnitsTotal += g.UnitsTotal
 		s.UnitsFree += g.UnitsFree
 		s.UnitsReserved += g.UnitsReserved
@@ -146,12 +108,12 @@ func (b *Builder) Build(in Inputs) *snapshot.Published {
 	}
 	s.OverQuota = view.OverQuota
 	counts := metrics.Leases{Live: uint64(view.LeaseCount()), Granted: view.Granted, Ended: view.Ended}
-	if used != nil {
-		for _, r := range used.Running {
+	if in.Usage != nil {
+		for _, r := range in.Usage.Running {
 			counts.Measured = append(counts.Measured, metrics.Measured{ID: r.ID, GPU: r.GPU, UID: r.UID, MemoryMiB: r.Usage.MemoryUsedMiB, OverShare: r.Usage.OverShare})
 		}
 	}
-	return snapshot.New(s, view.Leases, func(r *api.Snapshot) []byte {
+	return snapshot.NewWithGPUParts(s, parts, view.Leases, func(r *api.Snapshot) []byte {
 		c := counts
 		if r != s {
 			// A redacted copy (--listen, a plain upstream) shows no lease.
@@ -159,6 +121,71 @@ func (b *Builder) Build(in Inputs) *snapshot.Published {
 		}
 		return metrics.Render(r, c)
 	})
+}
+
+// buildGPU makes GPU i of the snapshot from its part of the lease view, its
+// sample, its MPS instances' states and the accounting's table (nil: off).
+func (b *Builder) buildGPU(i int, gv *lease.GPUView, sample *inventory.Sample, mpsStates []mpsctl.InstanceStatus, used *usage.Table) api.GPU {
+	n, d, U := b.node, b.node.Devices[i], b.node.Model.UnitsPerGPU
+	state, unusable := n.GPUState(*sample)
+	g := api.GPU{
+		Index: d.Index, UUID: d.UUID, Name: d.Name, State: state, Eligible: unusable == "",
+		UnitsTotal: U, UnitsUsed: gv.Used, UnitsFree: U - gv.Used - gv.Reserved, UnitsOffline: gv.Offline,
+		UnitsReserved:  gv.Reserved,
+		UtilizationPct: sample.UtilizationPct, UtilizationSource: sample.UtilizationSource,
+		KernelTimePct: sample.KernelTimePct, MaxUtilizationPct: n.MaxUtilization,
+		MemoryTotalMiB: d.MemoryTotalMiB, MemoryUsedMiB: sample.MemoryUsedMiB,
+		Capability: api.Capability{
+			ComputeCapability: d.ComputeCapability(), Cores: d.Cores, MaxSMClockMHz: d.MaxSMClockMHz,
+			MemoryBusWidthBit: d.MemoryBusWidthBit, MemoryClockMHz: d.MemoryClockMHz,
+			MemoryBandwidthGBps: d.MemoryBandwidthGBps(),
+		},
+	}
+	if sample.Err != nil {
+		g.Error = sample.Err.Error()
+	}
+	g.Xid = sample.Xid
+	if used != nil && i < len(used.GPUs) {
+		u := used.GPUs[i]
+		g.OutsideMemoryMiB, g.OutsideProcesses, g.OutsideOverShare = u.OutsideMiB, u.Outside, u.OutsideOverShare
+		g.LeasesOverShare, g.Claims = u.OverShare, u.Claims
+	}
+	if len(gv.OfflineByUID) > 0 {
+		g.OfflineByUID = make(map[string]int, len(gv.OfflineByUID))
+		for uid, count := range gv.OfflineByUID {
+			g.OfflineByUID[strconv.FormatUint(uint64(uid), 10)] = count
+		}
+	}
+	anyUp := false
+	for k, iv := range gv.Instances {
+		inst := api.Instance{
+			Instance: k, State: api.InstanceOff, Clients: iv.Clients,
+			ClientsMax: n.Model.ClientsPerInstance, Units: b.instanceUnits[k], UnitsFree: len(iv.FreeUnits), UID: iv.UID,
+			SlurmJobs: iv.SlurmJobs,
+		}
+		if k < len(mpsStates) {
+			st := mpsStates[k]
+			inst.State = st.State
+			if st.ServerUID != nil {
+				inst.UID = st.ServerUID
+			}
+			inst.SMPct = instanceSM(st.Servers, sample.SMByPID)
+			for _, srv := range st.Servers {
+				inst.Servers = append(inst.Servers, api.MPSServer{PID: srv.PID, UID: srv.UID, Clients: len(srv.Clients)})
+			}
+			if st.Err != nil {
+				inst.Error = st.Err.Error()
+			}
+		}
+		anyUp = anyUp || api.InstanceTakesLeases(inst.State)
+		if g.State == api.GPUWorking && !api.InstanceTakesLeases(inst.State) {
+			g.State = api.GPUDegraded
+		}
+		g.Instances = append(g.Instances, inst)
+	}
+	// A degraded GPU still takes leases on its running instances.
+	g.Eligible = g.Eligible && anyUp
+	return g
 }
 
 // mpsMode is the snapshot's "mps": whether MPS runs.

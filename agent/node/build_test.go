@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/mpsctl"
+	"github.com/gpulet/gpulet/snapshot"
 )
 
 // testInputs are testNode's inputs: GPU 0 with 5 units leased, 2 claimed
@@ -146,4 +148,57 @@ func TestBuildFailedAndNoMPS(t *testing.T) {
 	if g1.State != api.GPUWorking || !g1.Eligible || g1.Instances[0].State != api.InstanceOff || s.MPS != "off" {
 		t.Errorf("GPU 1: %q, eligible %v, instance %q, mps %q; want working, off", g1.State, g1.Eligible, g1.Instances[0].State, s.MPS)
 	}
+}
+
+// A GPU whose part of the lease view (by its Built), sample, MPS instances
+// and accounting read as in the last build is kept, with its encoding; one
+// where any of them changed is made again. Either way the snapshot encodes
+// as its fields say.
+func TestBuildKeepsUnchangedGPUs(t *testing.T) {
+	b := NewBuilder(testNode())
+	in := testInputs()
+	in.View.GPUs[0].Built, in.View.GPUs[1].Built = 4, 7
+	prev := b.Build(in)
+	prev.JSON()
+	// build builds from in, and says which GPUs the build before's are.
+	build := func(what string, want0, want1 bool) *snapshot.Published {
+		t.Helper()
+		p := b.Build(in)
+		for i, want := range []bool{want0, want1} {
+			if kept := &p.Snapshot.GPUs[i].Instances[0] == &prev.Snapshot.GPUs[i].Instances[0]; kept != want {
+				t.Errorf("%s: GPU %d kept %v, want %v", what, i, kept, want)
+			}
+		}
+		want, err := json.Marshal(p.Snapshot)
+		if err != nil || !bytes.Equal(p.JSON(), append(want, '\n')) {
+			t.Errorf("%s: encoded\n%s\nwant\n%s", what, p.JSON(), want)
+		}
+		prev = p
+		return p
+	}
+	build("nothing changed", true, true)
+
+	// A lease on GPU 0: its part of the view is built again.
+	next := *in.View
+	next.GPUs = slices.Clone(in.View.GPUs)
+	next.GPUs[0].Built, next.GPUs[0].Used = 5, 8
+	in.View = &next
+	if p := build("GPU 0's view built again", false, true); p.Snapshot.GPUs[0].UnitsUsed != 8 {
+		t.Errorf("GPU 0 shows %d units used, want 8", p.Snapshot.GPUs[0].UnitsUsed)
+	}
+
+	in.Samples = slices.Clone(in.Samples)
+	in.Samples[1].MemoryUsedMiB = 4096
+	build("GPU 1's sample changed", true, false)
+
+	mps := mpsByGPU{"GPU-0": slices.Clone(in.MPS.Status("GPU-0")), "GPU-1": in.MPS.Status("GPU-1")}
+	mps["GPU-0"][1].State = api.InstanceRunning
+	in.MPS = mps
+	if p := build("GPU 0's instance up again", false, true); p.Snapshot.GPUs[0].State != api.GPUWorking {
+		t.Errorf("GPU 0 is %q with its instances up", p.Snapshot.GPUs[0].State)
+	}
+
+	in.Usage = &usage.Table{GPUs: []usage.GPU{{}, {}}}
+	build("a new accounting round", false, false)
+	build("nothing changed again", true, true)
 }

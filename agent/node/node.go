@@ -85,13 +85,17 @@ func SameSamples(x, y []inventory.Sample) bool {
 		return false
 	}
 	for i := range x {
-		a, b := x[i], y[i]
-		if a.UtilizationPct != b.UtilizationPct || a.UtilizationSource != b.UtilizationSource || a.KernelTimePct != b.KernelTimePct ||
-			a.MemoryUsedMiB != b.MemoryUsedMiB || a.Xid != b.Xid || (a.Err == nil) != (b.Err == nil) ||
-			a.Err != nil && a.Err.Error() != b.Err.Error() ||
-			!slices.Equal(a.Processes, b.Processes) || !maps.Equal(a.SMByPID, b.SMByPID) {
+		if !sameSample(&x[i], &y[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// sameSample reports whether two samples of a GPU read the same.
+func sameSample(a, b *inventory.Sample) bool {
+	return a.UtilizationPct == b.UtilizationPct && a.UtilizationSource == b.UtilizationSource && a.KernelTimePct == b.KernelTimePct &&
+		a.MemoryUsedMiB == b.MemoryUsedMiB && a.Xid == b.Xid && (a.Err == nil) == (b.Err == nil) &&
+		(a.Err == nil || a.Err.Error() == b.Err.Error()) &&
+		slices.Equal(a.Processes, b.Processes) && maps.Equal(a.SMByPID, b.SMByPID)
 }
