@@ -5,9 +5,9 @@
 // the agent's own small pieces: flags.go (gpuletd's flags), rundir.go (the
 // run dir's lock), listen.go (the API socket), limits.go (the open-file
 // limit), backend.go (picking the GPU backend), mps.go (MPS daemons and their
-// health checks), conditions.go (samples and the eligibility rule), build.go
-// (the snapshot), core.go (what the API calls), kube.go (the kubelet
-// plugin's flags and start).
+// health checks), nodestate.go (samples, and the inputs and outputs of the
+// node model, package node: conditions and the snapshot), core.go (what the
+// API calls), kube.go (the kubelet plugin's flags and start).
 package agent
 
 import (
@@ -31,6 +31,7 @@ import (
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/metrics"
+	"github.com/gpulet/gpulet/agent/node"
 	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/agent/reporter"
 	"github.com/gpulet/gpulet/agent/reserve"
@@ -83,7 +84,7 @@ type Config struct {
 	ReclaimGrace time.Duration
 	// Upstreams receive the snapshots every ReportInterval and on change,
 	// with the bearer token of UpstreamTokenFile and trusting UpstreamCA.
-	Upstreams         []string
+	Upstreams         []reporter.Upstream
 	ReportInterval    time.Duration
 	UpstreamTokenFile string
 	UpstreamCA        string
@@ -114,18 +115,17 @@ type Agent struct {
 	log  *slog.Logger
 	inv  inventory.Inventory
 	devs []inventory.Device
-	// instanceUnits are the unit indices of each instance k, the same on
-	// every GPU: made once, and shared by every snapshot, which never
-	// changes them.
-	instanceUnits [][]int
-	ledger        *ledger.Ledger
-	leases        *lease.Manager
-	mps           *mpsctl.Daemons
-	mpsOn         bool
+	// node is the node model (what does not change while gpuletd runs) and
+	// builder the snapshot's, which the store calls.
+	node    node.Node
+	builder *node.Builder
+	ledger  *ledger.Ledger
+	leases  *lease.Manager
+	mps     *mpsctl.Daemons
+	mpsOn   bool
 	// view is the FUSE view's state, set once mounting was tried.
-	view   atomic.Pointer[api.ViewStatus]
-	store  snapshot.Store
-	bootID string
+	view  atomic.Pointer[api.ViewStatus]
+	store snapshot.Store
 
 	// conditions is what placement reads: eligibility per GPU and draining.
 	// condMu makes each update read and store them as one step.
@@ -136,11 +136,8 @@ type Agent struct {
 	sampleMu sync.Mutex // guards samples
 	samples  []inventory.Sample
 
-	// seq numbers the snapshots; only the store's builder, which never runs
-	// concurrently, touches it.
-	seq uint64
-	// senders push to the upstreams.
-	senders []*reporter.Sender
+	// upstreams push the snapshots to --upstream and publish how that goes.
+	upstreams *reporter.Group
 	// rules is the --config in force (nil: none); profiles the task–engine
 	// affinity table.
 	rules    atomic.Pointer[config.Rules]
@@ -165,15 +162,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return err
 	}
-	a := &Agent{cfg: cfg, log: log, inv: inv, devs: inv.Devices(), bootID: newBootID()}
+	a := &Agent{cfg: cfg, log: log, inv: inv, devs: inv.Devices()}
 	if cfg.Accounting {
 		a.usage = usage.New()
 	}
 	if cfg.Policy == placement.Frag {
 		a.mix = placement.NewLearner(nodeMixWindow, nodeMixShapes, nodeMixEvery)
-	}
-	for k := range cfg.Model.InstancesPerGPU {
-		a.instanceUnits = append(a.instanceUnits, cfg.Model.InstanceUnits(k))
 	}
 	var closers []func() error
 	closers = append(closers, inv.Close)
@@ -215,6 +209,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := a.startMPS(ctx, &closers); err != nil {
 		return err
 	}
+	a.node = node.Node{Name: cfg.NodeName, BootID: newBootID(), Backend: inv.Backend(), MPS: a.mpsOn,
+		Model: cfg.Model, MaxUtilization: cfg.MaxUtilization, Devices: a.devs}
+	a.builder = node.NewBuilder(&a.node)
 	a.samples = make([]inventory.Sample, len(a.devs))
 	gpus := make([]ledger.GPU, len(a.devs))
 	for i, d := range a.devs {
@@ -256,6 +253,9 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	// size with thousands of leases, which the collector's pace (GOGC 400)
 	// would keep until much later. It goes back to the system now.
 	debug.FreeOSMemory()
+	if a.upstreams, err = a.newUpstreams(); err != nil {
+		return err
+	}
 	a.store.SetBuilder(a.buildSnapshot)
 	a.applyRules(rules)
 	bg, stopBackground := context.WithCancel(context.Background())
@@ -309,10 +309,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		defer close(reloaded)
 		a.reloadOnHangup(bg, hangup)
 	}()
-	// Before anything may build a snapshot: the builder reads the senders.
-	if err := a.startReporters(bg, &closers); err != nil {
-		return err
-	}
+	a.startReporters(bg, &closers)
 	closeView := a.mountView(ln.Addr().String())
 	a.changed()
 	if err := a.startKubelet(&closers); err != nil {
@@ -323,7 +320,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 
 	apiServer := server.New(a, a.adminGID(), log)
-	apiServer.Live = metrics.NewLive(a.upstreamStatus)
+	apiServer.Live = metrics.NewLive(a.upstreams.Status)
 	srv := apiServer.HTTPServer()
 	serveErr := make(chan error, 2)
 	// Requests run in a context that the stop cancels first, so that long
@@ -414,39 +411,38 @@ func newBootID() string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// startReporters starts a sender per --upstream; on its way out gpuletd
-// stops them and waits for them.
-func (a *Agent) startReporters(ctx context.Context, closers *[]func() error) error {
+// newUpstreams makes a sender per --upstream.
+func (a *Agent) newUpstreams() (*reporter.Group, error) {
+	var cfgs []reporter.Config
+	for _, u := range a.cfg.Upstreams {
+		cfgs = append(cfgs, reporter.Config{Upstream: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
+			CAFile: a.cfg.UpstreamCA, CertFile: a.cfg.UpstreamCert, KeyFile: a.cfg.UpstreamKey, Logger: a.log})
+	}
+	return reporter.NewGroup(cfgs, a)
+}
+
+// startReporters starts pushing to the upstreams, and makes the snapshot,
+// which shows whether each push fails, anew when that changes; on its way out
+// gpuletd stops them and waits for them.
+func (a *Agent) startReporters(ctx context.Context, closers *[]func() error) {
 	ctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	*closers = append(*closers, func() error { stop(); wg.Wait(); return nil })
-	// Every sender is made before any runs: a running sender builds
-	// snapshots, and the builder reads the senders.
-	for _, u := range a.cfg.Upstreams {
-		s, err := reporter.New(reporter.Config{URL: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
-			CAFile: a.cfg.UpstreamCA, CertFile: a.cfg.UpstreamCert, KeyFile: a.cfg.UpstreamKey, Logger: a.log, OnStateChange: a.changed}, a)
-		if err != nil {
-			return err
+	wg.Go(func() { a.upstreams.Run(ctx) })
+	wg.Go(func() {
+		changed := a.upstreams.StateChanged()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				// The next signal is taken before the snapshot is made
+				// anew, so that a change meanwhile is not missed.
+				changed = a.upstreams.StateChanged()
+				a.changed()
+			}
 		}
-		a.senders = append(a.senders, s)
-	}
-	for _, s := range a.senders {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			s.Run(ctx)
-		}()
-	}
-	return nil
-}
-
-// upstreamStatus is how pushing to each upstream goes, now.
-func (a *Agent) upstreamStatus() []api.UpstreamStatus {
-	var out []api.UpstreamStatus
-	for _, s := range a.senders {
-		out = append(out, s.Status())
-	}
-	return out
+	})
 }
 
 // changed says that the lease table, the samples or a condition changed: the

@@ -15,6 +15,7 @@ import (
 	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/flaghelp"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/placement"
 )
@@ -28,8 +29,8 @@ var ErrHelp = pflag.ErrHelp
 // ParseFlags parses gpuletd's arguments into a Config. Usage and errors go to
 // out. Every bad value gives an error naming the flag and the value; the
 // flags with a fixed set of values or a syntax of their own (--backend,
-// --sim-gpus, --mps, --policy) are parsed here, once, into the typed fields
-// the rest of gpuletd reads.
+// --sim-gpus, --mps, --policy, --upstream) are parsed here, once, into the
+// typed fields the rest of gpuletd reads.
 func ParseFlags(args []string, out io.Writer) (Config, error) {
 	fs := pflag.NewFlagSet("gpuletd", pflag.ContinueOnError)
 	fs.SetOutput(out)
@@ -40,7 +41,7 @@ func ParseFlags(args []string, out io.Writer) (Config, error) {
 	defineFlags(fs, &cfg, &raw)
 	fs.Usage = func() {
 		fmt.Fprintf(out, "gpuletd shares this host's NVIDIA GPUs as units leased over a Unix-socket API.\n\nUsage: gpuletd [flags]\n\n")
-		writeGroupedFlags(out, fs, gpuletdFlagGroups, gpuletdComputedDefaults)
+		flaghelp.Write(out, fs, gpuletdFlagGroups, gpuletdComputedDefaults)
 	}
 	if err := fs.Parse(args); err != nil {
 		return Config{}, typedFlagError(err)
@@ -83,7 +84,7 @@ func defineFlags(fs *pflag.FlagSet, cfg *Config, raw *rawFlags) {
 	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API (they may use every pool and are bound by no quota)")
 	fs.StringVar(&cfg.ConfigPath, "config", "", "YAML file of pools, quotas, task profiles and score weights (checked at start; SIGHUP reloads it, keeping the old one if the new one is bad)")
 	// Pushing to upstreams
-	fs.StringArrayVar(&cfg.Upstreams, "upstream", nil, "URL (http or https) that receives the node's snapshots by POST; repeatable, each upstream pushed to on its own")
+	fs.Var(&upstreamsFlag{list: &cfg.Upstreams}, "upstream", "URL (http or https) that receives the node's snapshots by POST; repeatable, each upstream pushed to on its own")
 	fs.DurationVar(&cfg.ReportInterval, "report-interval", 5*time.Second, "longest time between pushes to an upstream (changes go out at once, at most 10 a second)")
 	fs.StringVar(&cfg.UpstreamTokenFile, "upstream-token-file", "", "file holding a bearer token sent to upstreams (read again when it changes)")
 	fs.StringVar(&cfg.UpstreamCert, "upstream-cert", "", "PEM client certificate presented to https upstreams (with --upstream-key): gpulet-collector --client-ca takes the node's snapshots by its name")
@@ -121,19 +122,6 @@ func checkFlags(fs *pflag.FlagSet, cfg Config, raw rawFlags) (Config, error) {
 	var err error
 	if cfg.Model, err = units.New(raw.m, raw.n, raw.k, raw.u); err != nil {
 		return Config{}, err
-	}
-	shown := map[string]bool{}
-	for _, u := range cfg.Upstreams {
-		if err := reporter.CheckURL(u); err != nil {
-			return Config{}, err
-		}
-		// Upstreams are told apart where they are shown (status, metrics)
-		// by their redacted URL.
-		r := reporter.RedactURL(u)
-		if shown[r] {
-			return Config{}, fmt.Errorf("--upstream %s given twice (the URLs differ at most in userinfo or query)", r)
-		}
-		shown[r] = true
 	}
 	if (cfg.UpstreamCert == "") != (cfg.UpstreamKey == "") {
 		return Config{}, fmt.Errorf("--upstream-cert and --upstream-key go together")
@@ -214,6 +202,39 @@ func typedVar[T any](fs *pflag.FlagSet, field *T, name, def string, parse func(s
 	*field = v
 	fs.Var(&typedFlag[T]{field: field, text: def, parse: parse}, name, usage)
 }
+
+// upstreamsFlag is --upstream, repeatable: each URL is parsed when given.
+// Upstreams are told apart where they are shown (status, metrics) by their
+// redacted URL, so two that read the same there are refused.
+type upstreamsFlag struct{ list *[]reporter.Upstream }
+
+func (f *upstreamsFlag) Set(s string) error {
+	u, err := reporter.ParseUpstream(s)
+	if err != nil {
+		return err
+	}
+	for _, have := range *f.list {
+		if have.String() == u.String() {
+			return fmt.Errorf("--upstream %s given twice (the URLs differ at most in userinfo or query)", u)
+		}
+	}
+	*f.list = append(*f.list, u)
+	return nil
+}
+
+// String is the list as pflag writes a string array's, each URL redacted.
+func (f *upstreamsFlag) String() string {
+	shown := make([]string, len(*f.list))
+	for i, u := range *f.list {
+		shown[i] = u.String()
+	}
+	return "[" + strings.Join(shown, ",") + "]"
+}
+
+// Type is the word --help shows for the value, a string array's.
+func (f *upstreamsFlag) Type() string { return "stringArray" }
+
+func (f *upstreamsFlag) namesItsFlag() {}
 
 // typedFlagError returns the parser's own error for a bad value of a typed
 // flag, without pflag's "invalid argument V for "--F" flag:" before it,

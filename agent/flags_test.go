@@ -8,10 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spf13/pflag"
-
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/flaghelp"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/placement"
 )
@@ -45,7 +44,7 @@ func TestParseFlags(t *testing.T) {
 		{"no listen connections", []string{"--listen-max-conns", "0"}, nil, "--listen-max-conns 0: must be from 1"},
 		{"no listen connections per address", []string{"--listen-max-conns-per-addr", "-2"}, nil, "--listen-max-conns-per-addr -2: must be from 1"},
 		{"upstreams", []string{"--upstream", "http://a/x", "--upstream", "https://b/y", "--report-interval", "2s"}, func(c Config) bool {
-			return len(c.Upstreams) == 2 && c.Upstreams[1] == "https://b/y" && c.ReportInterval == 2*time.Second
+			return len(c.Upstreams) == 2 && c.Upstreams[1].String() == "https://b/y" && c.ReportInterval == 2*time.Second
 		}, ""},
 		{"upstream not a URL", []string{"--upstream", "scheduler:8080"}, nil, "--upstream \"scheduler:8080\": want an http:// or https:// URL"},
 		{"upstream cert without key", []string{"--upstream-cert", "/x.pem"}, nil, "--upstream-cert and --upstream-key go together"},
@@ -143,33 +142,10 @@ func TestHelpAligned(t *testing.T) {
 		if _, err := ParseFlags([]string{arg}, &out); !errors.Is(err, ErrHelp) {
 			t.Fatalf("%s: err = %v, want ErrHelp", arg, err)
 		}
-		column, lines := -1, 0
-		for _, line := range strings.Split(out.String(), "\n") {
-			m := helpLine.FindStringSubmatchIndex(line)
-			if m == nil {
-				continue
-			}
-			lines++
-			if !printedDefault.MatchString(line) {
-				t.Errorf("%s: no default on %q", arg, line)
-			}
-			if column == -1 {
-				column = m[6]
-			}
-			if m[6] != column {
-				t.Errorf("%s: usage at column %d, not %d: %q", arg, m[6], column, line)
-			}
-		}
-		if lines != countFlags(gpuletdFlagSet()) {
-			t.Errorf("%s: %d flag lines, want one a flag (%d)", arg, lines, countFlags(gpuletdFlagSet()))
+		for _, p := range flaghelp.ShapeProblems(out.String(), gpuletdFlagSet()) {
+			t.Errorf("%s: %s", arg, p)
 		}
 	}
-}
-
-func countFlags(fs *pflag.FlagSet) int {
-	n := 0
-	fs.VisitAll(func(*pflag.Flag) { n++ })
-	return n
 }
 
 func FuzzParseFlags(f *testing.F) {

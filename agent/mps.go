@@ -10,13 +10,6 @@ import (
 	"github.com/gpulet/gpulet/mpsctl"
 )
 
-func mpsMode(on bool) string {
-	if on {
-		return "on"
-	}
-	return "off"
-}
-
 // startMPS resolves --mps and brings up the control daemons (a null manager
 // when MPS is off). With --mps auto, MPS that does not work here (the binary
 // fails, the pipe folders do not fit) leaves gpuletd running without it;

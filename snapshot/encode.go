@@ -15,8 +15,9 @@ import (
 // instances' unit lists, are most of its bytes: encoding/json's reflection
 // over them cost readers several times what the bytes do. The parts that are
 // rare or small (the view, upstreams, reservations, offline_by_uid) and a
-// time encoding/json would refuse go through encoding/json itself.
-func appendSnapshotJSON(b []byte, s *api.Snapshot) ([]byte, error) {
+// time encoding/json would refuse go through encoding/json itself. parts,
+// when not nil, hold each GPU's encoding (GPUPart).
+func appendSnapshotJSON(b []byte, s *api.Snapshot, parts []*GPUPart) ([]byte, error) {
 	if !jsonenc.TimeOK(s.Time) {
 		j, err := json.Marshal(s)
 		return append(b, j...), err
@@ -51,6 +52,14 @@ func appendSnapshotJSON(b []byte, s *api.Snapshot) ([]byte, error) {
 		for i := range s.GPUs {
 			if i > 0 {
 				b = append(b, ',')
+			}
+			if i < len(parts) && parts[i] != nil {
+				part, err := parts[i].encode(&s.GPUs[i])
+				if err != nil {
+					return b, err
+				}
+				b = append(b, part...)
+				continue
 			}
 			var err error
 			if b, err = appendGPU(b, &s.GPUs[i]); err != nil {

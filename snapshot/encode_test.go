@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"testing"
 	"time"
 
@@ -58,7 +59,7 @@ func fill(v reflect.Value, seed int) {
 func checkSameAsJSON(t *testing.T, s *api.Snapshot) {
 	t.Helper()
 	want, wantErr := json.Marshal(s)
-	got, err := appendSnapshotJSON(nil, s)
+	got, err := appendSnapshotJSON(nil, s, nil)
 	if (err != nil) != (wantErr != nil) {
 		t.Fatalf("error %v, encoding/json's %v", err, wantErr)
 	}
@@ -132,7 +133,7 @@ func BenchmarkSnapshotJSON(b *testing.B) {
 	}
 	b.Run("appendSnapshotJSON", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := appendSnapshotJSON(make([]byte, 0, 128<<10), s); err != nil {
+			if _, err := appendSnapshotJSON(make([]byte, 0, 128<<10), s, nil); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -144,4 +145,28 @@ func BenchmarkSnapshotJSON(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A GPU part is encoded once, by the first snapshot that needs it, and
+// copied by every other snapshot it is shared with: the encoding is the one
+// without parts, and a later snapshot given the part does not encode its GPU
+// again.
+func TestGPUPartsAreShared(t *testing.T) {
+	var full api.Snapshot
+	fill(reflect.ValueOf(&full).Elem(), 1)
+	parts := make([]*GPUPart, len(full.GPUs))
+	for i := range parts {
+		parts[i] = new(GPUPart)
+	}
+	if got, want := NewWithGPUParts(&full, parts, nil, nil).JSON(), New(&full, nil, nil).JSON(); !bytes.Equal(got, want) {
+		t.Fatalf("with parts:\n%s\nwithout:\n%s", got, want)
+	}
+	next := full
+	next.Seq++
+	next.GPUs = slices.Clone(full.GPUs)
+	next.GPUs[0].UnitsUsed = 12345
+	got := NewWithGPUParts(&next, parts, nil, nil).JSON()
+	if bytes.Contains(got, []byte(`"units_used":12345`)) || !bytes.Contains(got, fmt.Appendf(nil, `"seq":%d`, next.Seq)) {
+		t.Fatalf("the shared part was encoded again, or the snapshot's own fields were not:\n%s", got)
+	}
 }

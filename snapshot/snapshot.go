@@ -32,6 +32,25 @@ type Published struct {
 	metrics     []byte
 	render      func(*api.Snapshot) []byte
 	redacted    redacted
+	// gpuParts, when set, hold each GPU's encoding, shared with the other
+	// snapshots whose GPU reads the same.
+	gpuParts []*GPUPart
+}
+
+// GPUPart is one GPU's JSON encoding, made on first use and kept for as
+// long as the GPU reads the same: under lease churn on a large node a change
+// touches one GPU, and the others' encodings are copied, not made again.
+type GPUPart struct {
+	once sync.Once
+	json []byte
+	err  error
+}
+
+// encode returns the encoding of g, which every snapshot sharing the part
+// holds the same.
+func (part *GPUPart) encode(g *api.GPU) ([]byte, error) {
+	part.once.Do(func() { part.json, part.err = appendGPU(nil, g) })
+	return part.json, part.err
 }
 
 // New builds a Published from a snapshot. leases lists the live leases at the
@@ -40,6 +59,15 @@ type Published struct {
 // (no leases, no metrics).
 func New(s *api.Snapshot, leases func() []api.Lease, render func(*api.Snapshot) []byte) *Published {
 	return &Published{Snapshot: s, listLeases: leases, render: render}
+}
+
+// NewWithGPUParts is New for a snapshot whose GPU i is encoded as parts[i]
+// is: the caller shares a part only between snapshots whose GPU i is the
+// same.
+func NewWithGPUParts(s *api.Snapshot, parts []*GPUPart, leases func() []api.Lease, render func(*api.Snapshot) []byte) *Published {
+	p := New(s, leases, render)
+	p.gpuParts = parts
+	return p
 }
 
 // NewEncoded is New for a snapshot whose JSON encoding is already at hand:
@@ -73,7 +101,7 @@ func (p *Published) JSON() []byte {
 		// Sized by the last snapshot's encoding, which the next is nearly
 		// always as long as: one allocation, no copies as it grows.
 		last := int(lastJSONSize.Load())
-		b, err := appendSnapshotJSON(make([]byte, 0, max(last+last/8, 4096)), p.Snapshot)
+		b, err := appendSnapshotJSON(make([]byte, 0, max(last+last/8, 4096)), p.Snapshot, p.gpuParts)
 		if err != nil {
 			// A snapshot holds only strings, numbers and slices of them.
 			panic("gpulet: cannot encode snapshot: " + err.Error())

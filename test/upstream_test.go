@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
@@ -74,6 +75,37 @@ func TestUpstreamReceivesSnapshots(t *testing.T) {
 	if !strings.Contains(string(body), `gpulet_upstream_failures{url="`+rcv.URL+`/v1/snapshots"} 0`) {
 		t.Fatalf("/metrics lacks the upstream's state")
 	}
+}
+
+// TestUpstreamFailureMakesASnapshot: an upstream that starts failing, or
+// works again, makes a new snapshot that says so, with nothing else on the
+// node changing.
+func TestUpstreamFailureMakesASnapshot(t *testing.T) {
+	var failing atomic.Bool
+	failing.Store(true)
+	rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		if failing.Load() {
+			http.Error(w, "down for maintenance", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	defer rcv.Close()
+	d := e2e.Start(t, "--upstream", rcv.URL+"/v1/snapshots", "--report-interval", "1h")
+	upstream := func() api.UpstreamStatus {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		if err != nil || len(s.Upstreams) != 1 {
+			t.Fatalf("snapshot: %v, upstreams %+v", err, s)
+		}
+		return s.Upstreams[0]
+	}
+	testutil.Eventually(t, "the snapshot shows the failure", func() bool { return upstream().Failures > 0 })
+	failing.Store(false)
+	testutil.Eventually(t, "the snapshot shows the recovery", func() bool {
+		st := upstream()
+		return st.Failures == 0 && st.LastSuccess != nil
+	})
 }
 
 // TestUpstreamSecretsStayHidden: an upstream URL's userinfo and query

@@ -77,6 +77,11 @@ type View struct {
 
 // GPUView is one GPU's units.
 type GPUView struct {
+	// Built counts the builds of the GPU's part of the view: two parts of
+	// the same GPU with the same Built are the same, so that a reader may
+	// keep what it made of one (the snapshot does).
+	Built uint64
+
 	Used, Offline int
 	// Reserved counts the units set aside (or held) for reservations and
 	// not in use.
@@ -163,6 +168,7 @@ func (m *Manager) publishLocked() bool {
 			g.view = m.buildGPUViewLocked(g)
 			g.dirty = false
 			g.built++
+			g.view.Built = g.built
 		}
 		v.GPUs[gi] = g.view
 	}

@@ -94,8 +94,8 @@ func TestUpstreamSecretsAreRedacted(t *testing.T) {
 	ln.Close() // nothing listens there: pushes fail with the client's error
 	src := newSource()
 	secretURL := strings.Replace(srv.URL, "http://", "http://user:pw-SECRET@", 1) + "/v1/snapshots?api_key=KEY-SECRET"
-	ok := start(t, Config{URL: secretURL, Interval: 100 * time.Millisecond}, src)
-	failing := start(t, Config{URL: "http://user:pw-SECRET@" + dead + "/p?api_key=KEY-SECRET", Interval: 100 * time.Millisecond}, src)
+	ok := start(t, Config{Upstream: mustUpstream(t, secretURL), Interval: 100 * time.Millisecond}, src)
+	failing := start(t, Config{Upstream: mustUpstream(t, "http://user:pw-SECRET@"+dead+"/p?api_key=KEY-SECRET"), Interval: 100 * time.Millisecond}, src)
 	testutil.Eventually(t, "a push", func() bool { return rcv.count() >= 1 })
 	testutil.Eventually(t, "a failed push", func() bool { return failing.Status().Failures >= 1 })
 	for _, st := range []api.UpstreamStatus{ok.Status(), failing.Status()} {
@@ -124,7 +124,7 @@ func TestPushDoesNotFollowRedirects(t *testing.T) {
 	}}
 	srv := httptest.NewServer(redirector)
 	defer srv.Close()
-	s := start(t, Config{URL: srv.URL, Interval: 100 * time.Millisecond}, newSource())
+	s := start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: 100 * time.Millisecond}, newSource())
 	testutil.Eventually(t, "a failed push", func() bool { return s.Status().Failures >= 2 })
 	if n := elsewhere.count(); n != 0 {
 		t.Fatalf("the redirect was followed: %d pushes elsewhere", n)
@@ -144,7 +144,7 @@ func TestDroppedPushIsAFailure(t *testing.T) {
 	}}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	s := start(t, Config{URL: srv.URL, Interval: 100 * time.Millisecond}, newSource())
+	s := start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: 100 * time.Millisecond}, newSource())
 	testutil.Eventually(t, "a failed push", func() bool { return s.Status().Failures >= 1 })
 	if st := s.Status(); !strings.Contains(st.LastError, "dropped") || st.Pushes != 0 {
 		t.Fatalf("status %+v", st)
@@ -172,13 +172,13 @@ func TestPushRedactedWithoutCredentials(t *testing.T) {
 		token bool
 	}{{plain, false, false}, {withToken, false, true}, {overTLS, true, false}} {
 		srv := httptest.NewServer(c.rcv)
-		cfg := Config{URL: srv.URL, Interval: 100 * time.Millisecond}
+		cfg := Config{Upstream: mustUpstream(t, srv.URL), Interval: 100 * time.Millisecond}
 		if c.tls {
 			srv.Close()
 			srv = httptest.NewTLSServer(c.rcv)
 			ca := filepath.Join(t.TempDir(), "ca.pem")
 			writePEM(t, ca, srv)
-			cfg = Config{URL: srv.URL, Interval: 100 * time.Millisecond, CAFile: ca}
+			cfg = Config{Upstream: mustUpstream(t, srv.URL), Interval: 100 * time.Millisecond, CAFile: ca}
 		}
 		defer srv.Close()
 		if c.token {
@@ -229,11 +229,11 @@ func TestPushClientCertificate(t *testing.T) {
 	srv.StartTLS()
 	defer srv.Close()
 	certFile, keyFile := ca.Issue(t, "n1", true)
-	start(t, Config{URL: srv.URL, Interval: time.Hour, CAFile: ca.File, CertFile: certFile, KeyFile: keyFile}, newSource())
-	without := start(t, Config{URL: srv.URL, Interval: time.Hour, CAFile: ca.File}, newSource())
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, CAFile: ca.File, CertFile: certFile, KeyFile: keyFile}, newSource())
+	without := start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, CAFile: ca.File}, newSource())
 	testutil.Eventually(t, "a push with the client certificate", func() bool { return rcv.count() >= 1 })
 	testutil.Eventually(t, "the sender without one failing", func() bool { return without.Status().Failures >= 1 })
-	if _, err := New(Config{URL: srv.URL, CertFile: certFile, KeyFile: serverCert}, newSource()); err == nil {
+	if _, err := New(Config{Upstream: mustUpstream(t, srv.URL), CertFile: certFile, KeyFile: serverCert}, newSource()); err == nil {
 		t.Fatal("a key that is no key was accepted")
 	}
 }

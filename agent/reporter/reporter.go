@@ -1,7 +1,8 @@
 // Package reporter pushes the node's snapshots to upstream receivers
 // (--upstream): every report interval, and soon after every change. Each
 // upstream has a sender of its own, so a slow or dead one never delays
-// another, nor leasing: senders only read published snapshots.
+// another, nor leasing: senders only read published snapshots. A Group
+// holds them and publishes how pushing goes (group.go).
 package reporter
 
 import (
@@ -35,7 +36,7 @@ type Source interface {
 
 // Config is one upstream's.
 type Config struct {
-	URL string
+	Upstream Upstream
 	// Interval is --report-interval: the longest time between pushes.
 	Interval time.Duration
 	// TokenFile, when set, holds the bearer token sent with each push; it is
@@ -49,10 +50,6 @@ type Config struct {
 	// takes the node's snapshots by its certificate's name).
 	CertFile, KeyFile string
 	Logger            *slog.Logger
-	// OnStateChange, when set, is called when pushing starts failing or
-	// works again, so that the snapshot, which shows the push state, is made
-	// anew (not on every push: that would make a snapshot per push).
-	OnStateChange func()
 	// Clock times the pushes (the interval, the gap between pushes, the
 	// backoff) and stamps the last success; nil is the system clock. Tests
 	// move a fake one to show what does not happen before its time.
@@ -69,44 +66,6 @@ const (
 	backoffMax  = 30 * time.Second
 )
 
-// CheckURL refuses an --upstream that is not an http or https URL with a
-// host.
-func CheckURL(raw string) error {
-	u, err := url.Parse(raw)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--upstream %q: want an http:// or https:// URL with a host, such as http://scheduler:8080/v1/snapshots", RedactURL(raw))
-	}
-	return nil
-}
-
-// RedactURL is raw as it may be shown (status, snapshot, view, logs,
-// metrics): its userinfo and query, where credentials go, replaced by
-// "redacted". A URL that does not parse is shown as "(unparsable URL)".
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	if u.User != nil {
-		u.User = url.User("redacted")
-	}
-	if u.RawQuery != "" {
-		u.RawQuery = "redacted"
-	}
-	u.ForceQuery = false
-	u.Fragment, u.RawFragment = "", ""
-	return u.String()
-}
-
-// fullDetail reports whether the upstream at raw may be pushed the snapshot
-// with its uids and reservation names: it is reached over TLS, or with
-// credentials (a token file or a client certificate, which credentials
-// says, or userinfo in the URL). Others get it redacted.
-func fullDetail(raw string, credentials bool) bool {
-	u, err := url.Parse(raw)
-	return err == nil && (u.Scheme == "https" || u.User != nil || credentials)
-}
-
 // Sender pushes to one upstream.
 type Sender struct {
 	cfg    Config
@@ -114,7 +73,7 @@ type Sender struct {
 	client *http.Client
 	log    *slog.Logger
 
-	// shown is the URL as it may be shown (RedactURL).
+	// shown is the URL as it may be shown (Upstream.String).
 	shown string
 	// full: push the snapshot with its uids and reservation names, not
 	// redacted (fullDetail).
@@ -123,6 +82,9 @@ type Sender struct {
 	mu     sync.Mutex // guards status and token
 	status api.UpstreamStatus
 	token  tokenFile
+	// published, when set (by a Group), is given each new status, and
+	// whether pushing started failing or works again with it.
+	published func(st api.UpstreamStatus, stateChanged bool)
 }
 
 type tokenFile struct {
@@ -134,9 +96,6 @@ type tokenFile struct {
 // New makes a sender for cfg, reading from src. It fails on a CA file that
 // cannot be read or holds no certificate.
 func New(cfg Config, src Source) (*Sender, error) {
-	if err := CheckURL(cfg.URL); err != nil {
-		return nil, err
-	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	if cfg.CAFile != "" {
 		pem, err := os.ReadFile(cfg.CAFile)
@@ -165,7 +124,7 @@ func New(cfg Config, src Source) (*Sender, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real{}
 	}
-	shown := RedactURL(cfg.URL)
+	shown := cfg.Upstream.String()
 	return &Sender{
 		cfg: cfg, src: src, log: cfg.Logger.With("upstream", shown),
 		client: &http.Client{Transport: tr, Timeout: pushTimeout,
@@ -174,7 +133,7 @@ func New(cfg Config, src Source) (*Sender, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		status: api.UpstreamStatus{URL: shown},
 		shown:  shown,
-		full:   fullDetail(cfg.URL, cfg.TokenFile != "" || cfg.CertFile != ""),
+		full:   cfg.Upstream.fullDetail(cfg.TokenFile != "" || cfg.CertFile != ""),
 	}, nil
 }
 
@@ -275,7 +234,7 @@ func (s *Sender) push(ctx context.Context, p *snapshot.Published) error {
 	if !s.full {
 		p = p.Redacted()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.URL, bytes.NewReader(p.JSON()))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.cfg.Upstream.url, bytes.NewReader(p.JSON()))
 	if err != nil {
 		return s.redactError(err)
 	}
@@ -350,13 +309,14 @@ func (s *Sender) succeeded(p *snapshot.Published) {
 	s.mu.Unlock()
 	if recovered {
 		s.log.Info("pushing snapshots to the upstream works again")
-		s.stateChanged()
 	}
+	s.publish(recovered)
 }
 
-func (s *Sender) stateChanged() {
-	if s.cfg.OnStateChange != nil {
-		s.cfg.OnStateChange()
+// publish hands the sender's status to its Group, if it has one.
+func (s *Sender) publish(stateChanged bool) {
+	if s.published != nil {
+		s.published(s.Status(), stateChanged)
 	}
 }
 
@@ -371,8 +331,8 @@ func (s *Sender) failed(err error, last time.Duration) time.Duration {
 	s.mu.Unlock()
 	if first {
 		s.log.Warn("cannot push the snapshot to the upstream; retrying with backoff (leasing goes on)", "err", err)
-		s.stateChanged()
 	}
+	s.publish(first)
 	next := min(max(2*last, backoffMin), backoffMax)
 	return next + rand.N(next/4+1)
 }

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,7 +140,7 @@ func TestPushOnChangeAndInterval(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	clk := newTestClock()
-	start(t, Config{URL: srv.URL, Interval: interval, Clock: clk}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: interval, Clock: clk}, src)
 	testutil.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
 	if w := clk.nextWait(t); w != interval {
 		t.Fatalf("after a push the sender waits %s, want the interval %s", w, interval)
@@ -180,7 +179,7 @@ func TestPushCoalescesChurn(t *testing.T) {
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
 	clk := newTestClock()
-	start(t, Config{URL: srv.URL, Interval: time.Hour, Clock: clk}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, Clock: clk}, src)
 	testutil.Eventually(t, "the first push", func() bool { return len(rcv.got()) >= 1 })
 	want := []uint64{1}
 	for round := range 3 {
@@ -204,20 +203,30 @@ func TestPushCoalescesChurn(t *testing.T) {
 	}
 }
 
-// A failing receiver is retried with backoff; the sender says so; once the
-// receiver works again the newest snapshot goes out.
+// A failing receiver is retried with backoff; the group says so, once when
+// pushing starts failing and once when it works again; once the receiver
+// works again the newest snapshot goes out.
 func TestPushRetriesAndRecovers(t *testing.T) {
 	src := newSource()
 	rcv := &receiver{status: 503}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	var changes atomic.Int32
-	s := start(t, Config{URL: srv.URL, Interval: time.Hour, OnStateChange: func() { changes.Add(1) }}, src)
-	testutil.Eventually(t, "failures counted", func() bool { return s.Status().Failures >= 2 })
-	if n := changes.Load(); n != 1 {
-		t.Fatalf("OnStateChange called %d times while failing, want once", n)
+	g, err := NewGroup([]Config{{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, Logger: slog.New(slog.DiscardHandler)}}, src)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if st := s.Status(); st.LastError == "" || st.LastSuccess != nil {
+	failing := g.StateChanged()
+	runGroup(t, g)
+	status := func() api.UpstreamStatus { return g.Status()[0] }
+	<-failing
+	recovered := g.StateChanged()
+	testutil.Eventually(t, "failures counted", func() bool { return status().Failures >= 2 })
+	select {
+	case <-recovered:
+		t.Fatal("the state told changed again while failing")
+	default:
+	}
+	if st := status(); st.LastError == "" || st.LastSuccess != nil {
 		t.Fatalf("status while failing: %+v", st)
 	}
 	src.change()
@@ -225,11 +234,61 @@ func TestPushRetriesAndRecovers(t *testing.T) {
 	rcv.status = 0
 	rcv.mu.Unlock()
 	testutil.Eventually(t, "the newest pushed after recovery", func() bool { g := rcv.got(); return len(g) > 0 && g[len(g)-1] == 2 })
+	<-recovered
 	testutil.Eventually(t, "status recovered", func() bool {
-		st := s.Status()
+		st := status()
 		return st.Failures == 0 && st.LastError == "" && st.LastSuccess != nil && st.LastSeq == 2 && st.Pushes >= 1
 	})
-	testutil.Eventually(t, "the recovery told", func() bool { return changes.Load() == 2 })
+}
+
+// runGroup runs g until the test ends.
+func runGroup(t *testing.T, g *Group) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { g.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+}
+
+// A group publishes each upstream's status, in the order given, as a value
+// that later pushes do not change; every push is in the next value, though
+// only a change of failing or working is signalled.
+func TestGroupPublishesStatus(t *testing.T) {
+	src := newSource()
+	rcv := &receiver{}
+	srv := httptest.NewServer(rcv)
+	defer srv.Close()
+	quiet := slog.New(slog.DiscardHandler)
+	g, err := NewGroup([]Config{
+		{Upstream: mustUpstream(t, srv.URL+"/a?token=SECRET"), Interval: time.Hour, Logger: quiet},
+		{Upstream: mustUpstream(t, srv.URL+"/b"), Interval: time.Hour, Logger: quiet},
+	}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := g.Status()
+	if len(before) != 2 || before[0].URL != srv.URL+"/a?redacted" || before[1].URL != srv.URL+"/b" || before[0].Pushes != 0 {
+		t.Fatalf("status before any push = %+v", before)
+	}
+	changed := g.StateChanged()
+	runGroup(t, g)
+	testutil.Eventually(t, "both pushed", func() bool { st := g.Status(); return st[0].Pushes == 1 && st[1].Pushes == 1 })
+	src.change()
+	testutil.Eventually(t, "both pushed the change", func() bool { st := g.Status(); return st[0].LastSeq == 2 && st[1].LastSeq == 2 })
+	if before[0].Pushes != 0 || before[1].Pushes != 0 {
+		t.Fatalf("a published status changed later: %+v", before)
+	}
+	select {
+	case <-changed:
+		t.Fatal("a working push was told as a change of state")
+	default:
+	}
+	none, err := NewGroup(nil, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := none.Status(); st != nil {
+		t.Fatalf("a group of no upstream shows %+v", st)
+	}
 }
 
 // A receiver that accepts and never answers holds up neither another
@@ -253,9 +312,9 @@ func TestHangingReceiverHoldsUpNothing(t *testing.T) {
 	rcv := &receiver{}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	start(t, Config{URL: "http://" + ln.Addr().String(), Interval: time.Hour}, src)
+	start(t, Config{Upstream: mustUpstream(t, "http://"+ln.Addr().String()), Interval: time.Hour}, src)
 	clk := newTestClock()
-	start(t, Config{URL: srv.URL, Interval: time.Hour, Clock: clk}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, Clock: clk}, src)
 	testutil.Eventually(t, "the first push to the good upstream", func() bool { return len(rcv.got()) >= 1 })
 	// Each change comes after a quiet spell, so the good upstream gets each
 	// at once while the other one's first push still hangs.
@@ -277,7 +336,7 @@ func TestPushToken(t *testing.T) {
 	rcv := &receiver{}
 	srv := httptest.NewServer(rcv)
 	defer srv.Close()
-	start(t, Config{URL: srv.URL, Interval: time.Hour, TokenFile: tok}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, TokenFile: tok}, src)
 	testutil.Eventually(t, "a push", func() bool { return len(rcv.got()) >= 1 })
 	if err := os.WriteFile(tok, []byte("second-token\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -309,31 +368,46 @@ func TestPushPrivateCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	src := newSource()
-	untrusted := start(t, Config{URL: srv.URL, Interval: time.Hour}, src)
-	start(t, Config{URL: srv.URL, Interval: time.Hour, CAFile: ca}, src)
+	untrusted := start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour}, src)
+	start(t, Config{Upstream: mustUpstream(t, srv.URL), Interval: time.Hour, CAFile: ca}, src)
 	testutil.Eventually(t, "a push through the private CA", func() bool { return len(rcv.got()) >= 1 })
 	testutil.Eventually(t, "the sender without the CA failing", func() bool { return untrusted.Status().Failures >= 1 })
-	if _, err := New(Config{URL: srv.URL, CAFile: filepath.Join(t.TempDir(), "none.pem")}, src); err == nil {
+	if _, err := New(Config{Upstream: mustUpstream(t, srv.URL), CAFile: filepath.Join(t.TempDir(), "none.pem")}, src); err == nil {
 		t.Fatal("a missing CA file was accepted")
 	}
 }
 
-func TestCheckURL(t *testing.T) {
-	for _, good := range []string{"http://s:8080/v1/snapshots", "https://scheduler.example/x"} {
-		if err := CheckURL(good); err != nil {
+func TestParseUpstream(t *testing.T) {
+	for good, full := range map[string]bool{"http://s:8080/v1/snapshots": false, "https://scheduler.example/x": true, "http://tok@s/x": true} {
+		u, err := ParseUpstream(good)
+		if err != nil {
 			t.Errorf("%s: %v", good, err)
+			continue
+		}
+		if u.url != good || u.String() != RedactURL(good) || u.fullDetail(false) != full || !u.fullDetail(true) {
+			t.Errorf("%s parsed as %+v", good, u)
 		}
 	}
 	for _, bad := range []string{"", "scheduler:8080", "ftp://s/x", "http://", "://x", "unix:///run/x.sock"} {
-		if err := CheckURL(bad); err == nil {
+		if _, err := ParseUpstream(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}
 	}
 }
 
-func FuzzCheckURL(f *testing.F) {
+func FuzzParseUpstream(f *testing.F) {
 	for _, s := range []string{"http://s:8080/v1/snapshots", "https://x", "ftp://s", "", "http://[::1]:80/"} {
 		f.Add(s)
 	}
-	f.Fuzz(func(t *testing.T, s string) { CheckURL(s) })
+	f.Fuzz(func(t *testing.T, s string) { ParseUpstream(s) })
+}
+
+// mustUpstream is raw parsed, which must work.
+func mustUpstream(t testing.TB, raw string) Upstream {
+	t.Helper()
+	u, err := ParseUpstream(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

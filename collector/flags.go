@@ -1,0 +1,80 @@
+package collector
+
+import (
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpulet/gpulet/internal/flaghelp"
+	"github.com/gpulet/gpulet/placement"
+)
+
+// ErrHelp is returned by ParseFlags after printing --help.
+var ErrHelp = pflag.ErrHelp
+
+// flagGroups are gpulet-collector's flags as --help and the README's flag
+// table list them: the same headings, the same flags under each, in the same
+// order (flagtable_test.go holds all three to one another).
+var flagGroups = []flaghelp.Group{
+	{Title: "Serving", Flags: []string{"listen", "tls-cert", "tls-key"}},
+	{Title: "Credentials", Flags: []string{"node-tokens-file", "token-file", "client-ca", "read-token-file"}},
+	{Title: "Bounds", Flags: []string{"stale-after", "expire-after", "max-nodes", "max-bytes", "max-table-rows"}},
+	{Title: "Placement", Flags: []string{"policy"}},
+}
+
+// ParseFlags parses gpulet-collector's arguments into a Config. Usage and
+// errors go to out: an error returned has been printed.
+func ParseFlags(args []string, out io.Writer) (Config, error) {
+	fs := pflag.NewFlagSet("gpulet-collector", pflag.ContinueOnError)
+	fs.SetOutput(out)
+	var cfg Config
+	policy := defineFlags(fs, &cfg)
+	fs.Usage = func() {
+		fmt.Fprintln(out, "Usage: gpulet-collector --listen ADDR [--node-tokens-file F] [--read-token-file F] [flags]")
+		fmt.Fprintln(out, "Takes the snapshots gpuletd --upstream pushes and serves one table of every node and GPU.")
+		fmt.Fprintln(out)
+		flaghelp.Write(out, fs, flagGroups, nil)
+	}
+	fail := func(err error) (Config, error) {
+		fmt.Fprintln(out, "gpulet-collector:", err)
+		return Config{}, err
+	}
+	if err := fs.Parse(args); errors.Is(err, ErrHelp) {
+		return Config{}, err
+	} else if err != nil {
+		return fail(err)
+	}
+	if fs.NArg() > 0 {
+		return fail(fmt.Errorf("unexpected arguments: %v", fs.Args()))
+	}
+	if cfg.Listen == "" {
+		return fail(fmt.Errorf("--listen is required"))
+	}
+	p, err := placement.ParsePolicy(*policy)
+	if err != nil {
+		return fail(err)
+	}
+	cfg.Policy = p
+	return cfg, nil
+}
+
+// defineFlags defines gpulet-collector's flags on fs, setting cfg; the
+// policy is returned as given, to be parsed.
+func defineFlags(fs *pflag.FlagSet, cfg *Config) *string {
+	fs.StringVar(&cfg.Listen, "listen", "", "TCP address to serve on, e.g. :9410 (required)")
+	fs.DurationVar(&cfg.StaleAfter, "stale-after", DefaultStaleAfter, "a node silent this long is not_working (three of its report intervals)")
+	fs.IntVar(&cfg.MaxNodes, "max-nodes", DefaultMaxNodes, "most nodes the table keeps; snapshots of further nodes get 503")
+	fs.IntVar(&cfg.MaxBytes, "max-bytes", DefaultMaxBytes, "most bytes the table's rows may take (an estimate); snapshots past it get 503")
+	fs.DurationVar(&cfg.ExpireAfter, "expire-after", DefaultExpireAfter, "a node silent this long is forgotten, its room in the table freed (at least --stale-after)")
+	fs.IntVar(&cfg.MaxTableRows, "max-table-rows", DefaultMaxTableRows, "most rows one answer of GET /v1/table holds; more are read a page at a time (offset, next_offset)")
+	fs.StringVar(&cfg.NodeTokensFile, "node-tokens-file", "", "file of per-node tokens, one \"NODE TOKEN\" line each: a node's snapshots are taken only with its token (read again when it changes)")
+	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding one bearer token every node's snapshots must come with (gpuletd --upstream-token-file); it does not tie a node to its name, --node-tokens-file does")
+	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key); plain HTTP by default")
+	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM key of --tls-cert")
+	fs.StringVar(&cfg.ClientCAFile, "client-ca", "", "PEM file of the CA certificates client certificates must chain to: a node's snapshots are then also taken with a certificate whose name (DNS name or common name) is the node's (gpuletd --upstream-cert); needs --tls-cert")
+	policy := fs.String("policy", string(placement.BestFit), "placement policy of POST /v1/placements: best-fit, first-fit, spread, score or frag (the same engine gpuletd places with)")
+	fs.StringVar(&cfg.ReadTokenFile, "read-token-file", "", "file holding the bearer token reads (GET /v1/table, /v1/nodes, /metrics) must come with (read again when it changes)")
+	return policy
+}

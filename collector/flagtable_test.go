@@ -1,0 +1,73 @@
+package collector
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/spf13/pflag"
+
+	"github.com/gpulet/gpulet/internal/flaghelp"
+)
+
+// The README's table of gpulet-collector's flags is what operators read
+// instead of --help; these tests hold it to the flags ParseFlags defines,
+// and both to flagGroups.
+
+func collectorHelp(t *testing.T) string {
+	t.Helper()
+	var out strings.Builder
+	if _, err := ParseFlags([]string{"--help"}, &out); !errors.Is(err, ErrHelp) {
+		t.Fatalf("ParseFlags(--help): err = %v, want ErrHelp", err)
+	}
+	return out.String()
+}
+
+func collectorFlagSet() *pflag.FlagSet {
+	fs := pflag.NewFlagSet("gpulet-collector", pflag.ContinueOnError)
+	defineFlags(fs, &Config{})
+	return fs
+}
+
+func TestReadmeFlagTableMatchesFlags(t *testing.T) {
+	readme, err := os.Open("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer readme.Close()
+	rows, readmeGroups, problems, err := flaghelp.ReadmeTable(readme, "## Cluster collector")
+	if err != nil {
+		t.Fatalf("README: %v", err)
+	}
+	help := collectorHelp(t)
+	helpFlags, helpGroups := flaghelp.ReadHelp(help)
+	problems = append(problems, flaghelp.CheckTable("gpulet-collector", helpFlags, rows, nil)...)
+	problems = append(problems, flaghelp.CompareGroups(flagGroups, "flagGroups", readmeGroups, "the README's table")...)
+	problems = append(problems, flaghelp.CompareGroups(flagGroups, "flagGroups", helpGroups, "--help")...)
+	problems = append(problems, flaghelp.GroupProblems(collectorFlagSet(), flagGroups, "flagGroups")...)
+	problems = append(problems, flaghelp.ShapeProblems(help, collectorFlagSet())...)
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// Each bad command line is refused, said once, with the command's name.
+func TestParseFlagsRefuses(t *testing.T) {
+	for args, want := range map[string]string{
+		"":                        "--listen is required",
+		"--listen :1 extra":       "unexpected arguments: [extra]",
+		"--listen :1 --policy no": `--policy "no"`,
+		"--listen :1 --bogus":     "unknown flag: --bogus",
+	} {
+		var out strings.Builder
+		_, err := ParseFlags(strings.Fields(args), &out)
+		if err == nil || !strings.HasPrefix(out.String(), "gpulet-collector: ") || !strings.Contains(out.String(), want) || strings.Count(out.String(), "\n") != 1 {
+			t.Errorf("%q: err %v, printed %q; want one line saying %q", args, err, out.String(), want)
+		}
+	}
+	cfg, err := ParseFlags([]string{"--listen", ":9410", "--policy", "spread", "--stale-after", "30s"}, &strings.Builder{})
+	if err != nil || cfg.Listen != ":9410" || cfg.Policy != "spread" || cfg.StaleAfter.String() != "30s" || cfg.MaxNodes != DefaultMaxNodes {
+		t.Errorf("ParseFlags = %+v, %v", cfg, err)
+	}
+}
