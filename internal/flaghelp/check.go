@@ -264,7 +264,7 @@ func GroupProblems(fs *pflag.FlagSet, groups []Group, groupsName string) []strin
 }
 
 // ShapeProblems returns each way help fails the shape Write gives it: a flag
-// line without a default, a usage outside the column of the first one, and
+// line without a default (a required flag has none), a usage outside the column of the first one, and
 // a count of flag lines other than one for each of fs's flags.
 func ShapeProblems(help string, fs *pflag.FlagSet) []string {
 	var problems []string
@@ -275,7 +275,7 @@ func ShapeProblems(help string, fs *pflag.FlagSet) []string {
 			continue
 		}
 		lines++
-		if !printedDefault.MatchString(line) {
+		if !printedDefault.MatchString(line) && !strings.HasSuffix(line, requiredMark) {
 			problems = append(problems, fmt.Sprintf("no default on %q", line))
 		}
 		if column == -1 {

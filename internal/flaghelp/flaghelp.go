@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/spf13/pflag"
 )
@@ -17,6 +18,9 @@ type Group struct {
 	Title string
 	Flags []string
 }
+
+// requiredMark ends the usage of a flag that must be given.
+const requiredMark = "(required)"
 
 // UngroupedTitle heads the flags that no group names, so that --help hides
 // none while a test says which group each belongs in.
@@ -62,6 +66,11 @@ func Write(out io.Writer, fs *pflag.FlagSet, groups []Group, computed map[string
 		fmt.Fprintf(out, "%s:\n", s.title)
 		for _, f := range s.flags {
 			_, usage := pflag.UnquoteUsage(f)
+			if strings.HasSuffix(usage, requiredMark) {
+				// A flag that must be given has no default to show.
+				fmt.Fprintf(out, "%-*s  %s\n", width, flagSynopsis(f), usage)
+				continue
+			}
 			fmt.Fprintf(out, "%-*s  %s (default %s)\n", width, flagSynopsis(f), usage, shownDefault(f, computed))
 		}
 	}
