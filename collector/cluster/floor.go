@@ -3,6 +3,7 @@ package cluster
 import (
 	"cmp"
 	"container/heap"
+	"math"
 	"slices"
 
 	"github.com/gpulet/gpulet/placement"
@@ -74,7 +75,23 @@ func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
 		h[lowest] = h[len(h)-1]
 		h = h[:len(h)-1]
 	}
-	h = slices.DeleteFunc(h, func(cd floorCand) bool { return c.beaten(cd, r, a.Ranked, limit) })
+	// The nodes whose floor is above the last answer's figure are beaten
+	// whatever else they have; when those left all have a floor at it,
+	// they tie (a request of no GPU, whose floor is its figure, on nodes
+	// alike) and need no order.
+	least := math.Inf(1)
+	h = slices.DeleteFunc(h, func(cd floorCand) bool {
+		if len(a.Ranked) == limit && cd.floor > a.Ranked[limit-1].Best.Frag {
+			return true
+		}
+		least = min(least, cd.floor)
+		return false
+	})
+	if len(a.Ranked) == limit && least >= a.Ranked[limit-1].Best.Frag {
+		c.askTies(h, r, limit, a, ask)
+		c.floorScratch = h[:0]
+		return
+	}
 	heap.Init(&h)
 	for h.Len() > 0 {
 		cd := h[0]
