@@ -135,13 +135,29 @@ func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
 // it, so that a choice that changes one GPU is scored in a step per shape
 // (delta), not a pass over the GPUs per shape.
 type fragScorer struct {
-	n      *Node
-	mix    *Mix
-	before float64
-	buf    [maxStackGPUs]int
-	base   fragState
-	total  int
-	shapes []shapeBefore
+	// What FragFloor reads of a node that leaves the host short comes
+	// first, and nothing of the node but it.
+	n       *Node
+	mix     *Mix
+	hasHost bool
+	total   int
+	room    gpuRoom
+	base    fragState
+	buf     [maxStackGPUs]int
+	before  float64
+	shapes  []shapeBefore
+	align   alignFigures
+}
+
+// gpuRoom is what a floor needs of a node's GPUs besides each one's free
+// units: the whole GPUs and their free units, the most free of one GPU and
+// of one GPU not whole, and the host's CPU and memory a request may take
+// with every shape of the mix still able to have its own (negative: some
+// shape cannot already).
+type gpuRoom struct {
+	whole, wholeFree      int
+	most, mostPartial     int
+	spareCPU, spareMemory int64
 }
 
 // shapeBefore is one shape's view of the node before the choice: its GPU
@@ -154,16 +170,20 @@ type shapeBefore struct {
 }
 
 // Memo keeps what a decision on one node learnt of the node before the
-// request, for the next decision on the same node under the same engine.
-// Its zero value is empty; a nil Memo keeps nothing.
+// request, and the floors read of it (Engine.FragFloor), for the next
+// decision or floor on the same node under the same engine. Its zero value
+// is empty; a nil Memo keeps nothing.
 type Memo struct {
 	frag *fragScorer
+	// floors is kept in m itself, not behind a pointer: a cluster reads
+	// the floor of every node it holds for each request.
+	floors floorMemo
 }
 
 // Reset empties m: its node changed, or another engine decides.
 func (m *Memo) Reset() {
 	if m != nil {
-		m.frag = nil
+		*m = Memo{}
 	}
 }
 
@@ -180,13 +200,26 @@ func (m *Memo) fragScorer(n *Node, mix *Mix) *fragScorer {
 }
 
 func newFragScorer(n *Node, m *Mix) *fragScorer {
-	fs := &fragScorer{n: n, mix: m}
+	fs := &fragScorer{n: n, mix: m, hasHost: n.Host != nil, align: readAlign(n)}
 	if m == nil {
 		return fs
 	}
 	fs.base = newFragState(n, fs.buf[:])
-	for _, f := range fs.base.free {
+	fs.room = gpuRoom{mostPartial: -1}
+	for gi, f := range fs.base.free {
 		fs.total += f
+		fs.room.most = max(fs.room.most, f)
+		if f == n.GPUs[gi].Units {
+			fs.room.whole++
+			fs.room.wholeFree += f
+		} else {
+			fs.room.mostPartial = max(fs.room.mostPartial, f)
+		}
+	}
+	fs.room.spareCPU, fs.room.spareMemory = int64(fs.base.cpuFree), int64(fs.base.memFree)
+	for i := range m.Shapes {
+		fs.room.spareCPU = min(fs.room.spareCPU, int64(fs.base.cpuFree)-int64(m.Shapes[i].HostCPUMilli))
+		fs.room.spareMemory = min(fs.room.spareMemory, int64(fs.base.memFree)-int64(m.Shapes[i].HostMemoryMiB))
 	}
 	fs.shapes = make([]shapeBefore, len(m.Shapes))
 	for i := range m.Shapes {
@@ -299,32 +332,55 @@ func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 // free GPUs loses half their CPU to an eight-core request; one of 104 cores,
 // a thirteenth). 0 when n has no Host.
 func HostAlign(n *Node, r Request) float64 {
+	a := readAlign(n)
+	return a.of(r)
+}
+
+// alignFigures is what HostAlign reads of a node, so that a scorer kept in
+// a Memo answers it without reading the node again.
+type alignFigures struct {
+	// ok is false when n has no Host, no CPU or no units: Align is 0.
+	ok                bool
+	cpu, cpuFree      uint64
+	units, free, unit int
+}
+
+func readAlign(n *Node) alignFigures {
 	h := n.Host
 	if h == nil || h.CPUMilli == 0 {
-		return 0
+		return alignFigures{}
 	}
-	units, free := 0, 0
+	a := alignFigures{cpu: h.CPUMilli, cpuFree: h.CPUMilliFree}
 	for gi := range n.GPUs {
 		g := &n.GPUs[gi]
-		units += g.Units
+		a.units += g.Units
 		if g.Unusable == "" {
-			free += g.Free
+			a.free += g.Free
 		}
 	}
-	if units == 0 {
+	if len(n.GPUs) > 0 {
+		a.unit = n.GPUs[0].Units
+	}
+	a.ok = a.units > 0
+	return a
+}
+
+// of is HostAlign of the node a was read from and r.
+func (a *alignFigures) of(r Request) float64 {
+	if !a.ok {
 		return 0
 	}
 	asked := r.Units
-	if r.GPUs > 0 && len(n.GPUs) > 0 {
-		asked = r.GPUs * n.GPUs[0].Units
+	if r.GPUs > 0 {
+		asked = r.GPUs * a.unit
 	}
 	if asked == 0 {
-		if h.CPUMilliFree == 0 {
+		if a.cpuFree == 0 {
 			return 0
 		}
-		return roundScore(1 - min(1, float64(r.HostCPUMilli)/float64(h.CPUMilliFree))*float64(free)/float64(units))
+		return roundScore(1 - min(1, float64(r.HostCPUMilli)/float64(a.cpuFree))*float64(a.free)/float64(a.units))
 	}
-	a := [2]float64{float64(r.HostCPUMilli) / float64(h.CPUMilli), float64(asked) / float64(units)}
-	f := [2]float64{float64(h.CPUMilliFree) / float64(h.CPUMilli), float64(free) / float64(units)}
-	return roundScore(cosine(a, f))
+	x := [2]float64{float64(r.HostCPUMilli) / float64(a.cpu), float64(asked) / float64(a.units)}
+	f := [2]float64{float64(a.cpuFree) / float64(a.cpu), float64(a.free) / float64(a.units)}
+	return roundScore(cosine(x, f))
 }

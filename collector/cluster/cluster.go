@@ -60,9 +60,10 @@ type Cluster struct {
 	policy placement.Policy
 	nodes  []*node
 	byName map[string]int
-	// scratch is placeBounded's list of nodes to ask, kept between
-	// placements.
-	scratch []boundCand
+	// scratch and floorScratch are placeBounded's and placeFloored's
+	// lists of nodes to ask, kept between placements.
+	scratch      []boundCand
+	floorScratch floorHeap
 }
 
 type node struct {
@@ -316,9 +317,12 @@ func (c *Cluster) placeByModel(n *node, r *Request, units bool) (placement.Decis
 func (c *Cluster) Place(r Request, limit int) (Answer, error) {
 	limit = max(limit, 1)
 	a := Answer{Nodes: len(c.nodes)}
-	if c.bounded() {
+	switch {
+	case c.bounded():
 		c.placeBounded(&r, limit, &a)
-	} else {
+	case c.policy == placement.Frag:
+		c.placeFloored(&r, limit, &a)
+	default:
 		c.placeAll(&r, limit, &a)
 	}
 	if len(a.Ranked) == 0 {
