@@ -53,12 +53,13 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// Parked reports whether a goroutine with fn on its stack (a substring of a
-// frame, "procwatch.(*Process).Wait") is parked: blocked on a channel, a
-// lock, a timer or the network poller, that is, waiting for something from
-// outside it. A test that must act only once another goroutine waits polls it
-// with Eventually: no sleep can tell that the goroutine got there.
-func Parked(fn string) bool {
+// Parked reports whether a goroutine with every one of fns on its stack (a
+// substring of a frame, "procwatch.(*Process).Wait") is parked: blocked on a
+// channel, a lock, a timer or the network poller, that is, waiting for
+// something from outside it. A test that must act only once another
+// goroutine waits polls it with Eventually: no sleep can tell that the
+// goroutine got there.
+func Parked(fns ...string) bool {
 	buf := make([]byte, 64<<10)
 	for {
 		n := runtime.Stack(buf, true)
@@ -78,9 +79,18 @@ func Parked(fn string) bool {
 		case "running", "runnable", "syscall":
 			continue
 		}
-		if strings.Contains(frames, fn) {
+		if allIn(frames, fns) {
 			return true
 		}
 	}
 	return false
+}
+
+func allIn(s string, subs []string) bool {
+	for _, sub := range subs {
+		if !strings.Contains(s, sub) {
+			return false
+		}
+	}
+	return true
 }
