@@ -558,6 +558,8 @@ func TestMountConcurrentReaders(t *testing.T) {
 			}
 		})
 	}
+	// Not a wait for something to happen: the readers race the writer for
+	// this long, the more reads the more chances of a torn or stale one.
 	time.Sleep(time.Second)
 	stop.Store(true)
 	wg.Wait()

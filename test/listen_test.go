@@ -1,13 +1,16 @@
 package test
 
 import (
+	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -64,25 +67,14 @@ func TestListenServesPollersOverTCP(t *testing.T) {
 	if resp.StatusCode != 404 {
 		t.Fatalf("POST /v1/leases over TCP: %d, want 404", resp.StatusCode)
 	}
-	type answer struct {
-		status int
-		seq    uint64
-	}
-	polled := make(chan answer, 1)
-	go func() {
-		status, body, _ := get(fmt.Sprintf("/v1/snapshot?after=%s-%d&wait=30s", s.BootID, s.Seq))
-		var n api.Snapshot
-		json.Unmarshal(body, &n)
-		polled <- answer{status, n.Seq}
-	}()
-	time.Sleep(100 * time.Millisecond)
+	polled := longPoll(t, addr, fmt.Sprintf("/v1/snapshot?after=%s-%d&wait=30s", s.BootID, s.Seq))
 	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"}); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case a := <-polled:
-		if a.status != 200 || a.seq <= s.Seq {
-			t.Fatalf("long poll: %d, seq %d after %d", a.status, a.seq, s.Seq)
+		if a.err != nil || a.status != 200 || a.seq <= s.Seq {
+			t.Fatalf("long poll: %d %v, seq %d after %d", a.status, a.err, a.seq, s.Seq)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the long poll did not answer the lease's change")
@@ -90,18 +82,85 @@ func TestListenServesPollersOverTCP(t *testing.T) {
 	// A long poll still waiting does not hold up the stop.
 	_, body, _ = get("/v1/snapshot")
 	json.Unmarshal(body, &s)
-	go func() {
-		if resp, err := http.Get(base + fmt.Sprintf("/v1/snapshot?after=%s-%d&wait=60s", s.BootID, s.Seq)); err == nil {
-			resp.Body.Close()
-		}
-	}()
-	time.Sleep(100 * time.Millisecond)
+	longPoll(t, addr, fmt.Sprintf("/v1/snapshot?after=%s-%d&wait=60s", s.BootID, s.Seq))
 	if err := d.Stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	if strings.Contains(d.Log.String(), "error while stopping") {
 		t.Fatalf("the stop waited on the long poll:\n%s", d.Log.String())
 	}
+}
+
+// pollAnswer is what a long poll got: its status and the snapshot's seq.
+type pollAnswer struct {
+	status int
+	seq    uint64
+	err    error
+}
+
+// longPoll sends GET path to addr on a connection of its own and returns
+// once gpuletd has read the request, so that what the test does next
+// happens while the poll waits; the answer comes on the channel.
+func longPoll(t *testing.T, addr, path string) <-chan pollAnswer {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := fmt.Fprintf(c, "GET %s HTTP/1.1\r\nHost: gpulet\r\n\r\n", path); err != nil {
+		t.Fatal(err)
+	}
+	// Acknowledged bytes sit in gpuletd's receive queue until it reads them.
+	testutil.Eventually(t, "gpuletd to read the long poll", func() bool {
+		unacked, _, ok := tcpQueues(t, c.LocalAddr(), c.RemoteAddr())
+		_, unread, served := tcpQueues(t, c.RemoteAddr(), c.LocalAddr())
+		return ok && served && unacked == 0 && unread == 0
+	})
+	answered := make(chan pollAnswer, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			answered <- pollAnswer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		var s api.Snapshot
+		err = json.NewDecoder(resp.Body).Decode(&s)
+		answered <- pollAnswer{resp.StatusCode, s.Seq, err}
+	}()
+	return answered
+}
+
+// tcpQueues returns the bytes sent and not acknowledged, and those received
+// and not read, of the IPv4 TCP socket from local to remote, as
+// /proc/net/tcp shows them; ok is false when there is no such socket.
+func tcpQueues(t *testing.T, local, remote net.Addr) (unacked, unread uint64, ok bool) {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	from, to := procNetAddr(local), procNetAddr(remote)
+	for _, line := range strings.Split(string(b), "\n") {
+		// sl local_address rem_address st tx_queue:rx_queue ...
+		f := strings.Fields(line)
+		if len(f) < 5 || f[1] != from || f[2] != to {
+			continue
+		}
+		tx, rx, _ := strings.Cut(f[4], ":")
+		unacked, err1 := strconv.ParseUint(tx, 16, 64)
+		unread, err2 := strconv.ParseUint(rx, 16, 64)
+		return unacked, unread, err1 == nil && err2 == nil
+	}
+	return 0, 0, false
+}
+
+// procNetAddr is an IPv4 TCP address as /proc/net/tcp writes it: the
+// address's four bytes as one native-endian word, and the port, in hex.
+func procNetAddr(a net.Addr) string {
+	ta := a.(*net.TCPAddr)
+	return fmt.Sprintf("%08X:%04X", binary.NativeEndian.Uint32(ta.IP.To4()), ta.Port)
 }
 
 // TestTCPFloodKeepsTheUnixSocketServed: with gpuletd's open-file limit cut

@@ -394,6 +394,7 @@ func (c *slurmCluster) reconfigure(key, want string) {
 		want = "(null)"
 	}
 	c.writeConf()
+	reads := c.slurmdConfigReads()
 	if out, err := c.asRoot("scontrol", "reconfigure"); err != nil {
 		c.t.Fatalf("scontrol reconfigure: %v\n%s", err, out)
 	}
@@ -406,8 +407,18 @@ func (c *slurmCluster) reconfigure(key, want string) {
 		}
 		return false
 	})
-	// slurmd reads it on the same reconfigure; give it the moment it takes.
-	time.Sleep(time.Second)
+	// slurmd reads it on the same reconfigure, once its requests under way
+	// are done: seconds later when a job has just ended.
+	testutil.Eventually(c.t, "slurmd to read the config again", func() bool { return c.slurmdConfigReads() > reads })
+}
+
+// slurmdConfigReads counts the times slurmd read its config, by the line it
+// logs each time: the node is declared with eight one-core sockets, which
+// slurmd finds differ from the machine (SlurmdParameters=config_overrides
+// keeps the declared ones).
+func (c *slurmCluster) slurmdConfigReads() int {
+	log, _ := os.ReadFile(filepath.Join(c.logs, "slurmd.log"))
+	return bytes.Count(log, []byte("Node configuration differs from hardware"))
 }
 
 // asRoot runs a Slurm client as root, on the test's cluster.

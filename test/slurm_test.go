@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/test/e2e"
@@ -159,6 +161,13 @@ func TestSlurm(t *testing.T) {
 		// the batch script then waits.
 		job := c.sbatch(alice, "shard:1", `gpurun -- sh -c 'setsid sleep 300 </dev/null >/dev/null 2>&1 &'; sleep 300`)
 		l := c.waitLease(job)
+		// gpurun became the command's sh, which exits once the child is
+		// off in a session of its own.
+		testutil.Eventually(t, "gpurun's command to exit", func() bool {
+			return len(processesOf(alice.uid, "gpurun", "sh")) == 0 && sessionLeaderOf(t, alice.uid, "sleep") != 0
+		})
+		// A lease that stays shows nothing: what ends it wrongly would do so
+		// within one of gpuletd's 100ms cgroup polls, so ten go by.
 		time.Sleep(time.Second)
 		if ls := c.jobLeases(job); len(ls) != 1 || ls[0].ID != l.ID {
 			t.Fatalf("after gpurun's command exited: %+v; want lease %s still held for the job", ls, l.ID)
@@ -266,6 +275,44 @@ func processOf(t *testing.T, uid uint32, comm string) int {
 		}
 	}
 	return found
+}
+
+// processesOf lists the processes of uid named one of comms.
+func processesOf(uid uint32, comms ...string) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		name, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		var st syscall.Stat_t
+		if slices.Contains(comms, strings.TrimSpace(string(name))) && syscall.Stat(filepath.Join("/proc", e.Name()), &st) == nil && st.Uid == uid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// sessionLeaderOf is a process of uid named comm that leads its own
+// session; 0 when there is none.
+func sessionLeaderOf(t *testing.T, uid uint32, comm string) int {
+	t.Helper()
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		name, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "comm"))
+		sid, err := unix.Getsid(pid)
+		var st syscall.Stat_t
+		if strings.TrimSpace(string(name)) == comm && err == nil && sid == pid && syscall.Stat(filepath.Join("/proc", e.Name()), &st) == nil && st.Uid == uid {
+			return pid
+		}
+	}
+	return 0
 }
 
 // jobGone reports whether squeue no longer lists job.

@@ -64,12 +64,14 @@ func TestNVMLCriticalXidFailsItsGPUUntilCleared(t *testing.T) {
 		!strings.Contains(lines[0], s.Devices[2].(*server.Device).UUID) || !strings.Contains(lines[0], "fallen off the bus") {
 		t.Fatalf("log lines of the event: %q, want one error line naming GPU 2, its UUID and the Xid's meaning", lines)
 	}
-	// Good samples do not clear it; a second fault keeps the first Xid.
-	time.Sleep(3 * testWaitMS * time.Millisecond)
+	// Waits that time out with no event do not clear it; a second fault
+	// keeps the first Xid.
+	since := x.waits.Load()
+	testutil.Eventually(t, "two waits with no event", func() bool { return x.waits.Load() >= since+3 })
 	x.xid(s.Devices[2], 48)
 	testutil.Eventually(t, "the second event logged", func() bool { return len(logs.lines("xid=48")) == 1 })
 	if got := xidOf(t, b.Sample(2, Load{})); got != 79 {
-		t.Fatalf("GPU 2 Xid %d after good readings and a second fault, want 79 still", got)
+		t.Fatalf("GPU 2 Xid %d after waits with no event and a second fault, want 79 still", got)
 	}
 	if cleared := b.ClearXid(2); cleared != 79 {
 		t.Fatalf("ClearXid(2) = %d, want 79", cleared)
@@ -158,23 +160,26 @@ func TestNVMLCloseStopsTheWatcher(t *testing.T) {
 	if n := x.frees.Load(); n != 1 {
 		t.Fatalf("event set freed %d times, want once", n)
 	}
+	// The watcher, the one caller of Wait, has returned (done is closed):
+	// no Wait can come after Close, and the set's Wait fails the test if one
+	// did after the free.
 	waits := x.waits.Load()
-	time.Sleep(5 * testWaitMS * time.Millisecond)
-	if x.waits.Load() != waits {
-		t.Fatal("Wait called after Close")
-	}
-	if err := b.Close(); err != nil || x.frees.Load() != 1 {
-		t.Fatalf("a second Close: %v, frees %d", err, x.frees.Load())
+	if err := b.Close(); err != nil || x.frees.Load() != 1 || x.waits.Load() != waits {
+		t.Fatalf("a second Close: %v, frees %d, waits %d then %d", err, x.frees.Load(), waits, x.waits.Load())
 	}
 }
 
 func TestNVMLWaitFailureIsLoggedOnceAndDoesNotSpin(t *testing.T) {
 	s, x := newMockServer(t)
 	x.fail.Store(int32(nvml.ERROR_UNKNOWN))
+	start := time.Now()
 	b, logs := openNVML(t, s)
-	time.Sleep(10 * testWaitMS * time.Millisecond)
-	if n := x.waits.Load(); n > 15 {
-		t.Errorf("%d waits in 10 wait periods: the failing wait spins", n)
+	// Between two failed waits the watcher pauses one wait period: the
+	// sixth wait cannot start before five have passed.
+	const tries = 6
+	testutil.Eventually(t, "the failing waits tried again", func() bool { return x.waits.Load() >= tries })
+	if d := time.Since(start); d < (tries-1)*testWaitMS*time.Millisecond {
+		t.Errorf("%d failing waits in %s, under %d wait periods: the failing wait spins", tries, d, tries-1)
 	}
 	if l := logs.lines("waiting for Xid events failed"); len(l) != 1 {
 		t.Errorf("failure lines %q, want one", l)

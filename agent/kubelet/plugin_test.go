@@ -429,11 +429,24 @@ func TestWaitsForTheKubeletAndSaysSo(t *testing.T) {
 	defer p.Close()
 	const line = "waiting for the kubelet"
 	testutil.Eventually(t, "the plugin saying it waits for the kubelet", func() bool { return strings.Contains(logs.String(), line) })
-	// Woken by its folder's changes, it does not say so again.
+	// Woken by its folder's changes, it does not say so again: not for a
+	// file of no interest, nor when it serves its removed socket anew and
+	// finds no kubelet still.
 	if err := os.WriteFile(filepath.Join(dir, "unrelated"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(50 * time.Millisecond)
+	sock := filepath.Join(dir, SocketName)
+	if err := os.Remove(sock); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the plugin's socket served anew", func() bool { _, err := os.Stat(sock); return err == nil })
+	// The plugin handles its folder's events one at a time, in order: once
+	// it says it saw the kubelet's socket appear, it is done with the
+	// events before.
+	if err := os.WriteFile(filepath.Join(dir, kubeletSocketName), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "the plugin seeing the kubelet's socket", func() bool { return strings.Contains(logs.String(), "the kubelet (re)started") })
 	if got := strings.Count(logs.String(), line); got != 1 {
 		t.Fatalf("the wait logged %d times:\n%s", got, logs.String())
 	}

@@ -206,8 +206,20 @@ func TestProbeKnowsAClaimSeenMidProtocol(t *testing.T) {
 	if !ok {
 		t.Fatal("claim not seen")
 	}
-	time.Sleep(10 * time.Millisecond) // a later change time on the next step
+	// The unlink must give the FIFO a later change time: wait until the
+	// file clock, which ticks coarsely, has moved past the link's.
+	linked := ctime(t, tmp)
+	clock := filepath.Join(t.TempDir(), "clock")
+	testutil.Eventually(t, "the file clock to move past the link", func() bool {
+		if err := os.WriteFile(clock, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return ctime(t, clock) > linked
+	})
 	unix.Unlink(tmp)
+	if ctime(t, l.Path(0, 1)) == linked {
+		t.Fatal("the unlink left the FIFO's change time as it was")
+	}
 	if stale, err := l.Probe(0, 1, seen); err != nil || stale {
 		t.Fatalf("held claim: stale=%v err=%v", stale, err)
 	}
@@ -215,6 +227,16 @@ func TestProbeKnowsAClaimSeenMidProtocol(t *testing.T) {
 	if stale, err := l.Probe(0, 1, seen); err != nil || !stale || l.Present(0, 1) {
 		t.Fatalf("abandoned claim: stale=%v err=%v present=%v", stale, err, l.Present(0, 1))
 	}
+}
+
+// ctime is path's change time in nanoseconds.
+func ctime(t *testing.T, path string) int64 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ctim.Nano()
 }
 
 type recordingHandler struct {

@@ -5,11 +5,14 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 func TestWaitSeesExit(t *testing.T) {
@@ -27,10 +30,11 @@ func TestWaitSeesExit(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- p.Wait() }()
+	waitParked(t, done)
 	select {
 	case err := <-done:
 		t.Fatalf("Wait returned before exit: %v", err)
-	case <-time.After(50 * time.Millisecond):
+	default:
 	}
 	cmd.Process.Kill()
 	// Wait must see the exit even while the child is an unreaped zombie.
@@ -52,7 +56,12 @@ func TestCloseEndsWait(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- p.Wait() }()
-	time.Sleep(10 * time.Millisecond)
+	waitParked(t, done)
+	select {
+	case err := <-done:
+		t.Fatalf("Wait returned before Close: %v", err)
+	default:
+	}
 	p.Close()
 	select {
 	case err := <-done:
@@ -62,6 +71,32 @@ func TestCloseEndsWait(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Close did not end Wait")
 	}
+}
+
+// waitParked waits until a Wait started by the test blocks on the pidfd, or
+// returns (done gets its result): only then has Wait looked at the process
+// and found it running.
+func waitParked(t *testing.T, done chan error) {
+	t.Helper()
+	testutil.Eventually(t, "Wait to block or return", func() bool {
+		return len(done) > 0 || testutil.Parked("procwatch.(*Process).Wait")
+	})
+}
+
+// sigIgnored reports whether process pid ignores sig (its SigIgn mask).
+func sigIgnored(t *testing.T, pid int, sig syscall.Signal) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if mask, ok := strings.CutPrefix(line, "SigIgn:\t"); ok {
+			m, err := strconv.ParseUint(mask, 16, 64)
+			return err == nil && m&(1<<(sig-1)) != 0
+		}
+	}
+	return false
 }
 
 func TestReusedPidIsGone(t *testing.T) {
@@ -222,11 +257,12 @@ func TestAdoptRefusesAnExitedProcess(t *testing.T) {
 // and one that heeds SIGTERM at once.
 func TestTerminate(t *testing.T) {
 	for _, tc := range []struct {
-		name   string
-		script string
+		name    string
+		script  string
+		ignores bool
 	}{
-		{"heeds SIGTERM", "sleep 60"},
-		{"ignores SIGTERM", "trap '' TERM; while :; do sleep 0.05; done"},
+		{"heeds SIGTERM", "sleep 60", false},
+		{"ignores SIGTERM", "trap '' TERM; while :; do sleep 0.05; done", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := exec.Command("sh", "-c", tc.script)
@@ -240,8 +276,9 @@ func TestTerminate(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer p.Close()
-			// Let the shell install its trap.
-			time.Sleep(50 * time.Millisecond)
+			if tc.ignores {
+				testutil.Eventually(t, "the shell to ignore SIGTERM", func() bool { return sigIgnored(t, cmd.Process.Pid, syscall.SIGTERM) })
+			}
 			if err := p.Terminate(100 * time.Millisecond); err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 func seqOf(t *testing.T, body string) uint64 {
@@ -71,17 +73,34 @@ func TestSnapshotLongPoll(t *testing.T) {
 	if status, _, body := do(t, c, "GET", "/v1/snapshot?after=other-boot-9&wait=60s", ""); status != 200 || seqOf(t, body) != 5 {
 		t.Fatalf("after a seq of another run: %d %s; want the current one at once", status, body)
 	}
-	go func() {
-		time.Sleep(50 * time.Millisecond)
-		core.publish(6)
-	}()
-	start := time.Now()
-	status, h, body := do(t, c, "GET", "/v1/snapshot?after=boot-a-5&wait=60s", "")
-	if status != 200 || seqOf(t, body) != 6 || h.Get("ETag") != `"boot-a-6"` {
-		t.Fatalf("waiting for a newer one: %d, seq %d, ETag %q", status, seqOf(t, body), h.Get("ETag"))
+	type answer struct {
+		status int
+		etag   string
+		body   string
+		err    error
 	}
-	if d := time.Since(start); d > 30*time.Second {
-		t.Fatalf("the long poll took %s to see the change", d)
+	polled := make(chan answer, 1)
+	go func() {
+		resp, err := c.Get("http://gpulet/v1/snapshot?after=boot-a-5&wait=60s")
+		if err != nil {
+			polled <- answer{err: err}
+			return
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		polled <- answer{resp.StatusCode, resp.Header.Get("ETag"), string(b), err}
+	}()
+	// The change comes once the poll waits for one, so that the change is
+	// what answers it.
+	testutil.Eventually(t, "the long poll to wait", func() bool { return len(polled) > 0 || testutil.Parked("server.(*Server).newer") })
+	core.publish(6)
+	select {
+	case a := <-polled:
+		if a.err != nil || a.status != 200 || seqOf(t, a.body) != 6 || a.etag != `"boot-a-6"` {
+			t.Fatalf("waiting for a newer one: %d, %v, ETag %q, %s", a.status, a.err, a.etag, a.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the long poll did not answer the change within 10s")
 	}
 	if status, _, body := do(t, c, "GET", "/v1/snapshot?after=6&wait=50ms", ""); status != 200 || seqOf(t, body) != 6 {
 		t.Fatalf("no change within the wait: %d, seq %d; want the current one", status, seqOf(t, body))

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // slowBuffer is a reader that takes its time, so that lines pile up.
@@ -105,10 +107,11 @@ func TestFlushWaitsForEarlierLines(t *testing.T) {
 	w.Write([]byte("x\n"))
 	flushed := make(chan struct{})
 	go func() { w.Flush(); close(flushed) }()
-	select {
-	case <-flushed:
+	testutil.Eventually(t, "Flush to wait or return", func() bool {
+		return isDone(flushed) || testutil.Parked("sync.(*Cond).Wait", "logwriter.(*Writer).Flush")
+	})
+	if isDone(flushed) {
 		t.Fatal("Flush returned while the line was still held up")
-	case <-time.After(50 * time.Millisecond):
 	}
 	close(release)
 	<-flushed
@@ -132,6 +135,15 @@ func TestFlushingHandlerWritesWarningsAtOnce(t *testing.T) {
 	out.mu.Unlock()
 	if !strings.Contains(got, "something is wrong") || !strings.Contains(got, "i=19") {
 		t.Fatalf("the warning and the lines before it were not out when Warn returned:\n%s", got)
+	}
+}
+
+func isDone(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -177,7 +189,7 @@ func TestStalledReaderBoundsTheQueue(t *testing.T) {
 	out := &blockingWriter{release: release}
 	w := New(out)
 	line := bytes.Repeat([]byte("x"), 1024)
-	wrote := make(chan int)
+	wrote := make(chan int, 1)
 	go func() {
 		n := 0
 		for i := 0; i < 4*maxPending/len(line); i++ {
@@ -186,10 +198,13 @@ func TestStalledReaderBoundsTheQueue(t *testing.T) {
 		}
 		wrote <- n
 	}()
+	testutil.Eventually(t, "the writer to block or finish", func() bool {
+		return len(wrote) > 0 || testutil.Parked("sync.(*Cond).Wait", "logwriter.(*Writer).Write")
+	})
 	select {
 	case n := <-wrote:
 		t.Fatalf("all %d writes returned while the reader was stalled", n)
-	case <-time.After(200 * time.Millisecond):
+	default:
 	}
 	w.mu.Lock()
 	queued := len(w.pending)
