@@ -248,8 +248,12 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 		bind.armLocked(m, l)
 		m.granted++
 		if m.leaseLineDueLocked() {
-			m.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
-				slog.Any("units", c.Units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL))
+			attrs := []slog.Attr{slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
+				slog.Any("units", l.Units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL)}
+			if len(c.GPUs) > 0 {
+				attrs = append(attrs, slog.Any("gpus", c.GPUs))
+			}
+			m.infoLocked("lease granted", attrs...)
 		}
 		return Grant{Lease: *l.Lease, JSON: enc}, nil
 	}
