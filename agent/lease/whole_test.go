@@ -17,6 +17,7 @@ import (
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/placement"
+	"golang.org/x/sys/unix"
 )
 
 // newWholeFixture is a node of four alike GPUs.
@@ -235,5 +236,49 @@ func TestWholeGPUDryRun(t *testing.T) {
 	}
 	if used, _ := usedUnits(t, f, m); sum(used) != 0 {
 		t.Fatalf("the dry run took units: %v", used)
+	}
+}
+
+// TestAnOfflineClaimKeepsItsGPUFromWholeLeases: one claimed unit makes its GPU
+// not whole.
+func TestAnOfflineClaimKeepsItsGPUFromWholeLeases(t *testing.T) {
+	f := newWholeFixture(t)
+	m := f.manager(t)
+	fd := claimOffline(t, f, 2, 5)
+	defer unix.Close(fd)
+	testutil.Eventually(t, "the claim counted", func() bool { return m.View().GPUs[2].Offline == 1 })
+	ctx := context.Background()
+	if _, err := m.Acquire(ctx, root, wholeReq(4, "1m")); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "GPU 2 is not whole") {
+		t.Fatalf("4 whole GPUs beside a claim: %v", err)
+	}
+	l, err := m.Acquire(ctx, root, wholeReq(3, "1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range l.GPUs {
+		if g.Index == 2 {
+			t.Fatalf("whole-GPU lease %v on the claimed GPU", l.GPUs)
+		}
+	}
+	if used, fifos := usedUnits(t, f, m); used[2] != 1 || fifos[2] != 1 {
+		t.Fatalf("claimed GPU: %d used, %d FIFOs; want the claim alone", used[2], fifos[2])
+	}
+}
+
+// TestWholeGPUFIFOsAreAllOrNone: a claimer first to one unit while a grant
+// makes its FIFOs leaves no FIFO of the grant on any of its GPUs.
+func TestWholeGPUFIFOsAreAllOrNone(t *testing.T) {
+	f := newWholeFixture(t)
+	m := f.manager(t)
+	m.mu.Lock()
+	fd := claimOffline(t, f, 1, 3)
+	defer unix.Close(fd)
+	retry, err := m.createWholeFIFOsLocked([]int{0, 1})
+	m.mu.Unlock()
+	if !retry || err != nil {
+		t.Fatalf("retry %v, err %v; want a retry", retry, err)
+	}
+	if n0, n1 := f.fifoCount(t, 0), f.fifoCount(t, 1); n0 != 0 || n1 != 1 {
+		t.Fatalf("FIFOs left: %d on GPU 0, %d on GPU 1; want only the claim's", n0, n1)
 	}
 }
