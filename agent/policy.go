@@ -74,7 +74,7 @@ func (a *Agent) observe(req lease.Request) {
 		return
 	}
 	before := a.mix.Mix()
-	a.mix.Observe(placement.Request{Units: req.Units, Type: req.Type, MemoryMiB: req.MemoryMiB})
+	a.mix.Observe(placement.Request{Units: req.Units, GPUs: req.GPUs, Type: req.Type, MemoryMiB: req.MemoryMiB})
 	if a.mix.Mix() != before {
 		a.leases.SetEngine(a.engineFor(a.rules.Load()))
 	}

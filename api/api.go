@@ -247,6 +247,10 @@ type Lease struct {
 	// Usage is what the lease's processes use of the GPU, as last sampled;
 	// absent before the first sample that saw the lease.
 	Usage *Usage `json:"usage,omitempty"`
+	// GPUs lists a whole-GPU lease's GPUs in CUDA_VISIBLE_DEVICES order;
+	// absent for other leases. GPU is then the first of them, Instance 0
+	// and Units every unit of one GPU: the lease holds them on each.
+	GPUs []LeaseGPU `json:"gpus,omitempty"`
 }
 
 // LeaseSlurm names the Slurm job (and step) of a lease, as gpuletd read it
@@ -285,7 +289,11 @@ type LeasePod struct {
 
 // LeaseRequest is the body of POST /v1/leases. Every field but Units is optional.
 type LeaseRequest struct {
-	Units     int    `json:"units"`
+	Units int `json:"units"`
+	// GPUs asks for that many whole GPUs of the node, every unit of each,
+	// with no MPS client: all of them or none. Units is then absent or 0,
+	// and GPU, Reservation and Preemptible are not allowed.
+	GPUs      int    `json:"gpus,omitempty"`
 	GPU       string `json:"gpu,omitempty"`
 	Pool      string `json:"pool,omitempty"`
 	Type      string `json:"type,omitempty"`
@@ -367,6 +375,9 @@ type Placement struct {
 	Reservation string      `json:"reservation,omitempty"`
 	Preemptible bool        `json:"preemptible,omitempty"`
 	Candidates  []Candidate `json:"candidates"`
+	// GPUs lists the GPUs a whole-GPU lease would take, in
+	// CUDA_VISIBLE_DEVICES order; absent for other leases.
+	GPUs []LeaseGPU `json:"gpus,omitempty"`
 }
 
 // Candidate is one GPU of a dry run: kept, or left out and why.

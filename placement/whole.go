@@ -146,9 +146,12 @@ func wholeRefusal(r Request, verdicts []Verdict, possible, whole int) error {
 			whys = append(whys, fmt.Sprintf("GPU %d %s", v.GPU, v.Why))
 		}
 	}
-	detail := strings.Join(whys, "; ")
-	if possible < r.GPUs {
-		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: %d whole GPU(s)%s asked, %d on this node could ever be: %s", ErrNeverFits, r.GPUs, describe(r), possible, detail)}
+	detail := ""
+	if len(whys) > 0 {
+		detail = ": " + strings.Join(whys, "; ")
 	}
-	return api.Errorf(api.ErrInsufficientUnits, "%d whole GPU(s)%s asked, %d whole now: %s", r.GPUs, describe(r), whole, detail)
+	if possible < r.GPUs {
+		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: %d whole GPU(s)%s asked, %d on this node could ever be%s", ErrNeverFits, r.GPUs, describe(r), possible, detail)}
+	}
+	return api.Errorf(api.ErrInsufficientUnits, "%d whole GPU(s)%s asked, %d whole now%s", r.GPUs, describe(r), whole, detail)
 }

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"github.com/gpulet/gpulet/api"
 )
 
 // Replay is what a journal's records leave.
@@ -170,8 +172,10 @@ func Decode(b []byte, gpus []GPUShape) (Replay, error) {
 			out.Dropped = append(out.Dropped, Note{Record: g.line, Lease: g.e.Lease.ID, Why: why})
 			continue
 		}
-		for _, u := range g.e.Lease.Units {
-			taken[[2]int{g.e.Lease.GPU.Index, u}] = g.e.Lease.ID
+		for _, gpu := range leaseGPUs(&g.e.Lease) {
+			for _, u := range g.e.Lease.Units {
+				taken[[2]int{gpu.Index, u}] = g.e.Lease.ID
+			}
 		}
 		kept[g] = true
 	}
@@ -269,28 +273,19 @@ func parseHex32(b []byte) (uint32, bool) {
 	return v, len(b) == 8
 }
 
+// leaseGPUs is the GPUs whose Units l holds: a whole-GPU lease's list, or
+// its one GPU.
+func leaseGPUs(l *api.Lease) []api.LeaseGPU {
+	if len(l.GPUs) > 0 {
+		return l.GPUs
+	}
+	return []api.LeaseGPU{l.GPU}
+}
+
 func checkEntry(e *Entry, gpus []GPUShape, taken map[[2]int]string) string {
 	l := e.Lease
-	if l.GPU.Index < 0 || l.GPU.Index >= len(gpus) || gpus[l.GPU.Index].UUID != l.GPU.UUID {
-		return "GPU not on this node"
-	}
-	g := gpus[l.GPU.Index]
-	most := g.UnitsPerMax
-	if l.Binding == bindingPod {
-		// A pod lease rebuilt from the kubelet records what a container
-		// holds, whatever --units-per-client says now.
-		most = g.UnitsTotal
-	}
-	if len(l.Units) == 0 || len(l.Units) > most {
-		return "bad unit count"
-	}
-	for _, u := range l.Units {
-		if u < 0 || u >= g.UnitsTotal || g.InstanceOf(u) != l.Instance {
-			return fmt.Sprintf("unit %d is not one of instance %d's", u, l.Instance)
-		}
-		if other := taken[[2]int{l.GPU.Index, u}]; other != "" {
-			return fmt.Sprintf("unit %d is also in lease %s, created later: this one had ended", u, other)
-		}
+	if why := checkUnits(&l, gpus, taken); why != "" {
+		return why
 	}
 	if l.Binding == bindingPod {
 		// Bound to neither: the kubelet plugin ends it.
@@ -316,6 +311,57 @@ func checkEntry(e *Entry, gpus []GPUShape, taken map[[2]int]string) string {
 		return "process-bound lease without its process's start time"
 	}
 	return ""
+}
+
+// checkUnits says why l's GPUs and units do not fit the node, if they do not.
+func checkUnits(l *api.Lease, gpus []GPUShape, taken map[[2]int]string) string {
+	whole := len(l.GPUs) > 0
+	if whole && (l.GPUs[0] != l.GPU || l.Instance != 0) {
+		return "whole-GPU lease whose first GPU is not its gpu"
+	}
+	for i, lg := range leaseGPUs(l) {
+		if lg.Index < 0 || lg.Index >= len(gpus) || gpus[lg.Index].UUID != lg.UUID {
+			return "GPU not on this node"
+		}
+		if whole && slices.ContainsFunc(l.GPUs[:i], func(o api.LeaseGPU) bool { return o.Index == lg.Index }) {
+			return "whole-GPU lease that names a GPU twice"
+		}
+		g := gpus[lg.Index]
+		most := g.UnitsPerMax
+		if l.Binding == bindingPod {
+			// A pod lease rebuilt from the kubelet records what a container
+			// holds, whatever --units-per-client says now.
+			most = g.UnitsTotal
+		}
+		switch {
+		case whole && !everyUnit(l.Units, g.UnitsTotal):
+			return "whole-GPU lease without every unit"
+		case !whole && (len(l.Units) == 0 || len(l.Units) > most):
+			return "bad unit count"
+		}
+		for _, u := range l.Units {
+			if u < 0 || u >= g.UnitsTotal || !whole && g.InstanceOf(u) != l.Instance {
+				return fmt.Sprintf("unit %d is not one of instance %d's", u, l.Instance)
+			}
+			if other := taken[[2]int{lg.Index, u}]; other != "" {
+				return fmt.Sprintf("unit %d is also in lease %s, created later: this one had ended", u, other)
+			}
+		}
+	}
+	return ""
+}
+
+// everyUnit says whether units are 0 to total-1, in order.
+func everyUnit(units []int, total int) bool {
+	if len(units) != total {
+		return false
+	}
+	for i, u := range units {
+		if u != i {
+			return false
+		}
+	}
+	return true
 }
 
 // A lease id is IDPrefix and IDHexLen lower-case hex digits.

@@ -61,7 +61,13 @@ func FuzzDecodeJournal(f *testing.F) {
 	good := journalText(f, Record{Op: OpSchema, Schema: Schema}, Record{Op: OpLease, Entry: &e}, Record{Op: OpEnd, ID: e.Lease.ID})
 	p := Entry{Lease: api.Lease{ID: "l-0123456789abcde0", GPU: api.LeaseGPU{UUID: "GPU-a"}, Units: []int{2, 3, 4}, Binding: "pod", Pod: &api.LeasePod{Devices: []string{"d"}}}}
 	pod := journalText(f, Record{Op: OpSchema, Schema: Schema}, Record{Op: OpLease, Entry: &p})
-	for _, s := range []string{good, good[:len(good)/2], "", "x", "00000000 {}\n", pod} {
+	all := make([]int, model.UnitsPerGPU)
+	for u := range all {
+		all[u] = u
+	}
+	w := Entry{Lease: api.Lease{ID: "l-0123456789abcde1", GPU: api.LeaseGPU{UUID: "GPU-a"}, GPUs: []api.LeaseGPU{{UUID: "GPU-a"}}, Units: all, Owner: api.Owner{PID: 1}}, StartTime: 5}
+	whole := journalText(f, Record{Op: OpSchema, Schema: Schema}, Record{Op: OpLease, Entry: &w})
+	for _, s := range []string{good, good[:len(good)/2], "", "x", "00000000 {}\n", pod, whole} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b string) {
@@ -69,14 +75,15 @@ func FuzzDecodeJournal(f *testing.F) {
 		seen := map[int]bool{}
 		for _, e := range rep.Entries {
 			most := 2
-			if e.Lease.Binding == "pod" {
+			whole := len(e.Lease.GPUs) > 0
+			if e.Lease.Binding == "pod" || whole {
 				most = model.UnitsPerGPU
 			}
 			if !ValidID(e.Lease.ID) || e.Lease.GPU.UUID != "GPU-a" || len(e.Lease.Units) == 0 || len(e.Lease.Units) > most {
 				t.Fatalf("accepted a bad entry %+v", e)
 			}
 			for _, u := range e.Lease.Units {
-				if seen[u] || u < 0 || u >= model.UnitsPerGPU || model.InstanceOf(u) != e.Lease.Instance {
+				if seen[u] || u < 0 || u >= model.UnitsPerGPU || !whole && model.InstanceOf(u) != e.Lease.Instance {
 					t.Fatalf("accepted unit %d twice or out of place", u)
 				}
 				seen[u] = true

@@ -21,7 +21,7 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 	if m.journal.Failed() != nil {
 		return api.Placement{}, unrecorded("no lease is granted", m.journal.Failed())
 	}
-	if req.TTL == 0 {
+	if req.TTL == 0 && req.GPUs == 0 {
 		// Bound to a process: the one named, or the caller's own. The dry
 		// run opens no process, so it counts what the pid holds, whichever
 		// process it names.
@@ -33,7 +33,7 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 			return api.Placement{}, err
 		}
 	}
-	if err := m.checkQuotaLocked(peer, req.Units, req.Reservation); err != nil {
+	if err := m.checkQuotaLocked(peer, m.requestUnits(req), req.Reservation); err != nil {
 		return api.Placement{}, err
 	}
 	// The decision the lease would get, borrowing or drawing on a
@@ -56,6 +56,12 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 		Reservation: dr.name(),
 		Preemptible: dr.borrowed(),
 		Candidates:  make([]api.Candidate, len(d.Verdicts)),
+	}
+	if len(d.Choice.GPUs) > 0 {
+		p.Units = m.allUnits()
+		for _, g := range d.Choice.GPUs {
+			p.GPUs = append(p.GPUs, api.LeaseGPU{Index: g, UUID: m.gpus[g].dev.UUID})
+		}
 	}
 	for i, v := range d.Verdicts {
 		p.Candidates[i] = api.Candidate{GPU: v.GPU, Kept: v.Kept, Why: v.Why}

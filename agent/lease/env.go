@@ -46,7 +46,7 @@ type envKey struct{ gpu, instance, units int }
 // process, whatever memory limits are asked; a different environment for
 // the same key (MPS's folders changed) takes the key's place.
 func (m *Manager) sharedEnvLocked(l *api.Lease, env map[string]string) map[string]string {
-	if l.MemoryMiB != 0 || env == nil {
+	if l.MemoryMiB != 0 || env == nil || len(l.GPUs) > 0 {
 		return env
 	}
 	key := envKey{l.GPU.Index, l.Instance, len(l.Units)}

@@ -65,7 +65,9 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 		b.deadline, l.Lease = was, wasLease
 		return api.Lease{}, unrecorded("the lease is not renewed", err)
 	}
-	m.touchLocked(l.GPU.Index)
+	for _, g := range gpusOf(l.Lease) {
+		m.touchLocked(g)
+	}
 	b.armLocked(m, l)
 	return *l.Lease, nil
 }
@@ -112,13 +114,15 @@ func (m *Manager) measuredPeak(id string) (uint64, bool) {
 // binding.
 func (m *Manager) dropLocked(l *lease) {
 	delete(m.leases, l.ID)
-	for _, u := range l.Units {
-		if s := &m.gpus[l.GPU.Index].slots[u]; s.lease == l {
-			s.vacate()
+	for _, g := range gpusOf(l.Lease) {
+		for _, u := range l.Units {
+			if s := &m.gpus[g].slots[u]; s.lease == l {
+				s.vacate()
+			}
 		}
+		m.touchLocked(g)
 	}
-	m.touchLocked(l.GPU.Index)
-	m.quotaUse.add(l.Owner.UID, identity.GroupsOf(l.Owner.GID, l.Owner.Groups), -len(l.Units))
+	m.quotaUse.add(l.Owner.UID, identity.GroupsOf(l.Owner.GID, l.Owner.Groups), -unitsHeld(l.Lease))
 	if l.holder != nil {
 		if m.held[*l.holder] -= len(l.Units); m.held[*l.holder] <= 0 {
 			delete(m.held, *l.holder)
@@ -131,9 +135,11 @@ func (m *Manager) dropLocked(l *lease) {
 }
 
 func (m *Manager) removeFIFOsLocked(l *lease) {
-	for _, u := range l.Units {
-		if _, err := m.removeFIFOLocked(l.GPU.Index, u); err != nil {
-			m.log.Error("cannot remove pipe file", "lease", l.ID, "err", err)
+	for _, g := range gpusOf(l.Lease) {
+		for _, u := range l.Units {
+			if _, err := m.removeFIFOLocked(g, u); err != nil {
+				m.log.Error("cannot remove pipe file", "lease", l.ID, "err", err)
+			}
 		}
 	}
 }

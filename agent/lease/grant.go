@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/api"
@@ -196,7 +197,7 @@ func (m *Manager) settle() {
 }
 
 func (m *Manager) placementRequest(peer identity.Peer, req Request) placement.Request {
-	r := placement.Request{Units: req.Units, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, MinCC: req.MinCapability, UID: peer.UID,
+	r := placement.Request{Units: req.Units, GPUs: req.GPUs, GPU: req.GPU, Type: req.Type, MemoryMiB: req.MemoryMiB, MinCC: req.MinCapability, UID: peer.UID,
 		Pool: req.Pool, Admin: peer.Admin}
 	if !m.engine.Load().Open() {
 		r.GIDs = peer.GIDs()
@@ -214,12 +215,12 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 	if m.journal.Failed() != nil {
 		return Grant{}, unrecorded("no lease is granted", m.journal.Failed())
 	}
-	if pb, ok := bind.(*pidBinding); ok {
+	if pb, ok := bind.(*pidBinding); ok && req.GPUs == 0 {
 		if err := m.processCap(pb.pid, m.held[pb.key()], req.Units); err != nil {
 			return Grant{}, err
 		}
 	}
-	if err := m.checkQuotaLocked(peer, req.Units, req.Reservation); err != nil {
+	if err := m.checkQuotaLocked(peer, m.requestUnits(req), req.Reservation); err != nil {
 		return Grant{}, err
 	}
 	for {
@@ -229,7 +230,7 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 			return Grant{}, err
 		}
 		c := d.Choice
-		if retry, err := m.createFIFOsLocked(c.GPU, c.Units); err != nil {
+		if retry, err := m.createChoiceFIFOsLocked(c); err != nil {
 			return Grant{}, err
 		} else if retry {
 			continue
@@ -247,8 +248,12 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 		bind.armLocked(m, l)
 		m.granted++
 		if m.leaseLineDueLocked() {
-			m.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
-				slog.Any("units", c.Units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL))
+			attrs := []slog.Attr{slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
+				slog.Any("units", l.Units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL)}
+			if len(c.GPUs) > 0 {
+				attrs = append(attrs, slog.Any("gpus", c.GPUs))
+			}
+			m.infoLocked("lease granted", attrs...)
 		}
 		return Grant{Lease: *l.Lease, JSON: enc}, nil
 	}
@@ -261,6 +266,14 @@ func (m *Manager) processCap(pid, held, units int) error {
 		return api.Errorf(api.ErrBadRequest, "units: process %d holds %d unit(s) already; one process may hold at most %d (--units-per-client)", pid, held, m.cfg.Model.UnitsPerClient)
 	}
 	return nil
+}
+
+// createChoiceFIFOsLocked makes the FIFOs of the units that c takes.
+func (m *Manager) createChoiceFIFOsLocked(c placement.Choice) (retry bool, err error) {
+	if len(c.GPUs) > 0 {
+		return m.createWholeFIFOsLocked(c.GPUs)
+	}
+	return m.createFIFOsLocked(c.GPU, c.Units)
 }
 
 // createFIFOsLocked makes the FIFOs of units of GPU g. When one is there
@@ -297,14 +310,17 @@ func (m *Manager) createFIFOsLocked(g int, units []int) (retry bool, err error) 
 
 // addLocked puts a new or restored lease in the table.
 func (m *Manager) addLocked(l *lease) {
-	for _, u := range l.Units {
-		s := &m.gpus[l.GPU.Index].slots[u]
-		s.state, s.lease = slotLeased, l
+	for _, g := range gpusOf(l.Lease) {
+		for _, u := range l.Units {
+			s := &m.gpus[g].slots[u]
+			s.state, s.lease = slotLeased, l
+		}
+		m.touchLocked(g)
 	}
-	m.touchLocked(l.GPU.Index)
 	m.leases[l.ID] = l
-	m.quotaUse.add(l.Owner.UID, identity.GroupsOf(l.Owner.GID, l.Owner.Groups), len(l.Units))
-	if pb, ok := l.bind.(*pidBinding); ok {
+	m.quotaUse.add(l.Owner.UID, identity.GroupsOf(l.Owner.GID, l.Owner.Groups), unitsHeld(l.Lease))
+	// A whole-GPU lease runs without MPS: the per-client cap does not bind it.
+	if pb, ok := l.bind.(*pidBinding); ok && len(l.GPUs) == 0 {
 		key := pb.key()
 		l.holder = &key
 		m.held[key] += len(l.Units)
@@ -340,7 +356,17 @@ func (m *Manager) newLease(peer identity.Peer, req Request, bind binding, c plac
 		job := b.job
 		pub.Slurm = &job
 	}
-	pub.Env = m.sharedEnvLocked(&pub, EnvFor(m.cfg.Model, dev, m.instanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB))
+	if len(c.GPUs) > 0 {
+		pub.Units = m.allUnits()
+		devs := make([]inventory.Device, len(c.GPUs))
+		for i, g := range c.GPUs {
+			devs[i] = m.gpus[g].dev
+			pub.GPUs = append(pub.GPUs, api.LeaseGPU{Index: g, UUID: devs[i].UUID})
+		}
+		pub.Env = WholeEnv(devs)
+	} else {
+		pub.Env = m.sharedEnvLocked(&pub, EnvFor(m.cfg.Model, dev, m.instanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB))
+	}
 	return &lease{Lease: &pub, bind: bind, share: dr.member()}
 }
 

@@ -81,12 +81,14 @@ func (m *Manager) replayLocked(b []byte) []journal.Entry {
 // but not one an offline claimer holds: when the lease's end could not be
 // recorded before a crash, its units may have been claimed since.
 func (m *Manager) removeUnheldFIFOsLocked(l *lease) {
-	for _, u := range l.Units {
-		if m.cfg.Ledger.Held(l.GPU.Index, u) {
-			continue
-		}
-		if _, err := m.removeFIFOLocked(l.GPU.Index, u); err != nil {
-			m.log.Error("cannot remove pipe file", "lease", l.ID, "err", err)
+	for _, g := range gpusOf(l.Lease) {
+		for _, u := range l.Units {
+			if m.cfg.Ledger.Held(g, u) {
+				continue
+			}
+			if _, err := m.removeFIFOLocked(g, u); err != nil {
+				m.log.Error("cannot remove pipe file", "lease", l.ID, "err", err)
+			}
 		}
 	}
 }

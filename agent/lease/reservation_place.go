@@ -52,7 +52,8 @@ func (m *Manager) placeLocked(peer identity.Peer, req Request) (placement.Decisi
 		return m.placeOnReservationLocked(eng, peer, req.Reservation, pr)
 	}
 	d, err := eng.Place(m.nodeLocked(), pr)
-	if err == nil || len(m.reservations) == m.pending || !isInsufficient(err) || errors.Is(err, placement.ErrNeverFits) {
+	// Whole GPUs are never borrowed: a borrow takes units, not GPUs.
+	if err == nil || pr.GPUs > 0 || len(m.reservations) == m.pending || !isInsufficient(err) || errors.Is(err, placement.ErrNeverFits) {
 		return d, nil, err
 	}
 	bd, dr := m.borrowLocked(eng, peer, pr)

@@ -96,28 +96,30 @@ func (m *Manager) rebind(e journal.Entry) (binding, string) {
 // FIFOs it made again, leaves every other (a claimer may hold more than one of
 // the lease's units), and returns that unit; else -1.
 func (m *Manager) recreateFIFOsLocked(l *lease) int {
-	var made []int
-	for _, u := range l.Units {
-		var err error
-		switch {
-		case m.cfg.Ledger.Present(l.GPU.Index, u) && m.cfg.Ledger.Held(l.GPU.Index, u):
-			// The daemon never locks its own FIFOs: this one is a claimer's.
-			err = ledger.ErrTaken
-		case m.cfg.Ledger.Present(l.GPU.Index, u):
-			continue
-		default:
-			if err = m.createFIFOLocked(l.GPU.Index, u); err == nil {
-				made = append(made, u)
+	var made [][2]int // GPU, unit
+	for _, g := range gpusOf(l.Lease) {
+		for _, u := range l.Units {
+			var err error
+			switch {
+			case m.cfg.Ledger.Present(g, u) && m.cfg.Ledger.Held(g, u):
+				// The daemon never locks its own FIFOs: this one is a claimer's.
+				err = ledger.ErrTaken
+			case m.cfg.Ledger.Present(g, u):
+				continue
+			default:
+				if err = m.createFIFOLocked(g, u); err == nil {
+					made = append(made, [2]int{g, u})
+				}
 			}
-		}
-		if errors.Is(err, ledger.ErrTaken) {
-			for _, v := range made {
-				m.removeFIFOLocked(l.GPU.Index, v)
+			if errors.Is(err, ledger.ErrTaken) {
+				for _, v := range made {
+					m.removeFIFOLocked(v[0], v[1])
+				}
+				return u
 			}
-			return u
-		}
-		if err != nil {
-			m.log.Error("cannot recreate pipe file of a kept lease", "lease", l.ID, "err", err)
+			if err != nil {
+				m.log.Error("cannot recreate pipe file of a kept lease", "lease", l.ID, "err", err)
+			}
 		}
 	}
 	return -1

@@ -173,6 +173,9 @@ func (m *Manager) slurmReuseLocked(peer identity.Peer, req Request, bind binding
 		if l.Slurm == nil || *l.Slurm != sb.job || l.Owner.UID != peer.UID {
 			continue
 		}
+		if (req.GPUs > 0) != (len(l.GPUs) > 0) || len(l.GPUs) < req.GPUs {
+			return Grant{}, true, api.Errorf(api.ErrConflict, "slurm: job %d holds lease %s of %d whole GPU(s) already; %d asked", sb.job.JobID, l.ID, len(l.GPUs), req.GPUs)
+		}
 		if len(l.Units) < req.Units {
 			return Grant{}, true, api.Errorf(api.ErrConflict, "slurm: job %d holds lease %s of %d unit(s) already; %d asked", sb.job.JobID, l.ID, len(l.Units), req.Units)
 		}

@@ -125,8 +125,12 @@ type InstanceView struct {
 // LeaseCount is how many leases are live in the view.
 func (v *View) LeaseCount() int {
 	n := 0
-	for _, g := range v.GPUs {
-		n += len(g.Leases)
+	for gi, g := range v.GPUs {
+		for _, l := range g.Leases {
+			if l.GPU.Index == gi {
+				n++
+			}
+		}
 	}
 	return n
 }
@@ -134,9 +138,12 @@ func (v *View) LeaseCount() int {
 // Leases lists every live lease of the view, by id.
 func (v *View) Leases() []api.Lease {
 	out := make([]api.Lease, 0, v.LeaseCount())
-	for _, g := range v.GPUs {
+	for gi, g := range v.GPUs {
 		for _, l := range g.Leases {
-			out = append(out, *l)
+			// A whole-GPU lease is in the list of each of its GPUs.
+			if l.GPU.Index == gi {
+				out = append(out, *l)
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })

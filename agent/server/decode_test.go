@@ -39,6 +39,14 @@ func TestDecodeRequest(t *testing.T) {
 		{"min cc as a number", `{"units":1,"min_cc":8.0}`, "min_cc: must be a string"},
 		{"min cc words", `{"units":1,"min_cc":"ampere"}`, `min_cc: "ampere" is not`},
 		{"min cc zero", `{"units":1,"min_cc":"0.0"}`, "min_cc: \"0.0\" is not a compute capability: they start at 1.0"},
+		{"whole gpus", `{"gpus":2,"ttl":"1m","pool":"a","memory_mib":1024,"wait":"5s"}`, ""},
+		{"whole gpus units zero", `{"gpus":2,"units":0}`, ""},
+		{"whole gpus and units", `{"gpus":2,"units":1}`, "units and gpus: a request asks for units of one GPU or for whole GPUs, not both"},
+		{"whole gpus and gpu", `{"gpus":2,"gpu":"0"}`, "gpu and gpus: a request for whole GPUs cannot name one GPU"},
+		{"whole gpus and reservation", `{"gpus":1,"reservation":"r"}`, "gpus: whole GPUs are not drawn from a reservation nor borrowed"},
+		{"whole gpus preemptible", `{"gpus":1,"preemptible":true}`, "gpus: whole GPUs are not drawn from a reservation nor borrowed"},
+		{"whole gpus negative", `{"gpus":-1}`, "gpus: must be at least 1 when given, got -1"},
+		{"whole gpus string", `{"gpus":"2"}`, "gpus: must be a whole number"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -55,8 +55,8 @@ func decodeRequestJSON(b []byte) (lease.Request, error) {
 
 func validate(req *lease.Request) error {
 	lr := &req.LeaseRequest
-	if lr.Units < 1 {
-		return api.Errorf(api.ErrBadRequest, "units: must be at least 1, got %d", lr.Units)
+	if err := validateShape(lr); err != nil {
+		return err
 	}
 	var err error
 	if lr.TTL != "" {
@@ -100,6 +100,25 @@ func validate(req *lease.Request) error {
 		if k == "" || len(k) > maxLabelLen || len(v) > maxLabelLen {
 			return api.Errorf(api.ErrBadRequest, "labels: keys must be 1 to %d bytes and values at most %d", maxLabelLen, maxLabelLen)
 		}
+	}
+	return nil
+}
+
+// validateShape checks what a request asks: units of one GPU, or whole GPUs.
+func validateShape(lr *api.LeaseRequest) error {
+	switch {
+	case lr.GPUs < 0:
+		return api.Errorf(api.ErrBadRequest, "gpus: must be at least 1 when given, got %d", lr.GPUs)
+	case lr.GPUs == 0 && lr.Units < 1:
+		return api.Errorf(api.ErrBadRequest, "units: must be at least 1, got %d", lr.Units)
+	case lr.GPUs == 0:
+		return nil
+	case lr.Units != 0:
+		return api.Errorf(api.ErrBadRequest, "units and gpus: a request asks for units of one GPU or for whole GPUs, not both")
+	case lr.GPU != "":
+		return api.Errorf(api.ErrBadRequest, "gpu and gpus: a request for whole GPUs cannot name one GPU")
+	case lr.Reservation != "" || lr.Preemptible:
+		return api.Errorf(api.ErrBadRequest, "gpus: whole GPUs are not drawn from a reservation nor borrowed (reservation, preemptible)")
 	}
 	return nil
 }

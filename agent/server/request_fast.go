@@ -100,6 +100,9 @@ func (d *fastDecoder) field(lr *api.LeaseRequest, key string) (uint32, bool) {
 	case "wait":
 		lr.Wait, ok = d.plainString()
 		return 1 << 11, ok
+	case "gpus":
+		lr.GPUs, ok = d.integer()
+		return 1 << 12, ok
 	}
 	return 0, false
 }

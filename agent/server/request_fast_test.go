@@ -46,6 +46,7 @@ func FuzzDecodeRequestFastIsWhatJSONMakes(f *testing.F) {
 		`{"units":1,"ttl":"1m0s"}`, ` { "units" : 2 , "gpu":"GPU-x" ,"memory_mib":18446744073709551615}` + "\n",
 		`{"units":-0,"pid":-9223372036854775808}`, `{"preemptible":true,"wait":"1h","min_cc":"8.9"}`, `{}`, `{"units":0}`,
 		`{"units":1,"pid":1,"ttl":"1s"}`, `{"units":1,"task":"\u0041"}`, `{"units":1,"type":"a\tb"}`, `{"units":1}{}`,
+		`{"gpus":2,"ttl":"1m"}`, `{"gpus":1,"units":1}`, `{"gpus":-1,"gpu":"0"}`,
 	} {
 		f.Add(s)
 	}

@@ -269,6 +269,11 @@ func TestWriteLeases(t *testing.T) {
 		t.Fatalf("table:\n%s", b.String())
 	}
 	b.Reset()
+	WriteLeases(&b, []api.Lease{{ID: "l-w", GPU: api.LeaseGPU{Index: 3}, GPUs: []api.LeaseGPU{{Index: 3}, {Index: 1}}, Units: []int{0, 1}, Owner: api.Owner{PID: 5}}})
+	if row := strings.Fields(strings.Split(b.String(), "\n")[1]); row[1] != "3,1" || row[2] != "-" || row[3] != "all" {
+		t.Fatalf("whole-GPU lease row: %q", row)
+	}
+	b.Reset()
 	WriteLeases(&b, nil)
 	if b.String() != "no leases\n" {
 		t.Fatalf("empty: %q", b.String())

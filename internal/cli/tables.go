@@ -192,10 +192,23 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 		if l.Preemptible {
 			task += " (preemptible)"
 		}
-		tw.row(l.ID, fmt.Sprint(l.GPU.Index), fmt.Sprint(l.Instance), unitList(l.Units),
-			fmt.Sprint(l.Owner.UID), pid, usageCell(l.Usage), exp, task)
+		gpu, instance, units := fmt.Sprint(l.GPU.Index), fmt.Sprint(l.Instance), unitList(l.Units)
+		if len(l.GPUs) > 0 {
+			gpu, instance, units = wholeGPUList(l.GPUs), "-", "all"
+		}
+		tw.row(l.ID, gpu, instance, units, fmt.Sprint(l.Owner.UID), pid, usageCell(l.Usage), exp, task)
 	}
 	tw.flush()
+}
+
+// wholeGPUList writes a whole-GPU lease's GPUs in CUDA_VISIBLE_DEVICES
+// order: "2,3".
+func wholeGPUList(gpus []api.LeaseGPU) string {
+	out := make([]string, len(gpus))
+	for i, g := range gpus {
+		out[i] = fmt.Sprint(g.Index)
+	}
+	return strings.Join(out, ",")
 }
 
 // unitList writes unit indices with runs folded: "0-3,7".

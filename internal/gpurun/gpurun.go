@@ -63,7 +63,10 @@ var managedEnv = []string{
 
 // Options are gpurun's parsed flags.
 type Options struct {
-	Units     int
+	Units int
+	// GPUs asks for that many whole GPUs instead of units (Units is then
+	// not sent): the command runs on them without MPS.
+	GPUs      int
 	GPU       string
 	Pool      string
 	Type      string
@@ -102,6 +105,7 @@ Examples:
   gpurun -- python train.py                      one unit, anywhere
   gpurun --units 2 --type A100 -- python train.py
   gpurun --gpu 1 --memory 20G -- ./infer.sh      GPU 1, with 20 GiB of its memory
+  gpurun --gpus 2 -- torchrun train.py           two whole GPUs, without MPS
   gpurun --min-cc 8.0 -- python train.py         a GPU of compute capability 8.0 or above
   gpurun --wait 10m -- python train.py           queue for up to 10 minutes
   gpurun --offline -- ./job                      claim units without gpuletd
@@ -125,6 +129,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	fs.SetInterspersed(false)
 	fs.SortFlags = false
 	fs.IntVarP(&o.Units, "units", "n", 1, "units to lease (one process holds at most gpuletd's --units-per-client)")
+	fs.IntVar(&o.GPUs, "gpus", 0, "whole GPUs to lease, every unit of each: the command runs on them without MPS (not with --units, --gpu, --reservation or --preemptible)")
 	fs.StringVar(&o.GPU, "gpu", "", "GPU index or UUID")
 	fs.StringVar(&o.Pool, "pool", "", "pool to lease from")
 	fs.StringVar(&o.Type, "type", "", "GPU type: a case-insensitive part of its name, e.g. A100 or t4")
@@ -153,6 +158,9 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	if o.Units < 1 {
 		return o, fmt.Errorf("--units must be at least 1, got %d", o.Units)
 	}
+	if err := checkWhole(fs, o); err != nil {
+		return o, err
+	}
 	if memory != "" {
 		var err error
 		if o.MemoryMiB, err = ParseMemory(memory); err != nil {
@@ -172,7 +180,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 		// waiters; an offline claim that silently ignored them would mislead.
 		// layout.json, which offline claims read, does not carry compute
 		// capabilities.
-		for _, f := range []string{"pool", "reservation", "preemptible", "memory", "min-cc", "task", "wait"} {
+		for _, f := range []string{"gpus", "pool", "reservation", "preemptible", "memory", "min-cc", "task", "wait"} {
 			if fs.Changed(f) {
 				return o, fmt.Errorf("--%s needs gpuletd: it cannot be used with --offline", f)
 			}
@@ -322,6 +330,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // request is the lease request the flags ask for.
 func (o Options) request() api.LeaseRequest {
 	r := api.LeaseRequest{Units: o.Units, GPU: o.GPU, Pool: o.Pool, Type: o.Type, MemoryMiB: o.MemoryMiB, MinCC: o.MinCC, Task: o.Task, Reservation: o.Reservation, Preemptible: o.Preemptible}
+	if o.GPUs > 0 {
+		r.Units, r.GPUs = 0, o.GPUs
+	}
 	if o.Slurm {
 		r.Slurm = api.SlurmScopeJob
 	}
@@ -336,12 +347,7 @@ func dryRun(ctx context.Context, o Options, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpurun: dry run:", describe(err, o))
 		return ExitFailure
 	}
-	units := make([]string, len(p.Units))
-	for i, u := range p.Units {
-		units[i] = strconv.Itoa(u)
-	}
-	fmt.Fprintf(stdout, "a lease of %d unit(s) would go to GPU %d (%s), MPS instance %d, units %s (policy %s); nothing was leased\n",
-		o.Units, p.GPU.Index, p.GPU.UUID, p.Instance, strings.Join(units, ","), p.Policy)
+	fmt.Fprintln(stdout, placementLine(o, p))
 	switch {
 	case p.Preemptible:
 		fmt.Fprintf(stdout, "  borrowed from reservation %s: preemptible (ended, its command told SIGTERM then SIGKILL, when the reservation takes the units back)\n", p.Reservation)

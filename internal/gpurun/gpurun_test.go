@@ -51,9 +51,16 @@ func TestParse(t *testing.T) {
 		{name: "offline with min cc", args: []string{"--offline", "--min-cc", "8.0", "--", "x"}, wantErr: "--min-cc needs gpuletd"},
 		{name: "offline with preemptible", args: []string{"--offline", "--preemptible", "--", "x"}, wantErr: "--preemptible needs gpuletd"},
 		{name: "dry run with offline", args: []string{"--offline", "--dry-run"}, wantErr: "--dry-run asks gpuletd"},
+		{name: "whole gpus", args: []string{"--gpus", "2", "--type", "A100", "--", "x"},
+			want: Options{Units: 1, GPUs: 2, Type: "A100", Command: []string{"x"}}},
+		{name: "whole gpus zero", args: []string{"--gpus", "0", "--", "x"}, wantErr: "--gpus must be at least 1, got 0"},
+		{name: "whole gpus and units", args: []string{"--gpus", "2", "--units", "1", "--", "x"}, wantErr: "--gpus asks for whole GPUs: it cannot be used with --units"},
+		{name: "whole gpus and gpu", args: []string{"--gpus", "2", "--gpu", "1", "--", "x"}, wantErr: "--gpus asks for whole GPUs: it cannot be used with --gpu"},
+		{name: "whole gpus and reservation", args: []string{"--gpus", "1", "--reservation", "r", "--", "x"}, wantErr: "cannot be used with --reservation"},
+		{name: "offline whole gpus", args: []string{"--offline", "--gpus", "2", "--", "x"}, wantErr: "--gpus needs gpuletd: it cannot be used with --offline"},
 		{name: "min cc without minor", args: []string{"--min-cc", "8", "--", "x"}, wantErr: `--min-cc: "8" is not a compute capability MAJOR.MINOR`},
 		{name: "min cc of a name", args: []string{"--min-cc", "sm_80", "--", "x"}, wantErr: `--min-cc: "sm_80" is not`},
-		{name: "unknown flag", args: []string{"--gpus", "2", "--", "x"}, wantErr: "unknown flag: --gpus"},
+		{name: "unknown flag", args: []string{"--nodes", "2", "--", "x"}, wantErr: "unknown flag: --nodes"},
 		{name: "help", args: []string{"--help"}, wantErr: "help requested"},
 	}
 	for _, tc := range tests {

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+
+	"github.com/spf13/pflag"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
@@ -35,6 +38,9 @@ func describe(err error, o Options) error {
 // what says what was asked for: "2 unit(s) on GPU 1 of type A100".
 func what(o Options) string {
 	s := fmt.Sprintf("%d unit(s)", o.Units)
+	if o.GPUs > 0 {
+		s = fmt.Sprintf("%d whole GPU(s)", o.GPUs)
+	}
 	if o.GPU != "" {
 		s += " on GPU " + o.GPU
 	}
@@ -54,6 +60,40 @@ func what(o Options) string {
 		s += " of reservation " + o.Reservation
 	}
 	return s
+}
+
+// checkWhole refuses --gpus beside the flags that ask for units of one GPU.
+func checkWhole(fs *pflag.FlagSet, o Options) error {
+	if !fs.Changed("gpus") {
+		return nil
+	}
+	if o.GPUs < 1 {
+		return fmt.Errorf("--gpus must be at least 1, got %d", o.GPUs)
+	}
+	for _, f := range []string{"units", "gpu", "reservation", "preemptible"} {
+		if fs.Changed(f) {
+			return fmt.Errorf("--gpus asks for whole GPUs: it cannot be used with --%s", f)
+		}
+	}
+	return nil
+}
+
+// placementLine is the dry run's answer: where the lease would go.
+func placementLine(o Options, p *api.Placement) string {
+	if len(p.GPUs) > 0 {
+		gpus := make([]string, len(p.GPUs))
+		for i, g := range p.GPUs {
+			gpus[i] = fmt.Sprintf("%d (%s)", g.Index, g.UUID)
+		}
+		return fmt.Sprintf("a lease of %d whole GPU(s) would take GPUs %s, every unit, without MPS (policy %s); nothing was leased",
+			o.GPUs, strings.Join(gpus, ", "), p.Policy)
+	}
+	units := make([]string, len(p.Units))
+	for i, u := range p.Units {
+		units[i] = strconv.Itoa(u)
+	}
+	return fmt.Sprintf("a lease of %d unit(s) would go to GPU %d (%s), MPS instance %d, units %s (policy %s); nothing was leased",
+		o.Units, p.GPU.Index, p.GPU.UUID, p.Instance, strings.Join(units, ","), p.Policy)
 }
 
 // waitMessage says what gpurun waits for and what is free now.

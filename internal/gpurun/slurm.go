@@ -20,6 +20,10 @@ func (o *Options) applySlurm(ctx context.Context, getenv func(string) string) er
 		return fmt.Errorf("in Slurm job %s: %w", getenv(slurmenv.EnvJobID), err)
 	}
 	o.Slurm = true
+	if o.GPUs > 0 {
+		// Whole GPUs asked: the step's shards and GPU do not apply.
+		return nil
+	}
 	if !o.unitsGiven && step.Units > 0 {
 		o.Units = step.Units
 	}
