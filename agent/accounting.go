@@ -101,7 +101,7 @@ func (a *Agent) account(view *lease.View, samples []inventory.Sample, claims [][
 			if l.Binding == string(lease.KindPID) {
 				pid = l.Owner.PID
 			}
-			ul := usage.Lease{ID: l.ID, GPU: g, UID: l.Owner.UID, PID: pid, ShareMiB: a.shareMiB(g, len(l.Units), l.MemoryMiB)}
+			ul := usage.Lease{ID: l.ID, GPU: g, UID: l.Owner.UID, PID: pid, ShareMiB: a.shareMiB(g, len(l.Units), l.MemoryMiB), Whole: len(l.GPUs) > 0}
 			if l.Slurm != nil {
 				ul.SlurmJob = l.Slurm.JobID
 			}

@@ -34,6 +34,9 @@ type Lease struct {
 	// process of the job is the lease's. 0 for other leases.
 	SlurmJob uint64
 	ShareMiB uint64
+	// Whole marks a lease of whole GPUs, listed once for each of its GPUs:
+	// its usage is the sum over them.
+	Whole bool
 }
 
 // Claim is an offline claim of units of one instance by one process.
@@ -207,9 +210,25 @@ func (a *Accountant) Update(in Input) *Table {
 	// had: those share one usage, and only the others get one of their own
 	// (not a pointer into leaseUse, which would keep all of it).
 	idle := &api.Usage{PIDs: []int{}, SampledAt: in.Now}
+	wholeShares := foldWhole(in.Leases, leaseUse)
 	for i, l := range in.Leases {
+		if l.Whole {
+			if u, done := t.Leases[l.ID]; done {
+				// Another GPU of a lease already finished: its usage is
+				// that one, and the GPU counts it over share with it.
+				if l.GPU < len(t.GPUs) {
+					shares[l.GPU] += l.ShareMiB
+					t.GPUs[l.GPU].OverShare += b2i(u.OverShare)
+				}
+				continue
+			}
+		}
 		u := &leaseUse[i]
-		a.finish(u, l.ID, l.ShareMiB, in.Now)
+		share := l.ShareMiB
+		if l.Whole {
+			share = wholeShares[l.ID]
+		}
+		a.finish(u, l.ID, share, in.Now)
 		if len(u.PIDs) == 0 && u.MemoryPeakMiB == 0 {
 			u = idle
 		} else {
@@ -247,6 +266,31 @@ func (a *Accountant) Update(in Input) *Table {
 	return t
 }
 
+// foldWhole adds the usage of each whole-GPU lease's later GPUs to the entry
+// of its first, which is the one finished, and returns each such lease's
+// share over all its GPUs; nil when there is none.
+func foldWhole(leases []Lease, use []api.Usage) map[string]uint64 {
+	var first map[string]int
+	var shares map[string]uint64
+	for i, l := range leases {
+		if !l.Whole {
+			continue
+		}
+		if first == nil {
+			first, shares = map[string]int{}, map[string]uint64{}
+		}
+		shares[l.ID] += l.ShareMiB
+		j, seen := first[l.ID]
+		if !seen {
+			first[l.ID] = i
+			continue
+		}
+		use[j].MemoryUsedMiB += use[i].MemoryUsedMiB
+		use[j].PIDs = append(use[j].PIDs, use[i].PIDs...)
+	}
+	return shares
+}
+
 func charge(u *api.Usage, p inventory.Process) {
 	u.MemoryUsedMiB += p.MemoryUsedMiB
 	u.PIDs = append(u.PIDs, p.PID)
@@ -266,6 +310,8 @@ func (a *Accountant) finish(u *api.Usage, id string, share uint64, now time.Time
 		u.PIDs = []int{}
 	}
 	slices.Sort(u.PIDs)
+	// A process of a whole-GPU lease is listed on each GPU it uses.
+	u.PIDs = slices.Compact(u.PIDs)
 }
 
 // forgetEnded drops the peaks of what is no longer live.

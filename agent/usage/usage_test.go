@@ -139,3 +139,36 @@ func TestIdleLeasesShareOneUsage(t *testing.T) {
 		t.Fatalf("the busy lease once its process is gone: %+v, want its own usage with its peak of 86 MiB", u)
 	}
 }
+
+// TestWholeGPULeaseSumsItsGPUs: a lease of two whole GPUs is listed once for
+// each; its usage is what its process uses on both, its share both GPUs'
+// memory, its peak the sum, and it runs once.
+func TestWholeGPULeaseSumsItsGPUs(t *testing.T) {
+	now := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
+	in := Input{
+		Now:            now,
+		MemoryTotalMiB: []uint64{81559, 81559},
+		Processes: [][]inventory.Process{
+			{{PID: 100, MemoryUsedMiB: 50000}},
+			{{PID: 100, MemoryUsedMiB: 40000}, {PID: 101, MemoryUsedMiB: 1000}},
+		},
+		Leases: []Lease{
+			{ID: "w", GPU: 0, PID: 100, ShareMiB: 81559, Whole: true},
+			{ID: "w", GPU: 1, PID: 100, ShareMiB: 81559, Whole: true},
+		},
+		Parent: func(pid int) int { return map[int]int{101: 100}[pid] },
+	}
+	tab := New().Update(in)
+	got := tab.Leases["w"]
+	if got == nil || got.MemoryUsedMiB != 91000 || got.MemoryPeakMiB != 91000 || got.OverShare || !slices.Equal(got.PIDs, []int{100, 101}) {
+		t.Fatalf("whole-GPU lease: %+v, want 91000 MiB (its peak too), not over its two GPUs' share, pids [100 101]", got)
+	}
+	if len(tab.Running) != 1 {
+		t.Errorf("running %+v, want the lease once", tab.Running)
+	}
+	for g := range tab.GPUs {
+		if tab.GPUs[g].OutsideMiB != 0 || tab.GPUs[g].OverShare != 0 {
+			t.Errorf("GPU %d: %+v, want nothing outside and nothing over share", g, tab.GPUs[g])
+		}
+	}
+}
