@@ -31,6 +31,12 @@ func call(c net.Conn, br *bufio.Reader, method, path, body string) string {
 	if err := req.Write(c); err != nil {
 		return "error " + err.Error()
 	}
+	return answer(br, req)
+}
+
+// answer reads the answer to req: its status, and for a refusal its error's
+// code and message.
+func answer(br *bufio.Reader, req *http.Request) string {
 	resp, err := http.ReadResponse(br, req)
 	if err != nil {
 		return "error " + err.Error()
@@ -148,21 +154,33 @@ func hogRole() int {
 
 // waitersRole queues GPULET_E2E_WAITERS lease requests that wait for units, each on
 // its own connection and bound to this process, prints "sent" and its pid,
-// and waits for a line on stdin (the test sees them queued); then it asks
-// one more and prints what that one got. It holds the queued ones until
-// stdin closes.
+// and waits for a line on stdin (the test sees them bound); then it asks
+// one more and prints the first answer any of them got. It holds the queued
+// ones until stdin closes.
 func waitersRole() int {
 	n, _ := strconv.Atoi(os.Getenv("GPULET_E2E_WAITERS"))
 	body := fmt.Sprintf(`{"units":1,"pid":%d,"wait":"1m"}`, os.Getpid())
-	for range n {
+	// The first answer to any request is the one a cap gives at once: gpuletd
+	// opens a request's pidfd just before it queues it, so the test's sign
+	// that n wait may come while the last is still on its way, and the extra
+	// request may overtake it; then that one is refused instead.
+	first := make(chan string, n+1)
+	send := func() bool {
 		c, err := dialSocket()
 		if err != nil {
 			fmt.Println("dial:", err)
-			return 1
+			return false
 		}
 		req, _ := http.NewRequest("POST", "http://gpulet/v1/leases", strings.NewReader(body))
 		if err := req.Write(c); err != nil {
 			fmt.Println("write:", err)
+			return false
+		}
+		go func() { first <- answer(bufio.NewReader(c), req) }()
+		return true
+	}
+	for range n {
+		if !send() {
 			return 1
 		}
 	}
@@ -171,12 +189,10 @@ func waitersRole() int {
 	if _, err := in.ReadString('\n'); err != nil {
 		return 1
 	}
-	c, err := dialSocket()
-	if err != nil {
-		fmt.Println("dial:", err)
+	if !send() {
 		return 1
 	}
-	fmt.Println("one more=" + call(c, bufio.NewReader(c), "POST", "/v1/leases", body))
+	fmt.Println("one more=" + <-first)
 	io.Copy(io.Discard, in)
 	return 0
 }
