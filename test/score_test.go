@@ -116,16 +116,7 @@ func TestScorePolicyAndMinCC(t *testing.T) {
 		t.Fatalf("min_cc 8.0 with the A100 busy: %v", err)
 	}
 	// ... and with a wait (gpurun --min-cc 8.0 --wait) waits for the A100.
-	waiter := exec.Command(e2e.Bin("gpurun"), "--min-cc", "8.0", "--wait", "30s", "--", "sh", "-c", "echo cvd=$CUDA_VISIBLE_DEVICES")
-	waiter.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
-	stderr, _ := waiter.StderrPipe()
-	var stdout strings.Builder
-	waiter.Stdout = &stdout
-	if err := waiter.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer waiter.Process.Kill()
-	line, _ := bufio.NewReader(stderr).ReadString('\n')
+	waiter, stdout, line := startWaiting(t, d, "--min-cc", "8.0", "--wait", "30s", "--", "sh", "-c", "echo cvd=$CUDA_VISIBLE_DEVICES")
 	if !strings.Contains(line, "waiting up to 30s for 1 unit(s) of compute capability 8.0 or above") ||
 		!strings.Contains(line, "(GPU 1 NVIDIA A100-SXM4-80GB: 12 free, not eligible (working, 95% busy))") {
 		t.Fatalf("gpurun's waiting message %q", line)
@@ -137,6 +128,27 @@ func TestScorePolicyAndMinCC(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// startWaiting starts gpurun with args on d's socket, to wait for units, and
+// returns it (killed when the test ends), its stdout as it fills, and the
+// first line of its stderr: the waiting message.
+func startWaiting(t *testing.T, d *e2e.Daemon, args ...string) (*exec.Cmd, *strings.Builder, string) {
+	t.Helper()
+	waiter := exec.Command(e2e.Bin("gpurun"), args...)
+	waiter.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
+	stderr, err := waiter.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout := &strings.Builder{}
+	waiter.Stdout = stdout
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { waiter.Process.Kill() })
+	line, _ := bufio.NewReader(stderr).ReadString('\n')
+	return waiter, stdout, line
+}
 
 func setSim(t *testing.T, d *e2e.Daemon, gpu int, u api.SimGPUUpdate) {
 	t.Helper()

@@ -60,16 +60,7 @@ func TestGpurunWholeGPUs(t *testing.T) {
 	if code != 0 || !strings.Contains(dry, "a lease of 2 whole GPU(s) would take GPUs") {
 		t.Fatalf("dry run: exit %d %q", code, dry)
 	}
-	waiter := exec.Command(e2e.Bin("gpurun"), "--gpus", "3", "--wait", "30s", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES")
-	waiter.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
-	stderr, _ := waiter.StderrPipe()
-	var stdout strings.Builder
-	waiter.Stdout = &stdout
-	if err := waiter.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer waiter.Process.Kill()
-	msg, _ := bufio.NewReader(stderr).ReadString('\n')
+	waiter, stdout, msg := startWaiting(t, d, "--gpus", "3", "--wait", "30s", "--", "sh", "-c", "echo $CUDA_VISIBLE_DEVICES")
 	if !strings.Contains(msg, "waiting up to 30s for 3 whole GPU(s)") {
 		t.Fatalf("waiting message %q", msg)
 	}
