@@ -33,10 +33,17 @@ func newFixture(t *testing.T, m, n, k int) *fixture {
 	return fixtureAt(t, runDir(t), model)
 }
 
-// fixtureAt is a fixture whose run dir is dir.
+// fixtureAt is a fixture whose run dir is dir, with two GPUs of different
+// models.
 func fixtureAt(t *testing.T, dir string, model units.Model) *fixture {
 	t.Helper()
-	sim := inventory.NewSim("test", []inventory.Model{inventory.Models[5], inventory.Models[0]})
+	return fixtureOf(t, dir, model, inventory.Models[5], inventory.Models[0])
+}
+
+// fixtureOf is a fixture whose run dir is dir, with simulated GPUs of models.
+func fixtureOf(t *testing.T, dir string, model units.Model, models ...inventory.Model) *fixture {
+	t.Helper()
+	sim := inventory.NewSim("test", models)
 	f := &fixture{dir: dir, model: model, devs: sim.Devices()}
 	var err error
 	var gpus []ledger.GPU

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/agent/inventory"
-	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
@@ -27,16 +26,8 @@ func newWholeFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sim := inventory.NewSim("test", []inventory.Model{inventory.Models[0], inventory.Models[0], inventory.Models[0], inventory.Models[0]})
-	f := &fixture{dir: runDir(t), model: model, devs: sim.Devices()}
-	var gpus []ledger.GPU
-	for _, d := range f.devs {
-		gpus = append(gpus, ledger.GPU{Index: d.Index, UUID: d.UUID, Name: d.Name})
-	}
-	if f.ledger, err = ledger.New(f.dir, model, gpus, -1, quietLog()); err != nil {
-		t.Fatal(err)
-	}
-	return f
+	t4 := inventory.Models[0]
+	return fixtureOf(t, runDir(t), model, t4, t4, t4, t4)
 }
 
 func wholeReq(n int, ttl string) Request {
