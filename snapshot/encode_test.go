@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -169,4 +170,40 @@ func TestGPUPartsAreShared(t *testing.T) {
 	if bytes.Contains(got, []byte(`"units_used":12345`)) || !bytes.Contains(got, fmt.Appendf(nil, `"seq":%d`, next.Seq)) {
 		t.Fatalf("the shared part was encoded again, or the snapshot's own fields were not:\n%s", got)
 	}
+}
+
+// WithJSON lends the bytes JSON returns, before JSON was made (encoded into a
+// reused buffer) and after (JSON's own), and a buffer lent to one reader is
+// not reused by another while it reads: readers of different snapshots at
+// once each see their own, whole.
+func TestWithJSONLendsWhatJSONReturns(t *testing.T) {
+	var full api.Snapshot
+	fill(reflect.ValueOf(&full).Elem(), 1)
+	snaps := make([]*api.Snapshot, 8)
+	want := make([][]byte, len(snaps))
+	for i := range snaps {
+		s := full
+		s.Seq = uint64(i + 1)
+		snaps[i], want[i] = &s, New(&s, nil, nil).JSON()
+	}
+	var wg sync.WaitGroup
+	for i := range snaps {
+		wg.Go(func() {
+			for range 200 {
+				New(snaps[i], nil, nil).WithJSON(func(got []byte) {
+					if !bytes.Equal(got, want[i]) {
+						t.Errorf("snapshot %d lent:\n%s\nwant:\n%s", i, got, want[i])
+					}
+				})
+			}
+		})
+	}
+	wg.Wait()
+	p := New(snaps[0], nil, nil)
+	made := p.JSON()
+	p.WithJSON(func(got []byte) {
+		if &got[0] != &made[0] {
+			t.Error("once JSON is made, WithJSON lends another copy of it")
+		}
+	})
 }

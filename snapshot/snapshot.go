@@ -28,6 +28,7 @@ type Published struct {
 	listLeases  func() []api.Lease
 	jsonOnce    sync.Once
 	json        []byte
+	jsonMade    atomic.Bool
 	metricsOnce sync.Once
 	metrics     []byte
 	render      func(*api.Snapshot) []byte
@@ -108,8 +109,38 @@ func (p *Published) JSON() []byte {
 		}
 		p.json = append(b, '\n')
 		lastJSONSize.Store(int64(len(p.json)))
+		p.jsonMade.Store(true)
 	})
 	return p.json
+}
+
+// scratch holds encodings that WithJSON lends, for the next to reuse.
+var scratch sync.Pool
+
+// WithJSON calls use with the snapshot's encoding, the bytes JSON returns,
+// which are use's to read only until it returns. Once JSON has been made it
+// lends that; until then it encodes into a buffer that the next call reuses.
+// Under lease churn on a large node nearly every read of the API meets a
+// snapshot that nobody has encoded yet, and a new encoding for each (57 KB
+// on 16 GPUs with 10,000 leases) was garbage enough that collecting it slowed
+// leasing by a fifth (docs/BENCHMARKS.md, section 9).
+func (p *Published) WithJSON(use func([]byte)) {
+	if p.jsonMade.Load() {
+		use(p.json)
+		return
+	}
+	buf, _ := scratch.Get().(*[]byte)
+	if buf == nil {
+		buf = new([]byte)
+	}
+	b, err := appendSnapshotJSON((*buf)[:0], p.Snapshot, p.gpuParts)
+	if err != nil {
+		panic("gpulet: cannot encode snapshot: " + err.Error())
+	}
+	b = append(b, '\n')
+	use(b)
+	*buf = b
+	scratch.Put(buf)
 }
 
 // Metrics is the Prometheus text exposition of the snapshot, built on first use.

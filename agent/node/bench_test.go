@@ -41,7 +41,7 @@ func BenchmarkBuildAndEncode(b *testing.B) {
 				for g := range c.changed {
 					view.GPUs[(i+g)%gpus].Built++
 				}
-				builder.Build(in).JSON()
+				builder.Build(in).WithJSON(func([]byte) {})
 			}
 		})
 	}

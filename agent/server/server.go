@@ -308,8 +308,12 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request, _ identity.Pee
 		return nil
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(p.JSON())))
-	w.Write(p.JSON())
+	// Written before WithJSON returns: net/http copies or sends the bytes
+	// within Write.
+	p.WithJSON(func(body []byte) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.Write(body)
+	})
 	return nil
 }
 

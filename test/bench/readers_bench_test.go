@@ -37,17 +37,28 @@ import (
 //   - api-held=10000: the same on a 16-GPU node with 10,000 leases held all
 //     along, so that a snapshot made for a reader after each change has a
 //     large table behind it.
+//   - api-held=10000/paced: the same, each reader reading once every
+//     readerPace (2,000 reads a second in all), so that both turns carry the
+//     same read load: unpaced, a slower side is also read less.
 //   - view: the readers open, read and close free_units and snapshot.json on
 //     gpuletd's FUSE view, as scripts do; the floor is a go-fuse file system
 //     of those two files in floor-proc's process. It needs a real mount (root,
 //     or fusermount3) and skips itself, saying why, without one.
 func BenchmarkLeaseUnderReaders(b *testing.B) {
-	b.Run("api", func(b *testing.B) { leaseUnderReaders(b, 0, false) })
-	b.Run("api-held=10000", func(b *testing.B) { leaseUnderReaders(b, 10000, false) })
-	b.Run("view", func(b *testing.B) { leaseUnderReaders(b, 0, true) })
+	b.Run("api", func(b *testing.B) { leaseUnderReaders(b, 0, false, 0) })
+	b.Run("api-held=10000", func(b *testing.B) { leaseUnderReaders(b, 10000, false, 0) })
+	b.Run("api-held=10000/paced", func(b *testing.B) { leaseUnderReaders(b, 10000, false, readerPace) })
+	b.Run("view", func(b *testing.B) { leaseUnderReaders(b, 0, true, 0) })
 }
 
-func leaseUnderReaders(b *testing.B, held int, view bool) {
+// readerPace is how often each paced reader reads: 8 readers at 4 ms are
+// 2,000 reads a second, under half of what gpuletd serves to unpaced ones
+// with 10,000 leases held, so that both sides keep the pace.
+const readerPace = 4 * time.Millisecond
+
+// leaseUnderReaders runs the benchmark; pace, when not 0, is how often each
+// reader reads (0: as fast as it can).
+func leaseUnderReaders(b *testing.B, held int, view bool, pace time.Duration) {
 	// Enough units for the leases held and the 8 clients' churn, in one MPS
 	// instance per GPU: two GPUs with nothing held; with leases held, a
 	// 16-GPU node, as in the placement benchmark (BenchmarkPlace).
@@ -102,7 +113,7 @@ func leaseUnderReaders(b *testing.B, held int, view bool) {
 			sides[0], sides[1] = sides[1], sides[0]
 		}
 		for _, side := range sides {
-			stop := hammer(b, side.readers, readers, side.reads)
+			stop := hammer(b, side.readers, readers, pace, side.reads)
 			elapsed, err := side.t.turn(n, leaseRelease)
 			stop()
 			if err != nil {
@@ -174,19 +185,31 @@ func readFile(path string, buf []byte) (int, error) {
 	}
 }
 
-// hammer starts readers goroutines, each reading as fast as it can through a
-// reader of its own from newReader, counting reads, until the returned stop
-// is called.
-func hammer(b *testing.B, newReader func() reader, readers int, reads *atomic.Int64) (stop func()) {
+// hammer starts readers goroutines, each reading through a reader of its own
+// from newReader, counting reads, until the returned stop is called. Each
+// reads as fast as it can, or, when pace is not 0, once every pace: a reader
+// that falls behind reads at once, without making up the reads it missed.
+func hammer(b *testing.B, newReader func() reader, readers int, pace time.Duration, reads *atomic.Int64) (stop func()) {
 	var wg sync.WaitGroup
 	var halt atomic.Bool
-	for range readers {
+	for i := range readers {
 		r := newReader()
+		// Paced readers start spread over one pace, not all at once.
+		next := time.Now().Add(pace * time.Duration(i) / time.Duration(readers))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer r.close()
 			for !halt.Load() {
+				if pace > 0 {
+					time.Sleep(time.Until(next))
+					if next = next.Add(pace); next.Before(time.Now()) {
+						next = time.Now()
+					}
+					if halt.Load() {
+						return
+					}
+				}
 				if err := r.read(); err != nil {
 					b.Error(err)
 					return
