@@ -195,6 +195,15 @@ check "three users in turn (K=1)" "0 0 0" "${rc% }" $([ "${rc% }" = "0 0 0" ] &&
 srv=$(snap | js '[(s.get("uid"),s["clients"]) for s in d["gpus"][0]["instances"][0].get("servers",[])]')
 check "idle server listed" "[(uid of ${users[2]}, 0)]" "$srv" $([ "$srv" = "[($(id -u ${users[2]}), 0)]" ] && echo 1 || echo 0)
 
+# 7b. A whole GPU (gpurun --gpus) while the idle MPS server of step 7 is still
+# up: the job runs without MPS, on every SM. Step 8 then leases units through
+# MPS again.
+echo "== 7b. A whole GPU beside an idle MPS server"
+out=$(as ${users[0]} timeout 90 "$bin/gpurun" --gpus 1 -- "$probe" 2>&1); wrc=$?
+echo "$out" > "$OUT/whole-gpu.txt"
+wsms=$(echo "$out" | field 0 sms)
+check "whole GPU (--gpus 1)" "rc 0, all $total_sms SMs" "rc $wrc, ${wsms:-no} SMs" $([ $wrc = 0 ] && [ "$wsms" = "$total_sms" ] && echo 1 || echo 0)
+
 # 8. The threshold with a small job: kernel time 100%, SMs well below 90%.
 echo "== 8. The threshold with a small job: kernel time 100%, SMs well below 90%"
 as ${users[0]} timeout 90 "$bin/gpurun" --units 2 -- "$probe" spin:4000 > /dev/null 2>&1 & small=$!
