@@ -25,7 +25,8 @@ type Auth struct {
 	// does not tie a snapshot to its node. Used only without NodeTokens.
 	PushToken *WatchedFile
 	// ReadToken, when set, is the token reads (GET /v1/table, /v1/nodes,
-	// /metrics) must come with (--read-token-file).
+	// /v1/placements/mix, /metrics) and placements must come with
+	// (--read-token-file).
 	ReadToken *WatchedFile
 	// ClientCerts says that the server verifies client certificates
 	// (--client-ca): a snapshot of a node may come with a certificate whose

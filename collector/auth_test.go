@@ -134,7 +134,7 @@ func TestSharedTokenReread(t *testing.T) {
 func TestReadToken(t *testing.T) {
 	s := NewServer(NewStore(time.Minute, nil), nil)
 	s.Auth.ReadToken = tokenFile(t, "reader\n")
-	for _, path := range []string{"/v1/table", "/v1/nodes", "/metrics", "/v1/placements"} {
+	for _, path := range []string{"/v1/table", "/v1/nodes", "/metrics", "/v1/placements/mix", "/v1/placements"} {
 		for auth, want := range map[string]int{"": 403, "Bearer nope": 403, "Bearer reader": 200, "bearer reader": 200} {
 			method, body := "GET", ""
 			if path == "/v1/placements" {

@@ -63,6 +63,12 @@ type placer struct {
 	modeled map[string]modeledNode
 	// synced is when every node's state was last looked at.
 	synced time.Time
+	// learner learns the request mix from the requests asked, under every
+	// policy, so that GET /v1/placements/mix shows what frag would weigh;
+	// observed counts them. mix is the mix in force, under frag only.
+	learner  *placement.Learner
+	observed uint64
+	mix      *placement.Mix
 }
 
 type modeledNode struct {
@@ -71,15 +77,26 @@ type modeledNode struct {
 }
 
 func newPlacer(p placement.Policy) *placer {
-	return &placer{cluster: cluster.New(placement.New(p)), policy: p, modeled: map[string]modeledNode{}}
+	return &placer{cluster: cluster.New(placement.New(p)), policy: p, modeled: map[string]modeledNode{}, learner: cluster.NewLearner()}
 }
 
-// place brings the models up to date with the table and places r. Only the
-// nodes whose record changed are modeled again, and, once every resync, all
-// of them: a node that went silent changes state without a new record.
+// place learns r, brings the models up to date with the table and places
+// r. Only the nodes whose record changed are modeled again, and, once every
+// resync, all of them: a node that went silent changes state without a new
+// record.
 func (p *placer) place(st *Store, r cluster.Request, limit int) (cluster.Answer, map[string]*record, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	// Learnt before it is placed, as gpulet-replay does: the first request
+	// is placed under a mix of its own shape, not under none.
+	p.learner.Observe(r.Request)
+	p.observed++
+	if m := p.learner.Mix(); p.policy == placement.Frag && m != p.mix {
+		// SetEngine drops every node's kept answers and floors, which
+		// were the old mix's.
+		p.mix = m
+		p.cluster.SetEngine(placement.New(placement.Frag).WithMix(m))
+	}
 	changed, all := st.takeChanged()
 	now := st.now()
 	if !all && now.Sub(p.synced) >= resync(st.staleAfter) {
@@ -242,4 +259,48 @@ func (pr PlacementRequest) check() (cluster.Request, error) {
 func cardOf(c api.Capability) placement.Card {
 	cc, _ := api.ParseComputeCapability(c.ComputeCapability)
 	return placement.Card{CC: cc, MemoryBandwidthGBps: c.MemoryBandwidthGBps, SMClockMHz: c.MaxSMClockMHz}
+}
+
+// PlacementMix is the answer of GET /v1/placements/mix: the request mix
+// learned from the requests of POST /v1/placements, which --policy frag
+// weighs (the others learn it too, and do not weigh it).
+type PlacementMix struct {
+	Policy string `json:"policy"`
+	// Observed counts the requests learnt from since the collector started.
+	Observed uint64     `json:"observed"`
+	Shapes   []MixShape `json:"shapes"`
+}
+
+// MixShape is one shape of the mix: requests of units of one GPU, or of
+// gpus whole GPUs, of one type; Weight is their share of the requests
+// remembered. A request's memory_mib and min_cc are no part of its shape.
+type MixShape struct {
+	Units  int     `json:"units,omitempty"`
+	GPUs   int     `json:"gpus,omitempty"`
+	Type   string  `json:"type,omitempty"`
+	Weight float64 `json:"weight"`
+}
+
+// learned is the mix as last published: the one in force under frag.
+func (p *placer) learned() PlacementMix {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := PlacementMix{Policy: string(p.policy), Observed: p.observed, Shapes: []MixShape{}}
+	if m := p.learner.Mix(); m != nil {
+		for _, sh := range m.Shapes {
+			out.Shapes = append(out.Shapes, MixShape{Units: sh.Units, GPUs: sh.GPUs, Type: sh.Type, Weight: sh.Weight})
+		}
+	}
+	return out
+}
+
+// placementMix is GET /v1/placements/mix.
+func (s *Server) placementMix(w http.ResponseWriter, r *http.Request) error {
+	if err := s.checkRead(r.Header.Get("Authorization")); err != nil {
+		return err
+	}
+	if len(r.URL.Query()) > 0 {
+		return api.Errorf(api.ErrBadRequest, "/v1/placements/mix takes no query parameters")
+	}
+	return writeJSON(w, http.StatusOK, s.placer.learned())
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // withInstances gives every GPU of s one MPS instance owning all its units,
@@ -82,5 +83,143 @@ func TestPlacements(t *testing.T) {
 		if code, _, b := place(tc.body, tc.query); code != 400 || !strings.Contains(errorMessage(t, b), tc.want) {
 			t.Errorf("%s %s: %d %s, want 400 saying %q", tc.body, tc.query, code, b, tc.want)
 		}
+	}
+}
+
+// snapshotFree is node's snapshot whose GPUs of 8 units have free units
+// free, one MPS instance each.
+func snapshotFree(node string, free ...int) *api.Snapshot {
+	s := testSnapshot(node, "b", 1, 0, len(free))
+	s.UnitsFree = 0
+	for i, f := range free {
+		s.GPUs[i].UnitsFree, s.GPUs[i].UnitsUsed = f, 8-f
+		s.UnitsFree += f
+	}
+	return withInstances(s)
+}
+
+// TestPlacementsLearnMix: under frag the collector weighs the mix of the
+// requests it has been asked. A request of 2 units goes, by best-fit, to
+// the tightest GPU (n1's GPU 0, 4 free). Once requests of 4 units are the
+// mix, frag keeps that GPU for them, as its 2 left would fit none, and
+// takes GPUs that keep 4 free: n2's (6), then n1's GPU 1 (8). Before the
+// 4s, the mix is the request's own shape, which no choice fragments: frag
+// ranks as best-fit. The answers of 2 units the nodes kept under the first
+// mix must not outlive it.
+func TestPlacementsLearnMix(t *testing.T) {
+	server := func(p placement.Policy) *Server {
+		st := NewStore(15*time.Second, nil)
+		s := NewServer(st, nil)
+		s.SetPolicy(p)
+		st.Apply(snapshotFree("n1", 4, 8))
+		st.Apply(snapshotFree("n2", 6))
+		return s
+	}
+	place := func(s *Server, body string) string {
+		t.Helper()
+		code, b := do(t, s, "POST", "/v1/placements?limit=3", []byte(body))
+		var l PlacementList
+		if code != 200 || json.Unmarshal(b, &l) != nil {
+			t.Fatalf("%s: %d %s", body, code, b)
+		}
+		got := []string{}
+		for _, p := range l.Placements {
+			got = append(got, fmt.Sprintf("%s/%d", p.Node, p.GPU.Index))
+		}
+		return l.Policy + " " + strings.Join(got, " ")
+	}
+	bestFit, frag := server(placement.BestFit), server(placement.Frag)
+	if got, want := place(bestFit, `{"units":2}`), "best-fit n1/0 n2/0"; got != want {
+		t.Fatalf("best-fit: %s, want %s", got, want)
+	}
+	if got, want := place(frag, `{"units":2}`), "frag n1/0 n2/0"; got != want {
+		t.Fatalf("frag before it learnt requests of 4 units: %s, want %s, as best-fit", got, want)
+	}
+	// Requests of 4 units until a new mix is published (the learner
+	// publishes every so many requests), which must weigh them most.
+	for n := 0; ; n++ {
+		if m := learnedMix(t, frag); len(m.Shapes) > 0 && m.Shapes[0].Units == 4 {
+			break
+		} else if n > 10000 {
+			t.Fatalf("after %d requests of 4 units the mix is %+v", n, m)
+		}
+		place(frag, `{"units":4}`)
+		place(bestFit, `{"units":4}`)
+	}
+	if got, want := place(bestFit, `{"units":2}`), "best-fit n1/0 n2/0"; got != want {
+		t.Fatalf("best-fit after requests of 4 units: %s, want %s", got, want)
+	}
+	if got, want := place(frag, `{"units":2}`), "frag n2/0 n1/1"; got != want {
+		t.Fatalf("frag after requests of 4 units: %s, want %s", got, want)
+	}
+}
+
+// learnedMix is the answer of GET /v1/placements/mix.
+func learnedMix(t *testing.T, s *Server) PlacementMix {
+	t.Helper()
+	code, b := do(t, s, "GET", "/v1/placements/mix", nil)
+	var m PlacementMix
+	if code != 200 || json.Unmarshal(b, &m) != nil {
+		t.Fatalf("GET /v1/placements/mix: %d %s", code, b)
+	}
+	return m
+}
+
+// TestPlacementsLearnFirst: a request is learnt before it is placed, so
+// the first one under frag already weighs its own shape: 2 units go to the
+// GPU of 5 free rather than leave 1 of the tighter GPU's 3, where best-fit
+// (and frag with no mix) takes the tighter.
+func TestPlacementsLearnFirst(t *testing.T) {
+	for p, want := range map[placement.Policy]int{placement.BestFit: 0, placement.Frag: 1} {
+		st := NewStore(15*time.Second, nil)
+		s := NewServer(st, nil)
+		s.SetPolicy(p)
+		st.Apply(snapshotFree("n1", 3, 5))
+		code, b := do(t, s, "POST", "/v1/placements", []byte(`{"units":2}`))
+		var l PlacementList
+		if code != 200 || json.Unmarshal(b, &l) != nil || l.Placements[0].GPU.Index != want {
+			t.Errorf("%s: %d %s, want GPU %d", p, code, b, want)
+		}
+	}
+}
+
+// TestPlacementMix: GET /v1/placements/mix shows the mix as last published,
+// learnt from the valid requests of POST /v1/placements only, under any
+// policy (TestReadToken: it needs the read token where one is set).
+func TestPlacementMix(t *testing.T) {
+	st := NewStore(15*time.Second, nil)
+	s := NewServer(st, nil)
+	st.Apply(snapshotFree("n1", 4, 8))
+	get := func() string {
+		t.Helper()
+		code, b := do(t, s, "GET", "/v1/placements/mix", nil)
+		if code != 200 {
+			t.Fatalf("GET /v1/placements/mix: %d %s", code, b)
+		}
+		return strings.TrimSpace(string(b))
+	}
+	if got, want := get(), `{"policy":"best-fit","observed":0,"shapes":[]}`; got != want {
+		t.Fatalf("before any request: %s, want %s", got, want)
+	}
+	for _, step := range []struct {
+		body string
+		code int
+		want string
+	}{
+		// The first request publishes a mix of its shape, wherever it goes.
+		{`{"gpus":2,"memory_mib":100}`, 409, `{"policy":"best-fit","observed":1,"shapes":[{"gpus":2,"weight":1}]}`},
+		{`{"units":2,"pool":"p"}`, 400, `{"policy":"best-fit","observed":1,"shapes":[{"gpus":2,"weight":1}]}`},
+		// Counted, and in the next mix published.
+		{`{"units":2,"type":"T4"}`, 200, `{"policy":"best-fit","observed":2,"shapes":[{"gpus":2,"weight":1}]}`},
+	} {
+		if code, b := do(t, s, "POST", "/v1/placements", []byte(step.body)); code != step.code {
+			t.Fatalf("%s: %d %s, want %d", step.body, code, b, step.code)
+		}
+		if got := get(); got != step.want {
+			t.Fatalf("after %s: %s, want %s", step.body, got, step.want)
+		}
+	}
+	if code, b := do(t, s, "GET", "/v1/placements/mix?x=1", nil); code != 400 || !strings.Contains(errorMessage(t, b), "no query parameters") {
+		t.Fatalf("with a query: %d %s", code, b)
 	}
 }

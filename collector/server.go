@@ -31,7 +31,7 @@ type Server struct {
 	// fileErrors logs, within a budget, the token files that cannot be
 	// read again: every request reads them.
 	fileErrors *ratelog.Limiter
-	// placer answers POST /v1/placements.
+	// placer answers POST /v1/placements and GET /v1/placements/mix.
 	placer *placer
 }
 
@@ -54,6 +54,7 @@ func NewServer(store *Store, log *slog.Logger) *Server {
 	route("GET /metrics", s.serveMetrics)
 	route("GET /v1/nodes", s.nodes)
 	route("POST /v1/placements", s.placements)
+	route("GET /v1/placements/mix", s.placementMix)
 	route("POST /v1/snapshots", s.snapshot)
 	route("GET /v1/table", s.table)
 	return s

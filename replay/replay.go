@@ -22,16 +22,6 @@ const UnitsPerGPU = 1000
 // MaxArrived is the last arrived percent a curve reports.
 const MaxArrived = 130
 
-// The frag policy's learner in a replay: it remembers about the last
-// mixWindow pods, weighs the mixShapes most frequent kinds, and publishes a
-// new mix every mixEvery pods (each new mix makes every node's answers be
-// asked again).
-const (
-	mixWindow = 4096
-	mixShapes = 16
-	mixEvery  = 1024
-)
-
 // Tune is the published protocol's workload at ratio: the pod list in its
 // order, then pods drawn from it at random with replacement (seeded), in the
 // order drawn, for as long as the GPU asked in all stays within ratio times
@@ -117,7 +107,7 @@ func request(p Pod) cluster.Request {
 func Replay(ctx context.Context, nodes []TraceNode, work []Pod, p placement.Policy, seed uint64, progress func(done int)) (Result, error) {
 	start := time.Now()
 	res := Result{Policy: p, Seed: seed, Pods: len(work), Decisions: make([]time.Duration, 0, len(work))}
-	learner := placement.NewLearner(mixWindow, mixShapes, mixEvery)
+	learner := cluster.NewLearner()
 	base := placement.New(p)
 	c, err := newCluster(nodes, base)
 	if err != nil {
