@@ -76,7 +76,7 @@ func defineFlags(fs *pflag.FlagSet, cfg *Config, raw *rawFlags) {
 	fs.IntVar(&raw.u, "units-per-gpu", 0, "U: units per GPU, at most M×N×K; a unit is 1/U of the GPU's memory and SMs (M×N×K when --units-per-client is given and this is not)")
 	// Placement and sampling
 	fs.IntVar(&cfg.MaxUtilization, "max-utilization", 90, "percent of a GPU's SMs in use (GPM, else per-process SM figures; never the time any kernel ran) above which it takes no new leases")
-	typedVar(fs, &cfg.Policy, "policy", string(placement.BestFit), placement.ParsePolicy, "placement policy: best-fit, first-fit, spread, score (the strongest card whose free resources are shaped most like the request), or frag (the choice that fragments the node least over the mix of the requests it has been receiving; best-fit until it has seen some)")
+	typedVar(fs, &cfg.Policy, "policy", string(placement.BestFit), placement.ParsePolicy, "placement policy: best-fit, first-fit, spread, score (the strongest card whose free resources are shaped most like the request), or frag (the choice that fragments the node least over the mix of the requests it has been receiving, learned from the first request on)")
 	fs.DurationVar(&cfg.SampleInterval, "sample-interval", time.Second, "how often utilization and memory are sampled")
 	fs.BoolVar(&cfg.Accounting, "accounting", true, "at every sample, attribute the GPU's processes and their memory to leases, offline claims and processes beside gpulet (--accounting=false: leases show no usage)")
 	// Node, admins and config
