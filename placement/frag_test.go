@@ -113,10 +113,16 @@ func TestLearner(t *testing.T) {
 	if l.Mix() != nil {
 		t.Fatal("a mix before any request")
 	}
+	// A request of no GPU is not counted.
+	l.Observe(Request{HostCPUMilli: 8000, HostMemoryMiB: 100})
+	if m := l.Mix(); m != nil {
+		t.Fatalf("a mix of a request of no GPU: %+v", m.Shapes)
+	}
 	for i := 0; i < 30; i++ {
 		l.Observe(Request{Units: 200})
 		if i%3 == 0 {
 			l.Observe(Request{Units: 400})
+			l.Observe(Request{HostCPUMilli: 8000})
 		}
 	}
 	l.Observe(Request{GPUs: 2, Units: 7})
