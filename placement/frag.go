@@ -1,6 +1,10 @@
 package placement
 
-import "github.com/gpulet/gpulet/pipefile"
+import (
+	"math"
+
+	"github.com/gpulet/gpulet/pipefile"
+)
 
 // The frag policy (the idea of FGD, "Beware of Fragmentation", USENIX ATC
 // '23): a node's fragmentation for one kind of request is the free units that
@@ -325,12 +329,18 @@ func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 // first. For a request of GPU it is the cosine similarity of what r asks of
 // n and what n has free, as shares of the node's totals: (host CPU, GPU
 // units); a request heavy on CPU goes where CPU is plentiful, not where it
-// would leave GPUs that no request has the CPU left to use. For a request of
-// no GPU it is 1 less the GPU its CPU strands: the share of the host's free
-// CPU it takes times the share of the node's GPU free, so that it goes
-// where CPU is plentiful for the GPU left (a node of sixteen cores and two
-// free GPUs loses half their CPU to an eight-core request; one of 104 cores,
-// a thirteenth). 0 when n has no Host.
+// would leave GPUs that no request has the CPU left to use. It is rounded
+// to a 1/alignSteps, so that nodes whose shapes differ by less tie and the
+// fuller node wins, as under best-fit: an empty node, shaped as a request
+// that asks CPU and GPU in its proportion, does not win over a node in use
+// shaped nearly as well, and nodes left whole stay whole for requests of
+// many GPUs. For a request of no GPU it is the CPU the node
+// has left after r against its free GPU, cpu left ÷ (cpu left + GPU free),
+// in milli-CPU and milli-GPU: the request goes where the most CPU is left
+// per free GPU (1 where no GPU is free: it strands none), so that it takes
+// CPU where CPU is plentiful for the GPU left, not from a node whose GPUs
+// will need it (a node of 104 cores and two free GPUs before one of 96
+// cores and eight). 0 when n has no Host.
 func HostAlign(n *Node, r Request) float64 {
 	a := readAlign(n)
 	return a.of(r)
@@ -378,9 +388,20 @@ func (a *alignFigures) of(r Request) float64 {
 		if a.cpuFree == 0 {
 			return 0
 		}
-		return roundScore(1 - min(1, float64(r.HostCPUMilli)/float64(a.cpuFree))*float64(a.free)/float64(a.units))
+		gpu := float64(a.free) * 1000 / float64(max(a.unit, 1))
+		if gpu == 0 {
+			return 1
+		}
+		left := float64(a.cpuFree - min(a.cpuFree, r.HostCPUMilli))
+		return roundScore(left / (left + gpu))
 	}
 	x := [2]float64{float64(r.HostCPUMilli) / float64(a.cpu), float64(asked) / float64(a.units)}
 	f := [2]float64{float64(a.cpuFree) / float64(a.cpu), float64(a.free) / float64(a.units)}
-	return roundScore(cosine(x, f))
+	return math.Round(roundScore(cosine(x, f))*alignSteps) / alignSteps
 }
+
+// alignSteps is how finely HostAlign tells the shapes of requests of GPU
+// apart: it is rounded to a 1/alignSteps, so that nodes shaped nearly
+// alike tie and best-fit orders them (docs/replay.md has the steps
+// measured).
+const alignSteps = 32

@@ -113,10 +113,16 @@ func TestLearner(t *testing.T) {
 	if l.Mix() != nil {
 		t.Fatal("a mix before any request")
 	}
+	// A request of no GPU is not counted.
+	l.Observe(Request{HostCPUMilli: 8000, HostMemoryMiB: 100})
+	if m := l.Mix(); m != nil {
+		t.Fatalf("a mix of a request of no GPU: %+v", m.Shapes)
+	}
 	for i := 0; i < 30; i++ {
 		l.Observe(Request{Units: 200})
 		if i%3 == 0 {
 			l.Observe(Request{Units: 400})
+			l.Observe(Request{HostCPUMilli: 8000})
 		}
 	}
 	l.Observe(Request{GPUs: 2, Units: 7})
@@ -150,26 +156,66 @@ func TestHostAlign(t *testing.T) {
 		// Free: (1, 1). A request asking CPU and GPU in the node's
 		// proportion points the same way.
 		{"as shaped as the node", Request{Units: 500, HostCPUMilli: 25000}, "1.0000"},
-		{"GPU only", Request{Units: 500}, "0.7071"},
-		// No GPU: 1 − 1000/100000 × 2000/2000 of the GPU stranded.
-		{"CPU only", Request{HostCPUMilli: 1000}, "0.9900"},
+		// The cosine is 0.7071, rounded to 23/32.
+		{"GPU only", Request{Units: 500}, "0.7188"},
+		// No GPU: 99,000 milli-CPU left against 2,000 milli-GPU free.
+		{"CPU only", Request{HostCPUMilli: 1000}, "0.9802"},
 		{"whole GPUs count all their units", Request{GPUs: 2, HostCPUMilli: 100000}, "1.0000"},
 	} {
 		if got := fmt.Sprintf("%.4f", HostAlign(n, tc.req)); got != tc.want {
 			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
-	// A node of 16 cores with its two GPUs free loses half their CPU to
-	// an 8-core request; one of 104 cores a thirteenth.
-	n.Host = &Host{CPUMilli: 16000, CPUMilliFree: 16000}
-	small := HostAlign(n, Request{HostCPUMilli: 8000})
-	n.Host = &Host{CPUMilli: 104000, CPUMilliFree: 104000}
-	if big := HostAlign(n, Request{HostCPUMilli: 8000}); small != 0.5 || big <= small {
-		t.Errorf("an 8-core request of no GPU: %v on 16 cores, %v on 104; want 0.5 and more", small, big)
-	}
 	n.Host = nil
 	if got := HostAlign(n, Request{Units: 1}); got != 0 {
 		t.Errorf("without a host: %v, want 0", got)
+	}
+}
+
+// A request of no GPU goes where the most CPU is left per free GPU: to a
+// node of 104 cores and two free GPUs, a quarter of its CPU taken, before
+// an empty one of 96 cores and eight, whose GPUs will need their CPU, and
+// before either to a node with no GPU free.
+func TestHostAlignOfNoGPU(t *testing.T) {
+	r := Request{HostCPUMilli: 12000}
+	twoOf104 := fragNode(1000, 1000)
+	twoOf104.Host = &Host{CPUMilli: 104000, CPUMilliFree: 78000}
+	eightOf96 := fragNode(1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000)
+	eightOf96.Host = &Host{CPUMilli: 96000, CPUMilliFree: 96000}
+	full := fragNode(0, 0)
+	full.Host = &Host{CPUMilli: 16000, CPUMilliFree: 12000}
+	a, b, c := HostAlign(twoOf104, r), HostAlign(eightOf96, r), HostAlign(full, r)
+	if !(c > a && a > b) {
+		t.Errorf("12 cores, no GPU: %v on 104 cores with 2 GPUs free, %v on 96 cores with 8, %v with none free; want the last first, then the first", a, b, c)
+	}
+	if c != 1 {
+		t.Errorf("no GPU free: %v, want 1", c)
+	}
+}
+
+// Nodes whose free CPU and GPU are shaped within half a step of each other
+// tie, so that the fuller wins as under best-fit; further apart, the
+// closer shape wins.
+func TestHostAlignSteps(t *testing.T) {
+	r := Request{Units: 1000, HostCPUMilli: 12000}
+	at := func(cpuFree uint64, free ...int) float64 {
+		n := fragNode(free...)
+		n.Host = &Host{CPUMilli: 96000, CPUMilliFree: cpuFree}
+		return HostAlign(n, r)
+	}
+	// Shaped as the request: cosine 1.
+	empty := at(96000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000)
+	// Two GPUs and 20 of 96 cores taken: cosine 0.9996; four GPUs and
+	// 40 cores: 0.9970. All three round to 1.
+	two := at(76000, 1000, 1000, 1000, 1000, 1000, 1000, 0, 0)
+	four := at(56000, 1000, 1000, 1000, 1000, 0, 0, 0, 0)
+	// Four GPUs and 72 cores taken: cosine 0.9487, 30/32.
+	short := at(24000, 1000, 1000, 1000, 1000, 0, 0, 0, 0)
+	if empty != 1 || two != 1 || four != 1 {
+		t.Errorf("shaped as the request %v, two GPUs taken %v, four %v; want 1 for all", empty, two, four)
+	}
+	if short != 30.0/32 {
+		t.Errorf("a node short of CPU %v, want 30/32", short)
 	}
 }
 

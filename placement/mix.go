@@ -41,8 +41,15 @@ func ShapeOf(r Request) Shape {
 	return s
 }
 
-// Observe counts one request that arrived.
+// Observe counts one request that arrived. A request of no GPU is not
+// counted: no choice changes what of the GPU it could use (none), so, as in
+// FGD, it would steer no decision, only take a place among the shapes
+// kept; counted as the shape of a host's CPU and memory, it made the
+// policy keep CPU free for requests that use no GPU.
 func (l *Learner) Observe(r Request) {
+	if r.Units == 0 && r.GPUs == 0 {
+		return
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.counts[ShapeOf(r)]++
@@ -64,7 +71,8 @@ func (l *Learner) Observe(r Request) {
 	}
 }
 
-// Mix is the mix as last published: nil before any request was observed.
+// Mix is the mix as last published: nil before any request of GPU was
+// observed.
 func (l *Learner) Mix() *Mix {
 	l.mu.Lock()
 	defer l.mu.Unlock()
