@@ -54,8 +54,14 @@ test: test-deps
 	$(STATICCHECK) ./...
 	$(GO) test -race -count=1 -timeout 12m ./...
 
+# make bench: every benchmark of every package, the output kept in BENCH_OUT,
+# then the goals of docs/BENCHMARKS.md judged on it in one table
+# (test/bench/goals; it reads any saved output the same way).
+BENCH_OUT ?= $(BIN)/bench.txt
+bench: SHELL := /bin/bash
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem -timeout 20m ./...
+	set -o pipefail; $(GO) test -run '^$$' -bench . -benchmem -timeout 20m ./... | tee $(BENCH_OUT)
+	$(GO) run ./test/bench/goals $(BENCH_OUT)
 
 # make fuzz: every fuzz target of every package in turn, FUZZTIME each. The
 # seed corpora already run in make test; this searches beyond them.

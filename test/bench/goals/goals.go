@@ -1,0 +1,199 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/perf/benchfmt"
+)
+
+// goal is one speed or memory goal of docs/BENCHMARKS.md, read from the
+// figure a benchmark reports.
+type goal struct {
+	what string
+	// bench names the benchmark without its -GOMAXPROCS suffix; a * matches
+	// one level of sub-benchmarks, whose runs are then pooled.
+	bench  string
+	metric string
+	// floor, when not "", is the floor's own figure in the same runs,
+	// shown beside the ratio so that a slow machine shows as one.
+	floor string
+	// atLeast: the figure must be at least bound (otherwise at most).
+	atLeast bool
+	// bound holds for the median of the runs; every, for each run. A goal
+	// with no separate every holds in each run: a goal is met only when it
+	// holds across rounds.
+	bound, every float64
+}
+
+// goals are the goals that benchmarks report a figure for, in the order of
+// docs/BENCHMARKS.md's summary.
+var goals = []goal{
+	{what: "snapshot, 1 client: p50 ÷ floor-proc", bench: "BenchmarkSnapshot/clients=1/paired", metric: "x-floor-p50", floor: "floor-p50-ns", bound: 1.5},
+	{what: "snapshot, 8 clients: p50 ÷ floor-proc", bench: "BenchmarkSnapshot/clients=8/paired", metric: "x-floor-p50", floor: "floor-p50-ns", bound: 1.5},
+	{what: "lease+release, 1 client: ops ÷ floor-proc", bench: "BenchmarkLeaseRelease/clients=1/paired", metric: "x-floor-ops", floor: "floor-ops/s", atLeast: true, bound: 0.5},
+	{what: "lease+release, 1 client: p99 ÷ floor-proc", bench: "BenchmarkLeaseRelease/clients=1/paired", metric: "x-floor-p99", floor: "floor-p99-ns", bound: 2},
+	{what: "lease+release, 8 clients: ops ÷ floor-proc", bench: "BenchmarkLeaseRelease/clients=8/paired", metric: "x-floor-ops", floor: "floor-ops/s", atLeast: true, bound: 0.5},
+	{what: "lease+release, 8 clients: p99 ÷ floor-proc", bench: "BenchmarkLeaseRelease/clients=8/paired", metric: "x-floor-p99", floor: "floor-p99-ns", bound: 2},
+	{what: "lease+release with MPS on, 8 clients: ops ÷ floor-proc (median; every run ≥ 0.55)", bench: "BenchmarkLeaseReleaseMPS/clients=8/paired", metric: "x-floor-ops", floor: "floor-ops/s", atLeast: true, bound: 0.65, every: 0.55},
+	{what: "leasing under 8 API readers: ops ÷ readers on the floor", bench: "BenchmarkLeaseUnderReaders/api", metric: "x-readers-ops", floor: "floor-ops/s", atLeast: true, bound: 0.9},
+	{what: "the same, 10,000 leases held, readers paced alike", bench: "BenchmarkLeaseUnderReaders/api-held=10000/paced", metric: "x-readers-ops", floor: "floor-ops/s", atLeast: true, bound: 0.9},
+	{what: "leasing under 8 FUSE view readers: ops ÷ readers on the floor", bench: "BenchmarkLeaseUnderReaders/view", metric: "x-readers-ops", floor: "floor-ops/s", atLeast: true, bound: 0.9},
+	{what: "push after a lease: p99 (ms)", bench: "BenchmarkPushLatency", metric: "p99-ns", bound: 50e6},
+	{what: "pushes under lease churn (a second)", bench: "BenchmarkPushUnderChurn", metric: "pushes/s", bound: 10},
+	{what: "kubelet ListAndWatch after a lease: p99 (ns)", bench: "BenchmarkKubeletListAndWatch", metric: "p99-ns", bound: 100e6},
+	{what: "kubelet Allocate: p99 (ns)", bench: "BenchmarkKubeletAllocate/gpuletd", metric: "p99-ns", bound: 20e6},
+	{what: "collector ingest (snapshots a second)", bench: "BenchmarkCollectorIngest", metric: "snapshots/s", floor: "floor-snapshots/s", atLeast: true, bound: 10000},
+	{what: "collector query under ingest: p99 (ms)", bench: "BenchmarkCollectorIngest", metric: "query-p99-ms", bound: 50},
+	{what: "collector placements under ingest: p99 (µs)", bench: "BenchmarkPlacementsUnderIngest/*", metric: "p99-us", bound: 5000},
+	{what: "cluster placement, 10,000 nodes: p99 (ns)", bench: "BenchmarkPlace10000Nodes/*", metric: "p99-ns", bound: 5e6},
+	{what: "local lease under a TCP flood: p99 ÷ quiet", bench: "BenchmarkLeaseUnderTCPFlood", metric: "x-quiet-p99", floor: "floor-flood-p99-ns", bound: 2},
+	{what: "offline claim counted: p99 (ns)", bench: "BenchmarkOfflineClaim/gpuletd", metric: "p99-ns", bound: 10e6},
+	{what: "kill -9 → unit free: p99 (ns)", bench: "BenchmarkKillHolder/gpuletd", metric: "p99-ns", bound: 50e6},
+	{what: "reclaim of 100 borrowers: ms over the grace", bench: "BenchmarkReclaim100/*", metric: "ms-over-grace", bound: 50},
+	{what: "borrowing lease: p50 ÷ an ordinary lease", bench: "BenchmarkBorrowLease/*", metric: "x-ordinary-p50", bound: 1.1},
+	{what: "lease+release with accounting on ÷ off", bench: "BenchmarkLeaseReleaseAccounting", metric: "x-accounting-off-ops", atLeast: true, bound: 0.95},
+	{what: "resident memory, idle (MB)", bench: "BenchmarkMemory", metric: "idle-MB", floor: "floor-idle-MB", bound: 20},
+	{what: "resident memory holding 10,240 leases, highest (MB)", bench: "BenchmarkMemory", metric: "held-peak-MB", bound: 50},
+	{what: "resident memory after a restart, highest (MB)", bench: "BenchmarkMemory", metric: "restart-peak-MB", bound: 50},
+	{what: "restart with 10,240 leases → serving (ms)", bench: "BenchmarkMemory", metric: "restart-ms", bound: 500},
+}
+
+// runs are the figures of every run read, by benchmark (without
+// -GOMAXPROCS) and unit.
+type runs map[string]map[string][]float64
+
+// read adds the results of a file in the benchmark format to rs. Lines that
+// are not results (test output, a skipped benchmark's note) are no results.
+func (rs runs) read(r io.Reader, name string) error {
+	br := benchfmt.NewReader(r, name)
+	for br.Scan() {
+		res, ok := br.Result().(*benchfmt.Result)
+		if !ok {
+			continue
+		}
+		// The reader drops the Benchmark prefix; the goals name benchmarks
+		// as go test prints them.
+		bench := "Benchmark" + withoutProcs(res.Name.String())
+		if rs[bench] == nil {
+			rs[bench] = map[string][]float64{}
+		}
+		for _, v := range res.Values {
+			// As the benchmark wrote it: the reader tidies units such as
+			// p99-ns into seconds, and keeps the original beside.
+			unit, x := v.OrigUnit, v.OrigValue
+			if unit == "" {
+				unit, x = v.Unit, v.Value
+			}
+			rs[bench][unit] = append(rs[bench][unit], x)
+		}
+	}
+	return br.Err()
+}
+
+// withoutProcs is a benchmark's name without the -GOMAXPROCS suffix that
+// go test adds.
+func withoutProcs(name string) string {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 || strings.LastIndexByte(name, '/') > i {
+		return name
+	}
+	if _, err := strconv.Atoi(name[i+1:]); err != nil {
+		return name
+	}
+	return name[:i]
+}
+
+// figures are the runs of unit of every benchmark that pattern names.
+func (rs runs) figures(pattern, unit string) []float64 {
+	var out []float64
+	for name, byUnit := range rs {
+		if ok, _ := path.Match(pattern, name); ok {
+			out = append(out, byUnit[unit]...)
+		}
+	}
+	return out
+}
+
+// verdict is a goal against the runs read.
+type verdict struct {
+	goal
+	n                int
+	median, low, top float64
+	floor            float64 // median of the floor's figure; 0 when none
+	met              bool
+}
+
+func judge(g goal, rs runs) verdict {
+	v := verdict{goal: g}
+	figs := rs.figures(g.bench, g.metric)
+	if v.n = len(figs); v.n == 0 {
+		return v
+	}
+	v.median, v.low, v.top = median(figs), slices.Min(figs), slices.Max(figs)
+	if f := rs.figures(g.bench, g.floor); g.floor != "" && len(f) > 0 {
+		v.floor = median(f)
+	}
+	every := g.every
+	if every == 0 {
+		every = g.bound
+	}
+	if g.atLeast {
+		v.met = v.median >= g.bound && v.low >= every
+	} else {
+		v.met = v.median <= g.bound && v.top <= every
+	}
+	return v
+}
+
+func median(xs []float64) float64 {
+	s := slices.Sorted(slices.Values(xs))
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// write prints the verdicts as a Markdown table, the one of
+// docs/BENCHMARKS.md's summary.
+func write(w io.Writer, vs []verdict) {
+	fmt.Fprintln(w, "| goal | benchmark | runs | median [lowest–highest] | floor (median) | goal | met |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
+	for _, v := range vs {
+		want := "≤ " + num(v.bound)
+		if v.atLeast {
+			want = "≥ " + num(v.bound)
+		}
+		if v.every != 0 {
+			want += ", every run " + strings.Fields(want)[0] + " " + num(v.every)
+		}
+		bench := "`" + v.bench + "` " + v.metric
+		if v.n == 0 {
+			fmt.Fprintf(w, "| %s | %s | 0 | not run | | %s | — |\n", v.what, bench, want)
+			continue
+		}
+		floor := ""
+		if v.floor != 0 {
+			floor = num(v.floor) + " " + v.goal.floor
+		}
+		met := "**no**"
+		if v.met {
+			met = "yes"
+		}
+		fmt.Fprintf(w, "| %s | %s | %d | %s [%s–%s] | %s | %s | %s |\n", v.what, bench, v.n, num(v.median), num(v.low), num(v.top), floor, want, met)
+	}
+}
+
+// num prints a figure with three significant digits, as the benchmarks
+// report ratios, and from 100 up as a whole number.
+func num(x float64) string {
+	if math.Abs(x) >= 100 {
+		return strconv.FormatFloat(x, 'f', 0, 64)
+	}
+	return strconv.FormatFloat(x, 'g', 3, 64)
+}
