@@ -230,7 +230,7 @@ func raiseNOFILE(b *testing.B, want uint64) {
 // burst, two sample intervals with a probe of every claim each.
 func BenchmarkOfflineBurst(b *testing.B) {
 	raiseNOFILE(b, burstClaims+burstFDHeadroom)
-	d := startDaemon(b, "--sim-gpus", fmt.Sprintf("%dxA100-80GB", burstGPUs), "--clients-per-instance", strconv.Itoa(burstPerGPU))
+	d := startDaemon(b, "--sim-gpus", fmt.Sprintf("%dxA100-80GB", burstGPUs), "--clients-per-instance", strconv.Itoa(burstPerGPU), "--units-per-gpu", strconv.Itoa(burstPerGPU))
 	dirs := instanceDirs(b, d.RunDir)
 	if len(dirs) != burstGPUs {
 		b.Fatalf("layout has %d GPUs, want %d", len(dirs), burstGPUs)
