@@ -122,8 +122,8 @@ var scratch sync.Pool
 // lends that; until then it encodes into a buffer that the next call reuses.
 // Under lease churn on a large node nearly every read of the API meets a
 // snapshot that nobody has encoded yet, and a new encoding for each (57 KB
-// on 16 GPUs with 10,000 leases) was garbage enough that collecting it slowed
-// leasing by a fifth (docs/BENCHMARKS.md, section 9).
+// on 16 GPUs with 10,000 leases) was garbage whose collection showed in
+// leasing under readers (docs/BENCHMARKS.md, section 9).
 func (p *Published) WithJSON(use func([]byte)) {
 	if p.jsonMade.Load() {
 		use(p.json)
