@@ -125,7 +125,7 @@ type verdict struct {
 	goal
 	n                int
 	median, low, top float64
-	floor            float64 // median of the floor's figure; 0 when none
+	floorMedian      float64 // median of the floor's figure; 0 when none
 	met              bool
 }
 
@@ -137,7 +137,7 @@ func judge(g goal, rs runs) verdict {
 	}
 	v.median, v.low, v.top = median(figs), slices.Min(figs), slices.Max(figs)
 	if f := rs.figures(g.bench, g.floor); g.floor != "" && len(f) > 0 {
-		v.floor = median(f)
+		v.floorMedian = median(f)
 	}
 	every := g.every
 	if every == 0 {
@@ -165,12 +165,13 @@ func write(w io.Writer, vs []verdict) {
 	fmt.Fprintln(w, "| goal | benchmark | runs | median [lowest–highest] | floor (median) | goal | met |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- | --- | --- |")
 	for _, v := range vs {
-		want := "≤ " + num(v.bound)
+		op := "≤ "
 		if v.atLeast {
-			want = "≥ " + num(v.bound)
+			op = "≥ "
 		}
+		want := op + num(v.bound)
 		if v.every != 0 {
-			want += ", every run " + strings.Fields(want)[0] + " " + num(v.every)
+			want += ", every run " + op + num(v.every)
 		}
 		bench := "`" + v.bench + "` " + v.metric
 		if v.n == 0 {
@@ -178,8 +179,8 @@ func write(w io.Writer, vs []verdict) {
 			continue
 		}
 		floor := ""
-		if v.floor != 0 {
-			floor = num(v.floor) + " " + v.goal.floor
+		if v.floorMedian != 0 {
+			floor = num(v.floorMedian) + " " + v.floor
 		}
 		met := "**no**"
 		if v.met {

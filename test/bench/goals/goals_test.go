@@ -57,8 +57,8 @@ func TestJudge(t *testing.T) {
 		{"BenchmarkLeaseUnderReaders/view", "x-readers-ops", 0, 0, 0, false},
 	} {
 		v := judge(goalOf(t, c.bench, c.metric), rs)
-		if v.n != c.n || !near(v.median, c.median) || !near(v.floor, c.floor) || v.met != c.met {
-			t.Errorf("%s %s: %d runs, median %v, floor %v, met %v; want %d, %v, %v, %v", c.bench, c.metric, v.n, v.median, v.floor, v.met, c.n, c.median, c.floor, c.met)
+		if v.n != c.n || !near(v.median, c.median) || !near(v.floorMedian, c.floor) || v.met != c.met {
+			t.Errorf("%s %s: %d runs, median %v, floor %v, met %v; want %d, %v, %v, %v", c.bench, c.metric, v.n, v.median, v.floorMedian, v.met, c.n, c.median, c.floor, c.met)
 		}
 	}
 }
