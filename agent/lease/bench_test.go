@@ -19,7 +19,7 @@ import (
 // BenchmarkAcquireRelease is the lease engine's part of a lease round trip,
 // with the run dir on tmpfs as in production.
 func BenchmarkAcquireRelease(b *testing.B) {
-	m, ctx := benchManager(b)
+	m, ctx := benchManager(b, 64)
 	req := ttlReq(1, "1m")
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -33,16 +33,44 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	}
 }
 
-// benchManager is a Manager of two simulated A100s of 64 units each, with
-// its run dir on tmpfs as in production.
-func benchManager(b *testing.B) (*Manager, context.Context) {
+// BenchmarkAcquireReleaseHeld is BenchmarkAcquireRelease on GPUs of 704
+// units with 1,250 leases of one unit held all along, as on a large node
+// under load (BenchmarkLeaseUnderReaders' api-held=10000 holds 625 a GPU):
+// each change builds its GPU's part of the view again, over every unit.
+func BenchmarkAcquireReleaseHeld(b *testing.B) {
+	m, ctx := benchManager(b, 704)
+	req := ttlReq(1, "1h")
+	for range 1250 {
+		if _, err := m.Acquire(ctx, root, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		l, err := m.Acquire(ctx, root, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Release(root, l.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchManager is a Manager of two simulated A100s of unitsPerGPU units
+// each (one instance of as many clients), with its run dir on tmpfs as in
+// production.
+func benchManager(b *testing.B, unitsPerGPU int) (*Manager, context.Context) {
 	b.Helper()
 	dir, err := os.MkdirTemp("/dev/shm", "gpulet-lease-bench-")
 	if err != nil {
 		b.Skip("no tmpfs at /dev/shm:", err)
 	}
 	b.Cleanup(func() { os.RemoveAll(dir) })
-	model, _ := units.New(1, 64, 1, 0)
+	model, err := units.New(1, unitsPerGPU, 1, 0)
+	if err != nil {
+		b.Fatal(err)
+	}
 	devs := inventory.NewSim("bench", []inventory.Model{inventory.Models[5], inventory.Models[5]}).Devices()
 	var gpus []ledger.GPU
 	for _, d := range devs {
@@ -99,8 +127,8 @@ func benchRules() ([]config.Pool, []config.Quota) {
 // the socket and HTTP add the same to both sides, so the ratio of whole
 // round trips is closer to 1 still.
 func BenchmarkConfiguredLease(b *testing.B) {
-	plain, ctx := benchManager(b)
-	configured, _ := benchManager(b)
+	plain, ctx := benchManager(b, 64)
+	configured, _ := benchManager(b, 64)
 	pools, quotas := benchRules()
 	configured.SetRules(placement.New(placement.BestFit).WithPools(pools), NewQuotas(quotas))
 	caller := identity.Peer{UID: 1001, GID: 1001, Groups: []uint32{5017, 7, 8}}

@@ -37,6 +37,13 @@ type lease struct {
 	bind binding
 	// seen marks the lease as counted in a build of its GPU's view.
 	seen uint64
+	// gpu, ownerUID and slurm are Lease's GPU.Index, Owner.UID and Slurm,
+	// which no change touches, kept here so that a build of a GPU's view
+	// reads no api.Lease: with hundreds of leases a GPU, those reads were most
+	// of its cost.
+	gpu      int
+	ownerUID uint32
+	slurm    *api.LeaseSlurm
 	// holder is the process whose units (Manager.held) the lease counts
 	// toward; nil for a lease bound to no process.
 	holder *procKey
@@ -44,6 +51,11 @@ type lease struct {
 	// reclaiming says its holder was told to end (reservation.go).
 	share      string
 	reclaiming bool
+}
+
+// newTableLease is the table's record of pub, which it keeps.
+func newTableLease(pub *api.Lease, bind binding, share string) *lease {
+	return &lease{Lease: pub, bind: bind, share: share, gpu: pub.GPU.Index, ownerUID: pub.Owner.UID, slurm: pub.Slurm}
 }
 
 // change sets a copy of the lease that f changed; whoever holds the value
@@ -367,7 +379,7 @@ func (m *Manager) newLease(peer identity.Peer, req Request, bind binding, c plac
 	} else {
 		pub.Env = m.sharedEnvLocked(&pub, EnvFor(m.cfg.Model, dev, m.instanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB))
 	}
-	return &lease{Lease: &pub, bind: bind, share: dr.member()}
+	return newTableLease(&pub, bind, dr.member())
 }
 
 // instanceEnv is the MPS variables of instance k of GPU g; nil when MPS is off.

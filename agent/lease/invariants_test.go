@@ -181,9 +181,9 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 	v := m.view.Load()
 	held := map[procKey]int{}
 	for gi, g := range m.gpus {
-		fresh := m.buildGPUViewLocked(g)
+		fresh := m.buildGPUViewLocked(gi, g)
 		pub := v.GPUs[gi]
-		if fresh.Used != pub.Used || fresh.Offline != pub.Offline || fmt.Sprint(fresh.OfflineByUID) != fmt.Sprint(pub.OfflineByUID) ||
+		if fresh.Used != pub.Used || fresh.Offline != pub.Offline || fresh.LeasesHere != pub.LeasesHere || fmt.Sprint(fresh.OfflineByUID) != fmt.Sprint(pub.OfflineByUID) ||
 			instancesOf(fresh.Instances) != instancesOf(pub.Instances) || fmt.Sprint(leaseIDsOf(fresh.Leases)) != fmt.Sprint(leaseIDsOf(pub.Leases)) {
 			t.Fatalf("%s: GPU %d's published view %+v differs from its table %+v", when, gi, pub, fresh)
 		}
@@ -193,6 +193,9 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 			}
 			if !slices.Contains(s.lease.Units, u) || s.lease.GPU.Index != gi || m.leases[s.lease.ID] != s.lease {
 				t.Fatalf("%s: GPU %d unit %d points at lease %s, which does not hold it", when, gi, u, s.lease.ID)
+			}
+			if l := s.lease; l.gpu != l.GPU.Index || l.ownerUID != l.Owner.UID || l.slurm != l.Slurm {
+				t.Fatalf("%s: lease %s keeps GPU %d, owner %d, Slurm %v; it is on GPU %d, owned by %d, Slurm %v", when, l.ID, l.gpu, l.ownerUID, l.slurm, l.GPU.Index, l.Owner.UID, l.Slurm)
 			}
 			if !m.cfg.Ledger.Present(gi, u) {
 				t.Fatalf("%s: GPU %d unit %d is leased to %s but has no FIFO", when, gi, u, s.lease.ID)

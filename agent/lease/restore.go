@@ -28,7 +28,7 @@ func (m *Manager) restore() {
 	for _, e := range entries {
 		// Its own copy: a pointer into entries would keep them all.
 		pub := e.Lease
-		l := &lease{Lease: &pub, share: e.Share}
+		l := newTableLease(&pub, nil, e.Share)
 		bind, why := m.rebind(e)
 		if bind == nil {
 			m.log.Info(why, "lease", l.ID, "pid", l.Owner.PID)

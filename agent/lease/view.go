@@ -93,6 +93,9 @@ type GPUView struct {
 	Instances []InstanceView
 	// Leases are the GPU's live leases, in no order.
 	Leases []*api.Lease
+	// LeasesHere counts those of Leases whose GPU is this one: a whole-GPU
+	// lease is listed on each of its GPUs and counted on its first.
+	LeasesHere int
 }
 
 // OfflineUnit is one unit claimed offline: its FIFO's owner and identity.
@@ -125,12 +128,8 @@ type InstanceView struct {
 // LeaseCount is how many leases are live in the view.
 func (v *View) LeaseCount() int {
 	n := 0
-	for gi, g := range v.GPUs {
-		for _, l := range g.Leases {
-			if l.GPU.Index == gi {
-				n++
-			}
-		}
+	for _, g := range v.GPUs {
+		n += g.LeasesHere
 	}
 	return n
 }
@@ -172,7 +171,7 @@ func (m *Manager) publishLocked() bool {
 		Reservations: m.reservationViewsLocked(), OverQuota: m.overQuotaLocked()}
 	for gi, g := range m.gpus {
 		if g.dirty {
-			g.view = m.buildGPUViewLocked(g)
+			g.view = m.buildGPUViewLocked(gi, g)
 			g.dirty = false
 			g.built++
 			g.view.Built = g.built
@@ -183,7 +182,7 @@ func (m *Manager) publishLocked() bool {
 	return true
 }
 
-func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
+func (m *Manager) buildGPUViewLocked(gi int, g *gpuTable) GPUView {
 	// A view is built on every change, so it is built in few allocations:
 	// the instances' free units share one array, and the leases' list is as
 	// long as the last build's to begin with.
@@ -224,13 +223,19 @@ func (m *Manager) buildGPUViewLocked(g *gpuTable) GPUView {
 					s.lease.seen = m.builds
 					iv.Clients++
 					gv.Leases = append(gv.Leases, s.lease.Lease)
-					uid := s.lease.Owner.UID
+					if s.lease.gpu == gi {
+						gv.LeasesHere++
+					}
+					uid := s.lease.ownerUID
 					if iv.UID == nil {
-						iv.UID = &uid
+						// Its own variable: were uid's address taken, every
+						// lease met would allocate one.
+						first := uid
+						iv.UID = &first
 					}
 					iv.Users = addUser(iv.Users, uid)
-					if s.lease.Slurm != nil {
-						iv.SlurmJobs = addSlurmJob(iv.SlurmJobs, s.lease.Slurm.JobID)
+					if s.lease.slurm != nil {
+						iv.SlurmJobs = addSlurmJob(iv.SlurmJobs, s.lease.slurm.JobID)
 					}
 				}
 			}

@@ -75,6 +75,9 @@ func TestWholeGPULease(t *testing.T) {
 	if n := len(m.View().Leases()); n != 1 {
 		t.Fatalf("%d leases listed, want 1", n)
 	}
+	if n := m.View().LeaseCount(); n != 1 {
+		t.Fatalf("%d leases counted, want 1", n)
+	}
 	if err := m.Release(root, l.ID); err != nil {
 		t.Fatal(err)
 	}

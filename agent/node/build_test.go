@@ -25,7 +25,7 @@ func testInputs() Inputs {
 		GPUs: []lease.GPUView{
 			{Used: 7, Offline: 2, Reserved: 3, OfflineByUID: map[uint32]int{1001: 2},
 				Instances: []lease.InstanceView{{FreeUnits: []int{5, 6, 7}, Size: 8, Clients: 2, UID: &uid, SlurmJobs: []uint64{42}}, {FreeUnits: []int{11}, Size: 8}},
-				Leases:    []*api.Lease{{ID: "l1"}}},
+				Leases:    []*api.Lease{{ID: "l1"}}, LeasesHere: 1},
 			{Instances: []lease.InstanceView{{Size: 8}, {Size: 8}}},
 		},
 		Granted: 3, Ended: 2,
