@@ -2,9 +2,9 @@ package agent
 
 import "github.com/gpulet/gpulet/internal/flaghelp"
 
-// gpuletdFlagGroups are gpuletd's flags as --help and the README's flag table
-// list them: the same headings, the same flags under each, in the same order
-// (flagtable_test.go holds all three to one another).
+// gpuletdFlagGroups are gpuletd's flags as --help and the flag table of
+// docs/gpuletd.md list them: the same headings, the same flags under each,
+// in the same order (flagtable_test.go holds all three to one another).
 var gpuletdFlagGroups = []flaghelp.Group{
 	{Title: "Socket and state", Flags: []string{"socket", "socket-group", "run-dir", "state-dir", "mount"}},
 	{Title: "GPUs", Flags: []string{"backend", "sim-gpus"}},

@@ -13,9 +13,10 @@ import (
 	"github.com/gpulet/gpulet/internal/flaghelp"
 )
 
-// The README's gpuletd flag table is what operators read instead of --help;
-// these tests hold it to the flags ParseFlags defines, and both to
-// gpuletdFlagGroups (package flaghelp reads them back and compares).
+// The gpuletd flag table in docs/gpuletd.md (linked from the README) is what
+// operators read instead of --help; these tests hold it to the flags
+// ParseFlags defines, and both to gpuletdFlagGroups (package flaghelp reads
+// them back and compares).
 
 // gpuletdHelp runs gpuletd --help and reads every flag and its default back
 // from it, and the groups.
@@ -33,7 +34,7 @@ func gpuletdHelp(t *testing.T) (map[string]flaghelp.Flag, []flaghelp.Group) {
 }
 
 // computedDefaults are the flags whose default is worked out at start, so
-// that pflag shows none (or this host's value): the README names each in
+// that pflag shows none (or this host's value): docs/gpuletd.md names each in
 // words, and check says whether the Config that no flags give matches them.
 var computedDefaults = map[string]struct {
 	readme string
@@ -66,7 +67,7 @@ var computedDefaults = map[string]struct {
 }
 
 func TestReadmeFlagTableMatchesFlags(t *testing.T) {
-	readme, err := os.Open("../README.md")
+	readme, err := os.Open("../docs/gpuletd.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,9 +76,9 @@ func TestReadmeFlagTableMatchesFlags(t *testing.T) {
 	if err != nil {
 		t.Fatalf("ParseFlags with no arguments: %v", err)
 	}
-	rows, readmeGroups, problems, err := flaghelp.ReadmeTable(readme, "## gpuletd")
+	rows, readmeGroups, problems, err := flaghelp.ReadmeTable(readme, "## Flags")
 	if err != nil {
-		t.Fatalf("README: %v", err)
+		t.Fatalf("docs/gpuletd.md: %v", err)
 	}
 	words := map[string]string{}
 	for name, c := range computedDefaults {
@@ -88,7 +89,7 @@ func TestReadmeFlagTableMatchesFlags(t *testing.T) {
 	}
 	helpFlags, helpGroups := gpuletdHelp(t)
 	problems = append(problems, flaghelp.CheckTable("gpuletd", helpFlags, rows, words)...)
-	problems = append(problems, flaghelp.CompareGroups(gpuletdFlagGroups, "gpuletdFlagGroups", readmeGroups, "the README's table")...)
+	problems = append(problems, flaghelp.CompareGroups(gpuletdFlagGroups, "gpuletdFlagGroups", readmeGroups, "the table in docs/gpuletd.md")...)
 	problems = append(problems, flaghelp.CompareGroups(gpuletdFlagGroups, "gpuletdFlagGroups", helpGroups, "--help")...)
 	for _, p := range problems {
 		t.Error(p)
@@ -103,7 +104,7 @@ func gpuletdFlagSet() *pflag.FlagSet {
 }
 
 // TestEveryFlagInOneGroup holds gpuletdFlagGroups to the flags defined: a
-// flag added without a group fails here (and in the README's check).
+// flag added without a group fails here (and in the check of docs/gpuletd.md).
 func TestEveryFlagInOneGroup(t *testing.T) {
 	for _, p := range flaghelp.GroupProblems(gpuletdFlagSet(), gpuletdFlagGroups, "gpuletdFlagGroups") {
 		t.Error(p)

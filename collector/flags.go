@@ -14,9 +14,9 @@ import (
 // ErrHelp is returned by ParseFlags after printing --help.
 var ErrHelp = pflag.ErrHelp
 
-// flagGroups are gpulet-collector's flags as --help and the README's flag
-// table list them: the same headings, the same flags under each, in the same
-// order (flagtable_test.go holds all three to one another).
+// flagGroups are gpulet-collector's flags as --help and the flag table of
+// docs/collector.md list them: the same headings, the same flags under each,
+// in the same order (flagtable_test.go holds all three to one another).
 var flagGroups = []flaghelp.Group{
 	{Title: "Serving", Flags: []string{"listen", "tls-cert", "tls-key"}},
 	{Title: "Credentials", Flags: []string{"node-tokens-file", "token-file", "client-ca", "read-token-file"}},

@@ -11,9 +11,9 @@ import (
 	"github.com/gpulet/gpulet/internal/flaghelp"
 )
 
-// The README's table of gpulet-collector's flags is what operators read
-// instead of --help; these tests hold it to the flags ParseFlags defines,
-// and both to flagGroups.
+// The table of gpulet-collector's flags in docs/collector.md (linked from
+// the README) is what operators read instead of --help; these tests hold it
+// to the flags ParseFlags defines, and both to flagGroups.
 
 func collectorHelp(t *testing.T) string {
 	t.Helper()
@@ -31,19 +31,19 @@ func collectorFlagSet() *pflag.FlagSet {
 }
 
 func TestReadmeFlagTableMatchesFlags(t *testing.T) {
-	readme, err := os.Open("../README.md")
+	readme, err := os.Open("../docs/collector.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer readme.Close()
-	rows, readmeGroups, problems, err := flaghelp.ReadmeTable(readme, "## Cluster collector")
+	rows, readmeGroups, problems, err := flaghelp.ReadmeTable(readme, "## Flags")
 	if err != nil {
-		t.Fatalf("README: %v", err)
+		t.Fatalf("docs/collector.md: %v", err)
 	}
 	help := collectorHelp(t)
 	helpFlags, helpGroups := flaghelp.ReadHelp(help)
 	problems = append(problems, flaghelp.CheckTable("gpulet-collector", helpFlags, rows, nil)...)
-	problems = append(problems, flaghelp.CompareGroups(flagGroups, "flagGroups", readmeGroups, "the README's table")...)
+	problems = append(problems, flaghelp.CompareGroups(flagGroups, "flagGroups", readmeGroups, "the table in docs/collector.md")...)
 	problems = append(problems, flaghelp.CompareGroups(flagGroups, "flagGroups", helpGroups, "--help")...)
 	problems = append(problems, flaghelp.GroupProblems(collectorFlagSet(), flagGroups, "flagGroups")...)
 	problems = append(problems, flaghelp.ShapeProblems(help, collectorFlagSet())...)

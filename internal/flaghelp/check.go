@@ -13,7 +13,7 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// What tests read back: a command's --help and the README's table of its
+// What tests read back: a command's --help and the docs' table of its
 // flags, each as groups of flags with their defaults, and the ways the two
 // and the code's groups disagree.
 
@@ -101,22 +101,23 @@ func typedDefault(kind, printed string) string {
 	return ""
 }
 
-// Row is one row of a README flag table.
+// Row is one row of a flag table in the docs.
 type Row struct {
 	Line int
 	Def  string // the default cell as written
 }
 
-// readmeGroupRow matches a row of a README flag table that heads a group:
+// readmeGroupRow matches a row of a flag table that heads a group:
 // "| **Title** | | |".
 var readmeGroupRow = regexp.MustCompile(`^\| \*\*([^*]+)\*\* \| +\| +\|$`)
 
-// ReadmeTable reads the flag table of the README's section headed section
-// ("## gpuletd"): the rows after the header "| flag | default | meaning |"
-// up to the first line that is not a table row. It returns the rows by flag
-// name, the groups (each heading row with the flag rows under it, in order;
-// a flag row before any heading row is in a group titled ""), and each row
-// that is neither a heading's nor a flag's or names a flag a second time.
+// ReadmeTable reads the flag table of a Markdown page's section headed
+// section ("## Flags" of docs/gpuletd.md): the rows after the header
+// "| flag | default | meaning |" up to the first line that is not a table
+// row. It returns the rows by flag name, the groups (each heading row with
+// the flag rows under it, in order; a flag row before any heading row is in a
+// group titled ""), and each row that is neither a heading's nor a flag's or
+// names a flag a second time.
 func ReadmeTable(readme io.Reader, section string) (map[string]Row, []Group, []string, error) {
 	rows := map[string]Row{}
 	var (
@@ -140,11 +141,11 @@ func ReadmeTable(readme io.Reader, section string) (map[string]Row, []Group, []s
 			cells := strings.SplitN(strings.TrimPrefix(line, "| "), " | ", 3)
 			name, ok := strings.CutPrefix(strings.Trim(cells[0], "`"), "--")
 			if len(cells) < 3 || !ok || !strings.HasPrefix(cells[0], "`") {
-				bad = append(bad, fmt.Sprintf("README line %d: neither a group's row (| **Title** | | |) nor a flag's (| `--flag` | default | meaning |): %s", n, line))
+				bad = append(bad, fmt.Sprintf("flag table line %d: neither a group's row (| **Title** | | |) nor a flag's (| `--flag` | default | meaning |): %s", n, line))
 				continue
 			}
 			if prev, dup := rows[name]; dup {
-				bad = append(bad, fmt.Sprintf("README line %d: --%s is in the table already (line %d)", n, name, prev.Line))
+				bad = append(bad, fmt.Sprintf("flag table line %d: --%s is in the table already (line %d)", n, name, prev.Line))
 			}
 			rows[name] = Row{Line: n, Def: cells[1]}
 			if len(groups) == 0 {
@@ -166,26 +167,26 @@ func ReadmeTable(readme io.Reader, section string) (map[string]Row, []Group, []s
 }
 
 // CheckTable returns each disagreement between the flags of command that
-// --help lists and the README's table rows. A default the README writes as a
+// --help lists and the flag table's rows. A default the table writes as a
 // value is the flag's in backquotes, "off" for a bool that is off, "none" for
-// an empty string or list; computed holds, by flag name, the README's words
+// an empty string or list; computed holds, by flag name, the table's words
 // for a default worked out at start, which the caller checks.
 func CheckTable(command string, flags map[string]Flag, rows map[string]Row, computed map[string]string) []string {
 	var bad []string
 	for name := range flags {
 		if _, ok := rows[name]; !ok {
-			bad = append(bad, fmt.Sprintf("--%s is a %s flag but has no row in the README's table", name, command))
+			bad = append(bad, fmt.Sprintf("--%s is a %s flag but has no row in the flag table", name, command))
 		}
 	}
 	for name, row := range rows {
 		f, ok := flags[name]
 		if !ok {
-			bad = append(bad, fmt.Sprintf("README line %d: --%s is no %s flag", row.Line, name, command))
+			bad = append(bad, fmt.Sprintf("flag table line %d: --%s is no %s flag", row.Line, name, command))
 			continue
 		}
 		if words, ok := computed[name]; ok {
 			if row.Def != words {
-				bad = append(bad, fmt.Sprintf("README line %d: --%s default %s, want %s (computed at start)", row.Line, name, row.Def, words))
+				bad = append(bad, fmt.Sprintf("flag table line %d: --%s default %s, want %s (computed at start)", row.Line, name, row.Def, words))
 			}
 			continue
 		}
@@ -201,7 +202,7 @@ func CheckTable(command string, flags map[string]Flag, rows map[string]Row, comp
 			want = "`" + "0" + "`"
 		}
 		if row.Def != want {
-			bad = append(bad, fmt.Sprintf("README line %d: --%s default %s, but the flag's is %s", row.Line, name, row.Def, want))
+			bad = append(bad, fmt.Sprintf("flag table line %d: --%s default %s, but the flag's is %s", row.Line, name, row.Def, want))
 		}
 	}
 	sort.Strings(bad)
@@ -257,7 +258,7 @@ func GroupProblems(fs *pflag.FlagSet, groups []Group, groupsName string) []strin
 	}
 	fs.VisitAll(func(f *pflag.Flag) {
 		if _, ok := in[f.Name]; !ok {
-			problems = append(problems, fmt.Sprintf("--%s is in no group: add it to %s and to the README's table", f.Name, groupsName))
+			problems = append(problems, fmt.Sprintf("--%s is in no group: add it to %s and to the flag table in the docs", f.Name, groupsName))
 		}
 	})
 	return problems

@@ -1,7 +1,7 @@
 // Package flaghelp writes a command's --help with its flags under headings,
-// the way the README's flag table groups them, and reads both back, so that
-// a test can hold the README, --help and the code to one another
-// (check.go).
+// the way the command's flag table in the docs (docs/gpuletd.md,
+// docs/collector.md) groups them, and reads both back, so that a test can
+// hold that table, --help and the code to one another (check.go).
 package flaghelp
 
 import (

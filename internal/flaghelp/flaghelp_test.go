@@ -76,7 +76,7 @@ func TestWriteReadsBack(t *testing.T) {
 	}
 }
 
-// CheckTable is fed a README that disagrees with the flags in every way it
+// CheckTable is fed a flag table that disagrees with the flags in every way it
 // can, so that a check built on it cannot pass by finding nothing.
 func TestCheckTableFindsDisagreements(t *testing.T) {
 	flags, _ := ReadHelp(testHelp(testFlags(), testGroups))
@@ -150,7 +150,7 @@ func TestGroupChecksFindDisagreements(t *testing.T) {
 	}
 
 	// --help hides no flag: the one without a group comes last, under
-	// its own heading, which no README group matches.
+	// its own heading, which no group of the table matches.
 	_, helpGroups := ReadHelp(testHelp(fs, testGroups))
 	last := helpGroups[len(helpGroups)-1]
 	if last.Title != UngroupedTitle || !slices.Equal(last.Flags, []string{"brand-new"}) {
