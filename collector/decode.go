@@ -3,13 +3,13 @@ package collector
 import (
 	"bytes"
 	"encoding/json"
-
 	"errors"
 	"fmt"
-	gojson "github.com/goccy/go-json"
 	"io"
 	"unicode"
 	"unicode/utf8"
+
+	gojson "github.com/goccy/go-json"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -49,22 +49,16 @@ func DecodeSnapshot(body []byte) (*api.Snapshot, error) {
 
 // fastDecode decodes body into s as strictly as strictDecode, or fails.
 func fastDecode(body []byte, s *api.Snapshot) error {
-	if mayOverflow(body) {
-		return errors.New("a number may overflow: left to encoding/json")
+	if why := leftToStrict(body); why != "" {
+		return errors.New(why + ": left to encoding/json")
 	}
-	// goccy/go-json skips the value of an unknown field without checking
-	// its syntax (it took ["""""]); encoding/json's scanner checks it.
-	if !json.Valid(body) {
-		return errors.New("not valid JSON")
-	}
-	// encoding/json matches a key to a field in any case; goccy/go-json
-	// does not always (it lost "NODE" once the snapshot had more fields).
-	// gpuletd writes its keys in lower case, so a key with an upper-case
-	// letter or an escape is left to encoding/json.
-	if oddKey(body) {
-		return errors.New("a key not in lower case: left to encoding/json")
-	}
+	// goccy/go-json skips the value of an unknown field without checking its
+	// syntax (it took ["""""]), so a body with a field the snapshot does not
+	// know (a newer gpuletd's) is left to encoding/json, whose scanner checks
+	// it. Checking every body with json.Valid instead cost as much as the
+	// decoding itself.
 	dec := gojson.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
 	if err := dec.Decode(s); err != nil {
 		return err
 	}
@@ -74,12 +68,36 @@ func fastDecode(body []byte, s *api.Snapshot) error {
 	return nil
 }
 
-// oddKey reports whether body, valid JSON, has an object key holding an
-// upper-case ASCII letter or a backslash. A string followed by a colon is a
-// key; one pass over the body finds them.
-func oddKey(body []byte) bool {
+// overflowDigits is the shortest run of digits that may not fit an int64:
+// 2^63 has 19 digits. goccy/go-json wraps such numbers around (2^64+5 is
+// taken as 5) where encoding/json refuses them. No real snapshot holds a
+// number that long.
+const overflowDigits = 19
+
+// leftToStrict says why body is left to encoding/json, or "" when the fast
+// decoder decodes it as encoding/json would. One pass over the body finds
+// both cases:
+//   - a number with a run of overflowDigits digits or more, which
+//     goccy/go-json wraps around. Digits in strings do not count: both
+//     decoders take a string as written, and real snapshots carry long runs
+//     of digits there (a boot id, a node named by a serial number).
+//   - an object key holding an upper-case ASCII letter or a backslash (a
+//     string followed by a colon is a key): encoding/json matches a key to
+//     a field in any case, goccy/go-json does not always (it lost "NODE"
+//     once the snapshot had more fields). gpuletd writes its keys in lower
+//     case.
+func leftToStrict(body []byte) string {
+	run := 0
 	for i := 0; i < len(body); i++ {
-		if body[i] != '"' {
+		c := body[i]
+		if c >= '0' && c <= '9' {
+			if run++; run >= overflowDigits {
+				return "a number may overflow"
+			}
+			continue
+		}
+		run = 0
+		if c != '"' {
 			continue
 		}
 		odd := false
@@ -98,33 +116,11 @@ func oddKey(body []byte) bool {
 			k++
 		}
 		if odd && k < len(body) && body[k] == ':' {
-			return true
+			return "a key not in lower case"
 		}
 		i = j
 	}
-	return false
-}
-
-// overflowDigits is the shortest run of digits that may not fit an int64:
-// 2^63 has 19 digits. goccy/go-json wraps such numbers around (2^64+5 is
-// taken as 5) where encoding/json refuses them, so a body holding one is left
-// to encoding/json. No real snapshot holds a number that long.
-const overflowDigits = 19
-
-// mayOverflow reports whether body holds a run of overflowDigits digits or
-// more, in a number or in a string (the latter only costs a slower decode).
-func mayOverflow(body []byte) bool {
-	run := 0
-	for _, c := range body {
-		if c >= '0' && c <= '9' {
-			if run++; run >= overflowDigits {
-				return true
-			}
-		} else {
-			run = 0
-		}
-	}
-	return false
+	return ""
 }
 
 // strictDecode decodes and validates body with encoding/json, for its errors.

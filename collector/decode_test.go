@@ -79,6 +79,7 @@ func TestDecodeSnapshot(t *testing.T) {
 		{name: "empty", raw: ``, want: "empty body"},
 		{name: "truncated", raw: `{"schema":"gpulet.snapshot/v1","node":`, want: "body ends"},
 		{name: "not JSON", raw: `{nope}`, want: "not valid JSON"},
+		{name: "bad JSON in an unknown field", raw: `{"schema":"gpulet.snapshot/v1","node":"n","boot_id":"b","seq":1,"state":"working","colour":["""""]}`, want: "not valid JSON"},
 		{name: "trailing data", raw: "", want: "data after"},
 	}
 	for _, tt := range tests {
@@ -110,6 +111,30 @@ func TestDecodeSnapshot(t *testing.T) {
 	}
 }
 
+// TestLongDigitsInStringsTakeTheFastDecoder: a run of digits in a string (a
+// boot id, a node named by its serial number) does not send a body to
+// encoding/json, which is about half as fast; a number that long still does.
+func TestLongDigitsInStringsTakeTheFastDecoder(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(m map[string]any)
+		fast bool
+	}{
+		{name: "zero-padded boot id", edit: func(m map[string]any) { m["boot_id"] = "0000000000000000000000000000d889" }, fast: true},
+		{name: "node named by a serial", edit: func(m map[string]any) { m["node"] = `n\"12345678901234567890` }, fast: true},
+		{name: "a long number", edit: func(m map[string]any) { m["seq"] = json.Number("12345678901234567890") }, fast: false},
+		{name: "a long number after a string", edit: func(m map[string]any) { gpu0(m)["memory_total_mib"] = json.Number("1234567890123456789") }, fast: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			b := body(t, testSnapshot("n1", "b1", 1, 4, 2), tt.edit)
+			var s api.Snapshot
+			if err := fastDecode(b, &s); (err == nil) != tt.fast {
+				t.Fatalf("fast decoder: %v; want it to take the body: %v", err, tt.fast)
+			}
+		})
+	}
+}
+
 // FuzzDecodeSnapshot: no body makes the decoder panic, and whatever it
 // accepts is a snapshot the store can apply and query.
 func FuzzDecodeSnapshot(f *testing.F) {
@@ -130,6 +155,8 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":1e0,"state":"working"}`,
 		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":18446744073709551616,"state":"working"}`,
 		`{"node":"x",` + base + `,"gpus":[{"index":0,"extra":1}]}`,
+		`{"node":"x",` + base + `,"extra":["""""]}`,
+		`{"node":"x",` + base + `,"gpus":[{"index":0,"extra":{"a":[1,}}]}`,
 		`{"node":"x",` + base + `,}`,
 		`{"node":"x",` + base + `} `,
 		`{"node":"x",` + base + `}x`,
@@ -143,6 +170,10 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		`{"node":"x",` + base + `,"units_free":-9223372036854775809}`,
 		`{"node":"x",` + base + `,"gpus":[{"index":9223372036854775817,"state":"working"}]}`,
 		`{"node":"x",` + base + `,"gpus":[{"index":0,"state":"working","memory_used_mib":18446744073709551615}]}`,
+		// Long runs of digits in strings, around escapes, and in numbers.
+		`{"node":"1234567890123456789012",` + base + `}`,
+		`{"node":"x\\\"1234567890123456789012",` + base + `,"units_total":12345678901234567890}`,
+		`{"node":"x\\",` + base + `,"units_total":12345678901234567890}`,
 		// Names and enums a table reader must not be shown.
 		`{"node":"x\u001b]0;PWNED\u0007",` + base + `}`,
 		`{"node":"x",` + base + `,"gpus":[{"index":0,"state":"sleeping"}]}`,
