@@ -22,7 +22,8 @@ import (
 // ViewProcessArg, which asks gpuletd over its socket for every read. In
 // gpuletd's process, go-fuse's readers wait for requests in blocking read(2)
 // calls that hold the Go runtime's Ps, and a flood of `cat`s of the view took
-// half the node's lease throughput (docs/benchmarks/readers-push-collector-reservations-kubelet.md, section 9); from a
+// half the node's lease throughput (section 9 of
+// docs/benchmarks/readers-push-collector-reservations-kubelet.md); from a
 // process of its own a read of the view costs gpuletd what an API read does.
 //
 // The view process reports on its standard output, in one line, whether it
