@@ -184,10 +184,12 @@ func (m *Manager) publishLocked() bool {
 
 func (m *Manager) buildGPUViewLocked(gi int, g *gpuTable) GPUView {
 	// A view is built on every change, so it is built in few allocations:
-	// the instances' free units share one array, and the leases' list is as
-	// long as the last build's to begin with.
+	// the instances' free units share one array, and both it and the leases'
+	// list are as long as the last build's to begin with, and a unit more: a
+	// change is mostly one lease of one unit, and on a full GPU an array for
+	// every unit was most of the garbage.
 	gv := GPUView{Instances: make([]InstanceView, 0, m.cfg.Model.InstancesPerGPU), Leases: make([]*api.Lease, 0, len(g.view.Leases)+1)}
-	free := make([]int, 0, len(g.slots))
+	free := make([]int, 0, min(freeUnits(g.view)+1, len(g.slots)))
 	// A lease of several units is counted once: marked with this build's
 	// number the first time it is met.
 	m.builds++
@@ -244,6 +246,15 @@ func (m *Manager) buildGPUViewLocked(gi int, g *gpuTable) GPUView {
 		gv.Instances = append(gv.Instances, iv)
 	}
 	return gv
+}
+
+// freeUnits counts the free units of a GPU's view.
+func freeUnits(gv GPUView) int {
+	n := 0
+	for _, iv := range gv.Instances {
+		n += len(iv.FreeUnits)
+	}
+	return n
 }
 
 func addUser(users []uint32, uid uint32) []uint32 {
