@@ -1,7 +1,8 @@
 // Package testutil holds what tests of every package share: waiting for a
 // condition or for a goroutine to block, a buffer safe for concurrent
-// writers, a Unix-socket HTTP transport, a CA for TLS tests, and the check of
-// a router's answers. Only tests import it.
+// writers, a Unix-socket HTTP transport, the raw HTTP/1.1 client that
+// benchmarks load servers with, a CA for TLS tests, and the check of a
+// router's answers. Only tests import it.
 package testutil
 
 import (
