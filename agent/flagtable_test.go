@@ -37,8 +37,8 @@ func gpuletdHelp(t *testing.T) (map[string]flaghelp.Flag, []flaghelp.Group) {
 // that pflag shows none (or this host's value): docs/gpuletd.md names each in
 // words, and check says whether the Config that no flags give matches them.
 var computedDefaults = map[string]struct {
-	readme string
-	check  func(c Config) error
+	doc   string
+	check func(c Config) error
 }{
 	"mount": {"`<run-dir>/view`", func(c Config) error {
 		if c.Mount != c.RunDir+"/view" {
@@ -66,30 +66,30 @@ var computedDefaults = map[string]struct {
 	}},
 }
 
-func TestReadmeFlagTableMatchesFlags(t *testing.T) {
-	readme, err := os.Open("../docs/gpuletd.md")
+func TestFlagTableMatchesFlags(t *testing.T) {
+	page, err := os.Open("../docs/gpuletd.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer readme.Close()
+	defer page.Close()
 	defaults, err := ParseFlags(nil, io.Discard)
 	if err != nil {
 		t.Fatalf("ParseFlags with no arguments: %v", err)
 	}
-	rows, readmeGroups, problems, err := flaghelp.ReadmeTable(readme, "## Flags")
+	rows, docGroups, problems, err := flaghelp.DocTable(page, "## Flags")
 	if err != nil {
 		t.Fatalf("docs/gpuletd.md: %v", err)
 	}
 	words := map[string]string{}
 	for name, c := range computedDefaults {
-		words[name] = c.readme
+		words[name] = c.doc
 		if err := c.check(defaults); err != nil {
-			problems = append(problems, fmt.Sprintf("--%s default is not %s: %v", name, c.readme, err))
+			problems = append(problems, fmt.Sprintf("--%s default is not %s: %v", name, c.doc, err))
 		}
 	}
 	helpFlags, helpGroups := gpuletdHelp(t)
 	problems = append(problems, flaghelp.CheckTable("gpuletd", helpFlags, rows, words)...)
-	problems = append(problems, flaghelp.CompareGroups(gpuletdFlagGroups, "gpuletdFlagGroups", readmeGroups, "the table in docs/gpuletd.md")...)
+	problems = append(problems, flaghelp.CompareGroups(gpuletdFlagGroups, "gpuletdFlagGroups", docGroups, "the table in docs/gpuletd.md")...)
 	problems = append(problems, flaghelp.CompareGroups(gpuletdFlagGroups, "gpuletdFlagGroups", helpGroups, "--help")...)
 	for _, p := range problems {
 		t.Error(p)

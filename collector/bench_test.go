@@ -9,7 +9,6 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,6 +120,7 @@ func ingest(b *testing.B, addr string, bodies []benchBody, count int, firstSeq u
 	return elapsed
 }
 
+// serve serves h on a loopback TCP port and returns its address.
 func serve(b *testing.B, h http.Handler) (string, func()) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -128,7 +128,7 @@ func serve(b *testing.B, h http.Handler) (string, func()) {
 	}
 	srv := HTTPServer(h)
 	go srv.Serve(ln)
-	return "http://" + ln.Addr().String(), func() { srv.Close() }
+	return ln.Addr().String(), func() { srv.Close() }
 }
 
 func heapAlloc() uint64 {
@@ -152,10 +152,10 @@ func BenchmarkCollectorIngest(b *testing.B) {
 	before := heapAlloc()
 	store := NewStore(DefaultStaleAfter, nil)
 	srv := NewServer(store, nil)
-	base, stop := serve(b, srv)
+	addr, stop := serve(b, srv)
 	defer stop()
 	// Every node once (seq 1), so that the table is full when timing starts.
-	ingest(b, strings.TrimPrefix(base, "http://"), bodies, benchNodes, 1)
+	ingest(b, addr, bodies, benchNodes, 1)
 
 	queryStop := make(chan struct{})
 	var lat []time.Duration
@@ -171,7 +171,7 @@ func BenchmarkCollectorIngest(b *testing.B) {
 			case <-time.After(5 * time.Millisecond):
 			}
 			t0 := time.Now()
-			resp, err := qc.Get(base + benchQuery)
+			resp, err := qc.Get("http://" + addr + benchQuery)
 			if err != nil {
 				b.Error(err)
 				return
@@ -182,19 +182,19 @@ func BenchmarkCollectorIngest(b *testing.B) {
 		}
 	}()
 	b.ResetTimer()
-	elapsed := ingest(b, strings.TrimPrefix(base, "http://"), bodies, b.N, 2)
+	elapsed := ingest(b, addr, bodies, b.N, 2)
 	b.StopTimer()
 	close(queryStop)
 	queryWG.Wait()
 	after := heapAlloc()
 	runtime.KeepAlive(store)
 
-	floorBase, floorStop := serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	floorAddr, floorStop := serve(b, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
 		w.WriteHeader(http.StatusNoContent)
 	}))
 	defer floorStop()
-	floorElapsed := ingest(b, strings.TrimPrefix(floorBase, "http://"), bodies, b.N, 2)
+	floorElapsed := ingest(b, floorAddr, bodies, b.N, 2)
 
 	rate := float64(b.N) / elapsed.Seconds()
 	floor := float64(b.N) / floorElapsed.Seconds()

@@ -30,20 +30,20 @@ func collectorFlagSet() *pflag.FlagSet {
 	return fs
 }
 
-func TestReadmeFlagTableMatchesFlags(t *testing.T) {
-	readme, err := os.Open("../docs/collector.md")
+func TestFlagTableMatchesFlags(t *testing.T) {
+	page, err := os.Open("../docs/collector.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer readme.Close()
-	rows, readmeGroups, problems, err := flaghelp.ReadmeTable(readme, "## Flags")
+	defer page.Close()
+	rows, docGroups, problems, err := flaghelp.DocTable(page, "## Flags")
 	if err != nil {
 		t.Fatalf("docs/collector.md: %v", err)
 	}
 	help := collectorHelp(t)
 	helpFlags, helpGroups := flaghelp.ReadHelp(help)
 	problems = append(problems, flaghelp.CheckTable("gpulet-collector", helpFlags, rows, nil)...)
-	problems = append(problems, flaghelp.CompareGroups(flagGroups, "flagGroups", readmeGroups, "the table in docs/collector.md")...)
+	problems = append(problems, flaghelp.CompareGroups(flagGroups, "flagGroups", docGroups, "the table in docs/collector.md")...)
 	problems = append(problems, flaghelp.CompareGroups(flagGroups, "flagGroups", helpGroups, "--help")...)
 	problems = append(problems, flaghelp.GroupProblems(collectorFlagSet(), flagGroups, "flagGroups")...)
 	problems = append(problems, flaghelp.ShapeProblems(help, collectorFlagSet())...)

@@ -123,7 +123,8 @@ var scratch sync.Pool
 // Under lease churn on a large node nearly every read of the API meets a
 // snapshot that nobody has encoded yet, and a new encoding for each (57 KB
 // on 16 GPUs with 10,000 leases) was garbage whose collection showed in
-// leasing under readers (docs/benchmarks/readers-push-collector-reservations-kubelet.md, section 9).
+// leasing under readers (section 9 of
+// docs/benchmarks/readers-push-collector-reservations-kubelet.md).
 func (p *Published) WithJSON(use func([]byte)) {
 	if p.jsonMade.Load() {
 		use(p.json)

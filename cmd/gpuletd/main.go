@@ -23,7 +23,8 @@ import (
 // requests, so the default pace (100) spends CPU that leasing needs: at 400 a
 // lease and its release under churn cost about 5% less CPU, for a resident
 // set nearly twice as large with many leases held (80-90 MB against 46 with
-// 10,240 leases; 22 MB idle either way: docs/benchmarks/memory-and-slurm.md, section 18).
+// 10,240 leases; 22 MB idle either way: section 18 of
+// docs/benchmarks/memory-and-slurm.md).
 const gcPercent = 400
 
 // memoryFloor is the least soft memory limit gpuletd keeps unless GOMEMLIMIT

@@ -107,24 +107,24 @@ type Row struct {
 	Def  string // the default cell as written
 }
 
-// readmeGroupRow matches a row of a flag table that heads a group:
+// tableGroupRow matches a row of a flag table that heads a group:
 // "| **Title** | | |".
-var readmeGroupRow = regexp.MustCompile(`^\| \*\*([^*]+)\*\* \| +\| +\|$`)
+var tableGroupRow = regexp.MustCompile(`^\| \*\*([^*]+)\*\* \| +\| +\|$`)
 
-// ReadmeTable reads the flag table of a Markdown page's section headed
+// DocTable reads the flag table of a Markdown page's section headed
 // section ("## Flags" of docs/gpuletd.md): the rows after the header
 // "| flag | default | meaning |" up to the first line that is not a table
 // row. It returns the rows by flag name, the groups (each heading row with
 // the flag rows under it, in order; a flag row before any heading row is in a
 // group titled ""), and each row that is neither a heading's nor a flag's or
 // names a flag a second time.
-func ReadmeTable(readme io.Reader, section string) (map[string]Row, []Group, []string, error) {
+func DocTable(page io.Reader, section string) (map[string]Row, []Group, []string, error) {
 	rows := map[string]Row{}
 	var (
 		groups []Group
 		bad    []string
 	)
-	sc := bufio.NewScanner(readme)
+	sc := bufio.NewScanner(page)
 	in, table := false, false
 	for n := 1; sc.Scan(); n++ {
 		line := sc.Text()
@@ -135,8 +135,8 @@ func ReadmeTable(readme io.Reader, section string) (map[string]Row, []Group, []s
 		case in && line == "| flag | default | meaning |":
 			table = true
 		case table && strings.HasPrefix(line, "| --- "):
-		case table && readmeGroupRow.MatchString(line):
-			groups = append(groups, Group{Title: readmeGroupRow.FindStringSubmatch(line)[1]})
+		case table && tableGroupRow.MatchString(line):
+			groups = append(groups, Group{Title: tableGroupRow.FindStringSubmatch(line)[1]})
 		case table && strings.HasPrefix(line, "| "):
 			cells := strings.SplitN(strings.TrimPrefix(line, "| "), " | ", 3)
 			name, ok := strings.CutPrefix(strings.Trim(cells[0], "`"), "--")

@@ -80,7 +80,7 @@ func TestWriteReadsBack(t *testing.T) {
 // can, so that a check built on it cannot pass by finding nothing.
 func TestCheckTableFindsDisagreements(t *testing.T) {
 	flags, _ := ReadHelp(testHelp(testFlags(), testGroups))
-	readme := "## cmd\n\n| flag | default | meaning |\n| --- | --- | --- |\n" +
+	page := "## cmd\n\n| flag | default | meaning |\n| --- | --- | --- |\n" +
 		"| `--socket` | `/run/gpulet/other.sock` | a default that is not the flag's |\n" +
 		"| `--sample-interval` | `2s` | a duration that is not the flag's |\n" +
 		"| `--max-utilization` | `90` | right |\n" +
@@ -91,7 +91,7 @@ func TestCheckTableFindsDisagreements(t *testing.T) {
 		"| `--no-such-flag` | none | a row of no flag |\n" +
 		"| `--max-utilization` | `90` | a row given twice |\n" +
 		"\n## next\n"
-	rows, _, rowProblems, err := ReadmeTable(strings.NewReader(readme), "## cmd")
+	rows, _, rowProblems, err := DocTable(strings.NewReader(page), "## cmd")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestCheckTableFindsDisagreements(t *testing.T) {
 	if t.Failed() {
 		t.Logf("problems found:\n%s", problems)
 	}
-	if _, _, _, err := ReadmeTable(strings.NewReader(readme), "## other"); err == nil {
+	if _, _, _, err := DocTable(strings.NewReader(page), "## other"); err == nil {
 		t.Error("a section without a table was read")
 	}
 }
@@ -160,7 +160,7 @@ func TestGroupChecksFindDisagreements(t *testing.T) {
 		t.Errorf("CompareGroups with an extra group in --help: %q", p)
 	}
 
-	readme := "## cmd\n\n| flag | default | meaning |\n| --- | --- | --- |\n" +
+	page := "## cmd\n\n| flag | default | meaning |\n| --- | --- | --- |\n" +
 		"| `--socket` | x | a flag before any group |\n" +
 		"| **Sockets** | | |\n" +
 		"| `--run-dir` | x | |\n" +
@@ -169,7 +169,7 @@ func TestGroupChecksFindDisagreements(t *testing.T) {
 		"| `--backend` | x | |\n" +
 		"| **Heading** | x | | |\n" +
 		"\n## next\n"
-	_, readmeGroups, bad, err := ReadmeTable(strings.NewReader(readme), "## cmd")
+	_, docGroups, bad, err := DocTable(strings.NewReader(page), "## cmd")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestGroupChecksFindDisagreements(t *testing.T) {
 		t.Errorf("a heading row with a cell filled: problems %q, want one", bad)
 	}
 	want := []Group{{"Sockets", []string{"socket-group", "run-dir"}}, {"GPUs", []string{"backend", "sim-gpus"}}}
-	got := CompareGroups(want, "want", readmeGroups, "README")
+	got := CompareGroups(want, "want", docGroups, "README")
 	wantProblems := []string{
 		`group 1: want has "Sockets: socket-group, run-dir", README has ": socket"`,
 		`group 2: want has "GPUs: backend, sim-gpus", README has "Sockets: run-dir, socket-group"`,
