@@ -109,7 +109,10 @@ func BenchmarkLeaseRelease(b *testing.B) {
 // as make run starts gpuletd where MPS is installed: the lease names its MPS
 // instance's pipe folder and memory limit, and the floor answers that longer
 // body. Goal (issue 25): ops/s at least 0.65× floor-proc at 8 clients, no round
-// below 0.55×.
+// below 0.55×. At 8 clients it also pairs the contract floor with floor-proc
+// (contract-vs-floor: what the contract's syscalls alone leave of the floor)
+// and gpuletd with the contract floor (paired-contract: what gpuletd's own
+// work costs).
 func BenchmarkLeaseReleaseMPS(b *testing.B) {
 	if _, err := exec.LookPath("nvidia-cuda-mps-control"); err != nil {
 		b.Skip("nvidia-cuda-mps-control is not installed:", err)
@@ -117,12 +120,20 @@ func BenchmarkLeaseReleaseMPS(b *testing.B) {
 	d := startDaemon(b, "--mps", "on", "--clients-per-instance", "64", "--units-per-gpu", "64")
 	c := httpClient(d.Socket)
 	defer c.CloseIdleConnections()
-	floor := floorProcess(b, nil, cannedLease(b, d))
+	leaseBody := cannedLease(b, d)
+	floor := floorProcess(b, nil, leaseBody)
 	for _, clients := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d/paired", clients), func(b *testing.B) {
 			paired(b, floor, d.Socket, clients, leaseRelease)
 		})
 	}
+	contract, _ := contractFloorProcess(b, nil, leaseBody)
+	b.Run("clients=8/contract-vs-floor", func(b *testing.B) {
+		paired(b, floor, contract, 8, leaseRelease)
+	})
+	b.Run("clients=8/paired-contract", func(b *testing.B) {
+		alternate(b, 8, side{contract, leaseRelease}, side{d.Socket, leaseRelease}, "contract")
+	})
 	noneLeft(b, c)
 }
 
