@@ -141,16 +141,16 @@ func resync(staleAfter time.Duration) time.Duration { return max(staleAfter/10, 
 func modelOf(rec *record, state string) *placement.Node {
 	n := &placement.Node{GPUs: make([]placement.GPU, len(rec.gpus))}
 	for i := range rec.gpus {
-		g := &rec.gpus[i]
+		g, key := &rec.gpus[i], &rec.keys[i]
 		pg := placement.GPU{Index: g.index, UUID: g.uuid, Name: g.name, MemoryTotalMiB: g.memoryTotalMiB,
-			Free: g.unitsFree, Units: g.unitsTotal, Card: g.card, NUMANode: -1}
+			Free: key.free, Units: g.unitsTotal, Card: g.card, NUMANode: -1}
 		if g.memoryUsedMiB < g.memoryTotalMiB {
 			pg.MemoryFreeMiB = g.memoryTotalMiB - g.memoryUsedMiB
 		}
 		switch {
 		case state != api.NodeWorking:
 			pg.Unusable = "its node is " + state
-		case !g.eligible:
+		case !key.eligible:
 			pg.Unusable = "is not eligible (" + g.state + ")"
 		}
 		for k, in := range g.instances {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -129,8 +130,10 @@ func ParseQuery(v url.Values) (Query, error) {
 // match is one selected row before it is turned into a Row: the record
 // (for its node's fields) and the GPU's place in it.
 type match struct {
-	rec   *record
-	gpu   *gpuRecord
+	rec *record
+	gpu *gpuRecord
+	// key is the GPU's key, which comparing reads instead of the record.
+	key   *gpuKey
 	state string
 }
 
@@ -147,14 +150,14 @@ func (st *Store) Table(q Query) Table {
 	switch q.Order {
 	case OrderMostFree:
 		compare = func(a, b match) int {
-			if c := cmp.Compare(b.gpu.unitsFree, a.gpu.unitsFree); c != 0 {
+			if c := cmp.Compare(b.key.free, a.key.free); c != 0 {
 				return c
 			}
 			return byPlace(a, b)
 		}
 	case OrderLeastFree:
 		compare = func(a, b match) int {
-			if c := cmp.Compare(a.gpu.unitsFree, b.gpu.unitsFree); c != 0 {
+			if c := cmp.Compare(a.key.free, b.key.free); c != 0 {
 				return c
 			}
 			return byPlace(a, b)
@@ -190,8 +193,8 @@ func (st *Store) Table(q Query) Table {
 		}
 		t.Rows[i] = Row{
 			Node: m.rec.node, NodeState: m.state, GPUIndex: g.index, GPUUUID: g.uuid, Name: g.name,
-			GPUState: gpuState, Eligible: g.eligible, UnitsTotal: g.unitsTotal, UnitsUsed: g.unitsUsed,
-			UnitsFree: g.unitsFree, UnitsReserved: g.unitsReserved, UtilizationPct: g.utilizationPct,
+			GPUState: gpuState, Eligible: m.key.eligible, UnitsTotal: g.unitsTotal, UnitsUsed: g.unitsUsed,
+			UnitsFree: m.key.free, UnitsReserved: g.unitsReserved, UtilizationPct: g.utilizationPct,
 			MemoryTotalMiB: g.memoryTotalMiB, MemoryUsedMiB: g.memoryUsedMiB,
 		}
 	}
@@ -200,20 +203,50 @@ func (st *Store) Table(q Query) Table {
 
 // each offers keep every row of recs that q selects.
 func (st *Store) each(recs []*record, now time.Time, q Query, keep func(match)) {
+	typ := nameMatch{typ: q.Type}
 	for _, r := range recs {
 		state := st.stateAt(r, now)
 		if q.Eligible && state != api.NodeWorking {
 			continue
 		}
-		for i := range r.gpus {
-			g := &r.gpus[i]
-			if g.unitsFree < q.MinFree || (q.Eligible && !g.eligible) ||
-				(q.Type != "" && !strings.Contains(g.lowerName, q.Type)) {
+		for i := range r.keys {
+			k := &r.keys[i]
+			if k.free < q.MinFree || (q.Eligible && !k.eligible) ||
+				(q.Type != "" && !typ.in(k.lowerName)) {
 				continue
 			}
-			keep(match{r, g, state})
+			keep(match{rec: r, gpu: &r.gpus[i], key: k, state: state})
 		}
 	}
+}
+
+// nameMatch says whether lower-case GPU names hold a query's type,
+// remembering its last few answers by the name's address: names are
+// interned (interner.get), so a cluster's GPUs share a few strings, and a
+// walk over every GPU asks the same few questions again and again. The
+// records walked keep every name alive, so no address is reused meanwhile.
+type nameMatch struct {
+	typ  string
+	seen [4]struct {
+		name *byte
+		n    int
+		in   bool
+	}
+	next int
+}
+
+func (m *nameMatch) in(name string) bool {
+	p := unsafe.StringData(name)
+	for _, s := range m.seen {
+		if s.name == p && s.n == len(name) && p != nil {
+			return s.in
+		}
+	}
+	in := strings.Contains(name, m.typ)
+	s := &m.seen[m.next]
+	s.name, s.n, s.in = p, len(name), in
+	m.next = (m.next + 1) % len(m.seen)
+	return in
 }
 
 // maxTopN is the largest limit answered by keeping the best rows as they come:

@@ -22,11 +22,16 @@ const NotWorking = "not_working"
 // a newer snapshot replaces the whole record, so that a reader sees a node's
 // old rows or its new ones, never a mix.
 type record struct {
+	// First what a query reads of every node, so that a walk over the whole
+	// table touches few cache lines per node.
+	received time.Time
+	state    string
+	// keys are what a query filters each GPU on, in the order of gpus.
+	keys []gpuKey
+
 	node          string
 	bootID        string
 	seq           uint64
-	received      time.Time
-	state         string
 	unitsTotal    int
 	unitsFree     int
 	unitsReserved int
@@ -39,12 +44,9 @@ type gpuRecord struct {
 	index          int
 	uuid           string
 	name           string
-	lowerName      string
 	state          string
-	eligible       bool
 	unitsTotal     int
 	unitsUsed      int
-	unitsFree      int
 	unitsReserved  int
 	utilizationPct int
 	memoryTotalMiB uint64
@@ -53,6 +55,16 @@ type gpuRecord struct {
 	// figures and each MPS instance's state and free units.
 	card      placement.Card
 	instances []instanceRecord
+}
+
+// gpuKey is what a query filters a GPU on (the rest is in its gpuRecord,
+// at the same place of gpus), kept apart: a query walks every GPU of the
+// cluster, and 10,000 nodes' GPU records are megabytes, each GPU on lines of
+// its own, where their keys are a few lines per node.
+type gpuKey struct {
+	lowerName string
+	free      int
+	eligible  bool
 }
 
 // instanceRecord is one MPS instance of a GPU: its units are the range
@@ -205,6 +217,7 @@ func (st *Store) Bytes() int {
 const (
 	recordBytes   = int(unsafe.Sizeof(record{}))
 	gpuRecordSize = int(unsafe.Sizeof(gpuRecord{}))
+	gpuKeySize    = int(unsafe.Sizeof(gpuKey{}))
 	// instanceRecordSize counts an instance's record; its state string is
 	// interned.
 	instanceRecordSize = int(unsafe.Sizeof(instanceRecord{}))
@@ -214,10 +227,10 @@ const (
 // recordSize estimates the memory r takes, its strings included (a shared
 // GPU name counted as if it were not: an overestimate bounds safely).
 func recordSize(r *record) int {
-	n := recordBytes + mapEntryBytes + len(r.node) + len(r.bootID) + len(r.gpus)*gpuRecordSize
+	n := recordBytes + mapEntryBytes + len(r.node) + len(r.bootID) + len(r.gpus)*(gpuRecordSize+gpuKeySize)
 	for i := range r.gpus {
 		g := &r.gpus[i]
-		n += len(g.uuid) + len(g.name) + len(g.lowerName) + len(g.instances)*instanceRecordSize
+		n += len(g.uuid) + len(g.name) + len(r.keys[i].lowerName) + len(g.instances)*instanceRecordSize
 	}
 	return n
 }
@@ -229,12 +242,22 @@ func (st *Store) recordOf(s *api.Snapshot) *record {
 		node: strings.Clone(s.Node), bootID: strings.Clone(s.BootID), seq: s.Seq, received: st.now(), state: st.names.state(s.State),
 		unitsTotal: s.UnitsTotal, unitsFree: s.UnitsFree, unitsReserved: s.UnitsReserved,
 		gpus: make([]gpuRecord, len(s.GPUs)),
+		keys: make([]gpuKey, len(s.GPUs)),
 	}
-	for i, g := range s.GPUs {
+	// Rows come out by GPU index; taking the GPUs in that order here, once
+	// per snapshot, keeps the queries from sorting.
+	order := make([]int, len(s.GPUs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(s.GPUs[a].Index, s.GPUs[b].Index) })
+	for i, from := range order {
+		g := &s.GPUs[from]
 		name, lower := st.names.get(g.Name)
+		rec.keys[i] = gpuKey{lowerName: lower, free: g.UnitsFree, eligible: g.Eligible}
 		rec.gpus[i] = gpuRecord{
-			index: g.Index, uuid: strings.Clone(g.UUID), name: name, lowerName: lower, state: st.names.state(g.State),
-			eligible: g.Eligible, unitsTotal: g.UnitsTotal, unitsUsed: g.UnitsUsed, unitsFree: g.UnitsFree,
+			index: g.Index, uuid: strings.Clone(g.UUID), name: name, state: st.names.state(g.State),
+			unitsTotal: g.UnitsTotal, unitsUsed: g.UnitsUsed,
 			unitsReserved: g.UnitsReserved, utilizationPct: g.UtilizationPct,
 			memoryTotalMiB: g.MemoryTotalMiB, memoryUsedMiB: g.MemoryUsedMiB,
 			card:      cardOf(g.Capability),
@@ -249,9 +272,6 @@ func (st *Store) recordOf(s *api.Snapshot) *record {
 				free: min(max(in.UnitsFree, 0), len(in.Units)), clients: in.Clients, clientsMax: in.ClientsMax}
 		}
 	}
-	// Rows come out by GPU index; sorting here, once per snapshot, keeps
-	// the queries from doing it.
-	slices.SortFunc(rec.gpus, func(a, b gpuRecord) int { return cmp.Compare(a.index, b.index) })
 	rec.size = recordSize(rec)
 	return rec
 }
