@@ -31,9 +31,10 @@ const MaxSnapshotBody = 1 << 20
 // 10,000 snapshots a second costs. It checks the syntax as it decodes and
 // uses no unsafe memory, so a body from the network needs no check before
 // it. A body it refuses is decoded again with encoding/json, which decides:
-// its errors name the field at fault, and it accepts what v2 refuses by
-// default (a key twice). A fuzz test holds the two to accepting the same
-// bodies as the same snapshots.
+// its errors name the field at fault, and it accepts what v2 is told to
+// refuse (a key twice, a key in other case, a field the collector does not
+// know). A fuzz test holds the two to accepting the same bodies as the same
+// snapshots.
 func DecodeSnapshot(body []byte) (*api.Snapshot, error) {
 	if !utf8.Valid(body) {
 		// encoding/json would take invalid bytes as U+FFFD: a name the
@@ -51,44 +52,12 @@ func DecodeSnapshot(body []byte) (*api.Snapshot, error) {
 }
 
 // fastDecode decodes body into s as strictly as strictDecode, or fails.
+// It refuses any key that is not a field's exact name: encoding/json matches
+// a key to a field in any case, v2 only in the case of the field's tag, so
+// such a key is left to encoding/json, as is a field it does not know (a
+// newer gpuletd's), which encoding/json ignores.
 func fastDecode(body []byte, s *api.Snapshot) error {
-	if keyNotInLowerCase(body) {
-		return errors.New("a key not in lower case: left to encoding/json")
-	}
-	return jsonv2.Unmarshal(body, s)
-}
-
-// keyNotInLowerCase says whether an object key of body holds an upper-case
-// ASCII letter or a backslash (a string followed by a colon is a key).
-// encoding/json matches a key to a field in any case, v2 only in the case
-// the field's tag has; gpuletd writes its keys in lower case, as the tags
-// are, so such a key is left to encoding/json.
-func keyNotInLowerCase(body []byte) bool {
-	for i := 0; i < len(body); i++ {
-		if body[i] != '"' {
-			continue
-		}
-		odd := false
-		j := i + 1
-		for ; j < len(body) && body[j] != '"'; j++ {
-			switch c := body[j]; {
-			case c == '\\':
-				odd = true
-				j++ // the escaped byte, a quote maybe
-			case c >= 'A' && c <= 'Z':
-				odd = true
-			}
-		}
-		k := j + 1
-		for k < len(body) && (body[k] == ' ' || body[k] == '\t' || body[k] == '\n' || body[k] == '\r') {
-			k++
-		}
-		if odd && k < len(body) && body[k] == ':' {
-			return true
-		}
-		i = j
-	}
-	return false
+	return jsonv2.Unmarshal(body, s, jsonv2.RejectUnknownMembers(true))
 }
 
 // strictDecode decodes and validates body with encoding/json, for its errors.

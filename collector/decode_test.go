@@ -112,8 +112,9 @@ func TestDecodeSnapshot(t *testing.T) {
 }
 
 // TestWhichBodiesTakeTheFastDecoder: what gpuletd sends, long runs of digits
-// included, is decoded by v2; a key in other case, or twice, is left to
-// encoding/json, whose matching and last-wins rule v2 does not share.
+// included, is decoded by v2; a key in other case, a key twice or a field
+// the collector does not know is left to encoding/json, whose matching,
+// last-wins rule and silence on unknown fields v2 does not share.
 func TestWhichBodiesTakeTheFastDecoder(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -126,6 +127,7 @@ func TestWhichBodiesTakeTheFastDecoder(t *testing.T) {
 		{name: "a long number that fits", edit: func(m map[string]any) { m["seq"] = json.Number("12345678901234567890") }, fast: true},
 		{name: "a number past its type", edit: func(m map[string]any) { gpu0(m)["memory_total_mib"] = json.Number("18446744073709551616") }, fast: false},
 		{name: "a key in upper case", edit: func(m map[string]any) { m["NODE"] = m["node"]; delete(m, "node") }, fast: false},
+		{name: "a field of a newer gpuletd", edit: func(m map[string]any) { gpu0(m)["memory_bandwidth_gbps"] = 2039 }, fast: false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := body(t, testSnapshot("n1", "b1", 1, 4, 2), tt.edit)
