@@ -112,9 +112,10 @@ func TestDecodeSnapshot(t *testing.T) {
 }
 
 // TestWhichBodiesTakeTheFastDecoder: what gpuletd sends, long runs of digits
-// included, is decoded by v2; a key in other case, a key twice or a field
-// the collector does not know is left to encoding/json, whose matching,
-// last-wins rule and silence on unknown fields v2 does not share.
+// included, is decoded by v2; a key in other case, a key twice, a field the
+// collector does not know or an escape is left to encoding/json, whose
+// matching, last-wins rule, silence on unknown fields and reading of escaped
+// times v2 does not share.
 func TestWhichBodiesTakeTheFastDecoder(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -123,11 +124,15 @@ func TestWhichBodiesTakeTheFastDecoder(t *testing.T) {
 	}{
 		{name: "as sent", edit: nil, fast: true},
 		{name: "zero-padded boot id", edit: func(m map[string]any) { m["boot_id"] = "0000000000000000000000000000d889" }, fast: true},
-		{name: "node named by a serial", edit: func(m map[string]any) { m["node"] = `n\"12345678901234567890` }, fast: true},
+		{name: "node named by a serial", edit: func(m map[string]any) { m["node"] = "n12345678901234567890" }, fast: true},
+		// An escape anywhere: encoding/json reads an escaped time as v2 does not.
+		{name: "a name with an escape", edit: func(m map[string]any) { m["node"] = `n\"1` }, fast: false},
 		{name: "a long number that fits", edit: func(m map[string]any) { m["seq"] = json.Number("12345678901234567890") }, fast: true},
 		{name: "a number past its type", edit: func(m map[string]any) { gpu0(m)["memory_total_mib"] = json.Number("18446744073709551616") }, fast: false},
 		{name: "a key in upper case", edit: func(m map[string]any) { m["NODE"] = m["node"]; delete(m, "node") }, fast: false},
 		{name: "a field of a newer gpuletd", edit: func(m map[string]any) { gpu0(m)["memory_bandwidth_gbps"] = 2039 }, fast: false},
+		// encoding/json matches ſ (U+017F) to s, as Unicode case folding does.
+		{name: "a key that folds to a field's", edit: func(m map[string]any) { m["ſeq"] = m["seq"]; delete(m, "seq") }, fast: false},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			b := body(t, testSnapshot("n1", "b1", 1, 4, 2), tt.edit)
@@ -136,6 +141,16 @@ func TestWhichBodiesTakeTheFastDecoder(t *testing.T) {
 				t.Fatalf("fast decoder: %v; want it to take the body: %v", err, tt.fast)
 			}
 		})
+	}
+	// A time with an escape: encoding/json hands time.Time the string as
+	// written, which it refuses; the fast decoder must not unescape it.
+	for _, raw := range []string{
+		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":1,"state":"working","time":"2026-11-27T03:00:00\u005a"}`,
+		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":1,"state":"working","upstreams":[{"last_success":"2026-11-27T03:00:00\u005a"}]}`,
+	} {
+		if s, err := DecodeSnapshot([]byte(raw)); err == nil {
+			t.Errorf("%s: accepted (time %v), which encoding/json refuses", raw, s.Time)
+		}
 	}
 	twice := []byte(`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":1,"state":"working","node":"z"}`)
 	var s api.Snapshot
@@ -174,6 +189,11 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		`{"node":"x",` + base + `}x`,
 		"\ufeff{\"node\":\"x\"," + base + "}",
 		`{"node":"x",` + base + `,"gpus":[{"index":0,"units_free":1.5}]}`,
+		// Keys that fold to a field's name in Unicode, and escaped times.
+		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","ſeq":1,"state":"working"}`,
+		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":1,"\u212aey":1,"state":"working"}`,
+		`{"node":"x",` + base + `,"time":"2026-11-27T03:00:00\u005a"}`,
+		`{"node":"x",` + base + `,"time":"2026-11-27T03:00:00Z","upstreams":[{"last_success":"2026-11-27T03:00:0\u0030Z"}]}`,
 		`{"node":"x",` + base + `,"gpus":null,"view":null,"upstreams":[{}]}`,
 		// Numbers past their type (a decoder once wrapped them around).
 		`{"node":"x","schema":"gpulet.snapshot/v1","boot_id":"y","seq":18446744073709551621,"state":"working"}`,
