@@ -96,7 +96,7 @@ func BenchmarkLeaseRelease(b *testing.B) {
 	compare(b, socks, leaseRelease)
 	// Against the contract floor: floor-proc plus the syscalls docs/design.md asks of
 	// any daemon for a lease and its release (contractfloor_test.go).
-	contract, _ := contractFloorProcess(b, nil, leaseBody)
+	contract, _, _ := contractFloorProcess(b, nil, leaseBody)
 	for _, clients := range []int{1, 8} {
 		b.Run(fmt.Sprintf("clients=%d/paired-contract", clients), func(b *testing.B) {
 			alternate(b, clients, side{contract, leaseRelease}, side{d.Socket, leaseRelease}, "contract")
@@ -127,7 +127,7 @@ func BenchmarkLeaseReleaseMPS(b *testing.B) {
 			paired(b, floor, d.Socket, clients, leaseRelease)
 		})
 	}
-	contract, _ := contractFloorProcess(b, nil, leaseBody)
+	contract, _, _ := contractFloorProcess(b, nil, leaseBody)
 	b.Run("clients=8/contract-vs-floor", func(b *testing.B) {
 		paired(b, floor, contract, 8, leaseRelease)
 	})

@@ -32,6 +32,9 @@ import (
 // contract's, paid by any daemon that keeps it.
 const floorLedgerEnv = "GPULET_BENCH_FLOOR_LEDGER"
 
+// floorJournalEnv names the contract floor's journal file.
+const floorJournalEnv = "GPULET_BENCH_FLOOR_JOURNAL"
+
 // contractFloor serves floorHandler's answers after doing the contract's
 // syscalls for them.
 type contractFloor struct {
@@ -55,7 +58,7 @@ type floorConnKey struct{}
 // empties its journal, about as often as gpuletd writes its own anew.
 const journalCutEvery = 2048
 
-func newContractFloor(dir string, body, leaseBody []byte) (*contractFloor, error) {
+func newContractFloor(dir, journalPath string, body, leaseBody []byte) (*contractFloor, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -81,7 +84,7 @@ func newContractFloor(dir string, body, leaseBody []byte) (*contractFloor, error
 			}
 		}
 	}()
-	journal, err := os.OpenFile(filepath.Join(dir, "journal"), os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o600)
+	journal, err := os.OpenFile(journalPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND|os.O_TRUNC, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -129,8 +132,8 @@ func (f *contractFloor) record(b []byte) {
 
 // serveContractFloor serves the contract floor on ln until the process is
 // killed.
-func serveContractFloor(ln net.Listener, dir string, body, leaseBody []byte) error {
-	f, err := newContractFloor(dir, body, leaseBody)
+func serveContractFloor(ln net.Listener, dir, journalPath string, body, leaseBody []byte) error {
+	f, err := newContractFloor(dir, journalPath, body, leaseBody)
 	if err != nil {
 		return err
 	}
@@ -139,10 +142,12 @@ func serveContractFloor(ln net.Listener, dir string, body, leaseBody []byte) err
 }
 
 // contractFloorProcess starts the contract floor in its own process, its
-// folder and journal on tmpfs as gpuletd's run dir is, and returns its socket
-// and that folder.
-func contractFloorProcess(tb testing.TB, body, leaseBody []byte) (sock, dir string) {
+// folder on tmpfs as gpuletd's run dir is and its journal in the test's
+// temporary folder as gpuletd's state dir is (e2e.StartBinary), and returns
+// its socket, that folder and the journal's path.
+func contractFloorProcess(tb testing.TB, body, leaseBody []byte) (sock, dir, journal string) {
 	tb.Helper()
 	dir = filepath.Join(tmpfsDir(tb), "ledger")
-	return startFloorProcess(tb, body, leaseBody, floorLedgerEnv+"="+dir), dir
+	journal = filepath.Join(tb.TempDir(), "journal")
+	return startFloorProcess(tb, body, leaseBody, floorLedgerEnv+"="+dir, floorJournalEnv+"="+journal), dir, journal
 }
