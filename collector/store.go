@@ -26,8 +26,11 @@ type record struct {
 	// table touches few cache lines per node.
 	received time.Time
 	state    string
-	// keys are what a query filters each GPU on, in the order of gpus.
-	keys []gpuKey
+	// keys are what a query filters each GPU on, in the order of gpus: in
+	// inlineKeys when they fit, so that a query's walk reads the node from
+	// one allocation.
+	keys       []gpuKey
+	inlineKeys [inlineGPUs]gpuKey
 
 	node          string
 	bootID        string
@@ -218,6 +221,9 @@ const (
 	recordBytes   = int(unsafe.Sizeof(record{}))
 	gpuRecordSize = int(unsafe.Sizeof(gpuRecord{}))
 	gpuKeySize    = int(unsafe.Sizeof(gpuKey{}))
+	// inlineGPUs is how many GPUs' keys a record holds in itself: 8, the
+	// most GPUs of common nodes.
+	inlineGPUs = 8
 	// instanceRecordSize counts an instance's record; its state string is
 	// interned.
 	instanceRecordSize = int(unsafe.Sizeof(instanceRecord{}))
@@ -227,7 +233,10 @@ const (
 // recordSize estimates the memory r takes, its strings included (a shared
 // GPU name counted as if it were not: an overestimate bounds safely).
 func recordSize(r *record) int {
-	n := recordBytes + mapEntryBytes + len(r.node) + len(r.bootID) + len(r.gpus)*(gpuRecordSize+gpuKeySize)
+	n := recordBytes + mapEntryBytes + len(r.node) + len(r.bootID) + len(r.gpus)*gpuRecordSize
+	if len(r.keys) > inlineGPUs {
+		n += len(r.keys) * gpuKeySize
+	}
 	for i := range r.gpus {
 		g := &r.gpus[i]
 		n += len(g.uuid) + len(g.name) + len(r.keys[i].lowerName) + len(g.instances)*instanceRecordSize
@@ -242,7 +251,11 @@ func (st *Store) recordOf(s *api.Snapshot) *record {
 		node: strings.Clone(s.Node), bootID: strings.Clone(s.BootID), seq: s.Seq, received: st.now(), state: st.names.state(s.State),
 		unitsTotal: s.UnitsTotal, unitsFree: s.UnitsFree, unitsReserved: s.UnitsReserved,
 		gpus: make([]gpuRecord, len(s.GPUs)),
-		keys: make([]gpuKey, len(s.GPUs)),
+	}
+	if len(s.GPUs) <= inlineGPUs {
+		rec.keys = rec.inlineKeys[:len(s.GPUs)]
+	} else {
+		rec.keys = make([]gpuKey, len(s.GPUs))
 	}
 	// Rows come out by GPU index; taking the GPUs in that order here, once
 	// per snapshot, keeps the queries from sorting.
