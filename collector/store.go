@@ -165,9 +165,7 @@ func (st *Store) Apply(s *api.Snapshot) Outcome {
 		if rec.seq < old.seq {
 			return Dropped
 		}
-		seen := *old
-		seen.received = rec.received
-		st.nodes[rec.node] = &seen
+		st.nodes[rec.node] = old.heardAt(rec.received)
 		if st.changed != nil {
 			// Heard from: a node judged silent is working again.
 			st.changed[rec.node] = struct{}{}
@@ -287,6 +285,18 @@ func (st *Store) recordOf(s *api.Snapshot) *record {
 	}
 	rec.size = recordSize(rec)
 	return rec
+}
+
+// heardAt is a copy of r received at t: records are read without the lock,
+// so one in the table is never changed. Keys held in r itself are the copy's
+// own, so that the copy does not keep r alive.
+func (r *record) heardAt(t time.Time) *record {
+	seen := *r
+	seen.received = t
+	if len(r.keys) <= inlineGPUs {
+		seen.keys = seen.inlineKeys[:len(r.keys)]
+	}
+	return &seen
 }
 
 // takeChanged returns the records of the nodes that changed since the last

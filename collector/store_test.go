@@ -220,6 +220,11 @@ func TestResendOfTheSameSeqKeepsANodeAlive(t *testing.T) {
 	if r := st.Table(Query{}).Rows[0]; r.UnitsFree != 4 {
 		t.Fatalf("a resend changed the rows: units_free %d, want 4", r.UnitsFree)
 	}
+	// The record a resend leaves holds its own query keys: pointing into the
+	// record it was copied from would keep that one alive too, uncounted.
+	if rec := st.nodes["n1"]; &rec.keys[0] != &rec.inlineKeys[0] {
+		t.Fatal("a resent node's record shares its keys with the record before")
+	}
 	// A lower seq is no report.
 	clock.Add(10 * time.Second)
 	st.Apply(testSnapshot("n1", "b", 3, 4, 2))
