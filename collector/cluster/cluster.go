@@ -64,6 +64,10 @@ type Cluster struct {
 	// lists of nodes to ask, kept between placements.
 	scratch      []boundCand
 	floorScratch floorHeap
+	// tables are the frag placements' shape tables, placements counts
+	// the placements that read them (shapetable.go).
+	tables     []*shapeTable
+	placements uint64
 }
 
 type node struct {
@@ -108,6 +112,7 @@ func (c *Cluster) SetEngine(e *placement.Engine) {
 	for _, n := range c.nodes {
 		n.changed()
 	}
+	c.tables = nil
 }
 
 // Add adds an empty node of spec s.
@@ -122,6 +127,7 @@ func (c *Cluster) Add(s NodeSpec) error {
 	n := &node{name: s.Name, model: m}
 	n.summarize()
 	c.byName[s.Name] = len(c.nodes)
+	c.staleRows(len(c.nodes))
 	c.nodes = append(c.nodes, n)
 	return nil
 }
@@ -158,7 +164,10 @@ func (n *node) summarize() {
 
 // mayFit says whether a node of summary s could take r now; false is
 // certain, true is for the engine to decide.
-func (s *summary) mayFit(r *Request) bool {
+func (s *summary) mayFit(r *Request) bool { return s.fitsResources(r) && s.fitsModels(r) }
+
+// fitsResources is mayFit but for the models r accepts.
+func (s *summary) fitsResources(r *Request) bool {
 	switch {
 	case r.HostCPUMilli > s.cpuFree || r.HostMemoryMiB > s.memFree:
 		return false
@@ -167,6 +176,11 @@ func (s *summary) mayFit(r *Request) bool {
 	case r.GPUs == 0 && r.Units > s.maxFree:
 		return false
 	}
+	return true
+}
+
+// fitsModels says whether s has a GPU of a model r accepts, if r asks one.
+func (s *summary) fitsModels(r *Request) bool {
 	if (r.GPUs > 0 || r.Units > 0) && len(r.Models) > 0 {
 		for _, m := range s.models {
 			if slices.ContainsFunc(r.Models, func(want string) bool { return pipefile.MatchType(want, m) }) {
@@ -416,6 +430,7 @@ func (c *Cluster) Commit(r Request, v Verdict) error {
 	commit(n.model, r.Request, v.Choice)
 	n.changed()
 	n.summarize()
+	c.staleRows(i)
 	return nil
 }
 
@@ -456,6 +471,7 @@ func (c *Cluster) Put(name string, m *placement.Node) {
 	n.model = m
 	n.changed()
 	n.summarize()
+	c.staleRows(i)
 }
 
 // Remove drops node name, if the cluster has it.
@@ -469,6 +485,7 @@ func (c *Cluster) Remove(name string) {
 	c.byName[c.nodes[i].name] = i
 	c.nodes = c.nodes[:last]
 	delete(c.byName, name)
+	c.staleRows(i)
 }
 
 // Names lists the nodes, in the cluster's order.

@@ -53,11 +53,12 @@ func (h *floorHeap) Pop() any {
 // lowest cheap floor is asked first, without a heap: usually most nodes
 // are beaten by its answer alone.
 func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
+	t := c.shapeTable(r)
 	h := c.floorScratch[:0]
 	lowest := -1
-	for i, n := range c.nodes {
-		if n.sum.mayFit(r) {
-			h = append(h, floorCand{floor: c.engine.FragFloor(n.model, r.Request, &n.memo), index: i})
+	for i := range c.nodes {
+		if floor, ok := c.floorOf(t, i, r); ok {
+			h = append(h, floorCand{floor: floor, index: i})
 			if lowest < 0 || h.Less(len(h)-1, lowest) {
 				lowest = len(h) - 1
 			}
@@ -88,7 +89,7 @@ func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
 		return false
 	})
 	if len(a.Ranked) == limit && least >= a.Ranked[limit-1].Best.Frag {
-		c.askTies(h, r, limit, a, ask)
+		c.askTies(t, h, r, limit, a, ask)
 		c.floorScratch = h[:0]
 		return
 	}
@@ -99,7 +100,7 @@ func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
 		if full && cd.floor >= a.Ranked[limit-1].Best.Frag {
 			// The nodes left tie with the last answer kept at best:
 			// their order no longer matters.
-			c.askTies(h, r, limit, a, ask)
+			c.askTies(t, h, r, limit, a, ask)
 			break
 		}
 		n := c.nodes[cd.index]
@@ -116,15 +117,15 @@ func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
 
 // askTies asks, in any order, the nodes of cands not beaten by the answers
 // kept, every one of which has a floor at least the last answer's figure.
-func (c *Cluster) askTies(cands []floorCand, r *Request, limit int, a *Answer, ask func(floorCand)) {
+func (c *Cluster) askTies(t *shapeTable, cands []floorCand, r *Request, limit int, a *Answer, ask func(floorCand)) {
 	for _, cd := range cands {
-		if c.beaten(cd, r, a.Ranked, limit) {
+		if c.beaten(t, cd, r, a.Ranked, limit) {
 			continue
 		}
 		if !cd.tight {
 			n := c.nodes[cd.index]
 			cd.floor = c.engine.FragLeast(n.model, r.Request, &n.memo)
-			if c.beaten(cd, r, a.Ranked, limit) {
+			if c.beaten(t, cd, r, a.Ranked, limit) {
 				continue
 			}
 		}
@@ -135,7 +136,7 @@ func (c *Cluster) askTies(cands []floorCand, r *Request, limit int, a *Answer, a
 // beaten says whether the node of cd can be among the limit best of ranked
 // no more: the best answer it could give, its figure at its floor, would
 // not come before the last of them.
-func (c *Cluster) beaten(cd floorCand, r *Request, ranked []Verdict, limit int) bool {
+func (c *Cluster) beaten(t *shapeTable, cd floorCand, r *Request, ranked []Verdict, limit int) bool {
 	if len(ranked) < limit {
 		return false
 	}
@@ -146,9 +147,9 @@ func (c *Cluster) beaten(cd floorCand, r *Request, ranked []Verdict, limit int) 
 	case cd.floor < last.Best.Frag:
 		return false
 	}
-	n := c.nodes[cd.index]
-	best := Verdict{FreeUnits: n.sum.free, index: cd.index, Best: placement.Candidate{
-		Frag: cd.floor, Align: c.engine.Align(n.model, r.Request, &n.memo), GPUFree: n.sum.bound(placement.BestFit, r),
+	row := c.tieFigures(t, cd.index, r)
+	best := Verdict{FreeUnits: int(row.free), index: cd.index, Best: placement.Candidate{
+		Frag: cd.floor, Align: row.align, GPUFree: int(row.gpuFree),
 	}}
 	return !c.before(best, last)
 }

@@ -14,7 +14,7 @@ import (
 // that fail) under random mixes, the nodes a placement leaves unasked by
 // their floors change nothing: its answers are those of asking every
 // node's engine, in the same order, request after request, as placements
-// are committed, nodes change and the mix changes.
+// are committed, nodes change, leave and come back, and the mix changes.
 func TestFloorsRankAsEveryEngine(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	for trial := range 16 {
@@ -25,6 +25,17 @@ func TestFloorsRankAsEveryEngine(t *testing.T) {
 			specs = append(specs, s)
 		}
 		c := newCluster(t, placement.Frag, specs...)
+		var gone []*node
+		var shapes []Request
+		for range 1 + rng.IntN(maxShapeTables+2) {
+			// Mostly asking nothing of the host, as the collector's
+			// requests, which the cluster keeps tables of.
+			r := randomClusterRequest(rng)
+			if rng.IntN(4) > 0 {
+				r.HostCPUMilli, r.HostMemoryMiB = 0, 0
+			}
+			shapes = append(shapes, r)
+		}
 		for i := range 300 {
 			if i%100 == 0 {
 				// Before the first mix, every figure is 0.
@@ -40,7 +51,45 @@ func TestFloorsRankAsEveryEngine(t *testing.T) {
 				n.model.GPUs[rng.IntN(len(n.model.GPUs))].Unusable = "is failed"
 				c.Put(n.name, n.model)
 			}
+			switch rng.IntN(30) {
+			case 0:
+				// A node's leases end: its new snapshot is of an empty
+				// node, whose floors fall.
+				k := rng.IntN(len(specs))
+				if _, ok := c.byName[specs[k].Name]; ok {
+					m, err := newNode(specs[k])
+					if err != nil {
+						t.Fatal(err)
+					}
+					c.Put(specs[k].Name, m)
+				}
+			case 1:
+				// A node leaves the table: the last one takes its place.
+				if len(c.nodes) > 2 {
+					n := c.nodes[rng.IntN(len(c.nodes))]
+					c.Remove(n.name)
+					gone = append(gone, n)
+				}
+			case 2:
+				// One comes back, at the end, or a new empty one is added.
+				if len(gone) > 0 && rng.IntN(2) == 0 {
+					n := gone[len(gone)-1]
+					gone = gone[:len(gone)-1]
+					c.Put(n.name, n.model)
+					break
+				}
+				s := specs[rng.IntN(len(specs))]
+				s.Name = fmt.Sprintf("new%03d", i)
+				if err := c.Add(s); err != nil {
+					t.Fatal(err)
+				}
+			}
 			r, limit := randomClusterRequest(rng), 1+rng.IntN(4)
+			if trial%2 == 0 {
+				// A few shapes again and again, as a learnt mix asks,
+				// so that the cluster's kept rows are read again.
+				r = shapes[rng.IntN(len(shapes))]
+			}
 			got, err := c.Place(r, limit)
 			want := everyEngine(c, r, limit)
 			if (err == nil) != (len(want) > 0) {
