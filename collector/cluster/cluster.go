@@ -64,8 +64,7 @@ type Cluster struct {
 	// lists of nodes to ask, kept between placements.
 	scratch      []boundCand
 	floorScratch floorHeap
-	// tables are the frag placements' shape tables, placements counts
-	// the placements that read them (shapetable.go).
+	// tables are frag's shape tables, read placements times (shapetable.go).
 	tables     []*shapeTable
 	placements uint64
 }
@@ -112,7 +111,10 @@ func (c *Cluster) SetEngine(e *placement.Engine) {
 	for _, n := range c.nodes {
 		n.changed()
 	}
-	c.tables = nil
+	// Every row is stale; each table's array is kept for the new rows.
+	for _, t := range c.tables {
+		t.rows = t.rows[:0]
+	}
 }
 
 // Add adds an empty node of spec s.

@@ -148,8 +148,8 @@ func (c *Cluster) beaten(t *shapeTable, cd floorCand, r *Request, ranked []Verdi
 		return false
 	}
 	row := c.tieFigures(t, cd.index, r)
-	best := Verdict{FreeUnits: int(row.free), index: cd.index, Best: placement.Candidate{
-		Frag: cd.floor, Align: row.align, GPUFree: int(row.gpuFree),
+	best := Verdict{FreeUnits: row.free, index: cd.index, Best: placement.Candidate{
+		Frag: cd.floor, Align: row.align, GPUFree: row.gpuFree,
 	}}
 	return !c.before(best, last)
 }

@@ -98,6 +98,9 @@ func TestFloorsRankAsEveryEngine(t *testing.T) {
 			if err != nil {
 				continue
 			}
+			if fit := mayFitCount(c, r); got.Considered > fit {
+				t.Fatalf("trial %d, request %d %+v: %d nodes asked, only %d may fit", trial, i, r, got.Considered, fit)
+			}
 			if len(got.Ranked) != len(want) {
 				t.Fatalf("trial %d, request %d %+v: %d answers, every engine %d", trial, i, r, len(got.Ranked), len(want))
 			}
@@ -114,6 +117,18 @@ func TestFloorsRankAsEveryEngine(t *testing.T) {
 			}
 		}
 	}
+}
+
+// mayFitCount is how many nodes may fit r on their summary: no more can be
+// asked.
+func mayFitCount(c *Cluster, r Request) int {
+	count := 0
+	for _, n := range c.nodes {
+		if n.sum.mayFit(&r) {
+			count++
+		}
+	}
+	return count
 }
 
 // everyEngine is the limit best answers of asking the engine of every

@@ -27,7 +27,7 @@ type shapeRow struct {
 	floor, align float64
 	// gpuFree is the node's best-fit bound (summary.bound), free its free
 	// units: what ranks tied answers.
-	gpuFree, free int32
+	gpuFree, free int
 	state         rowState
 }
 
@@ -46,7 +46,7 @@ type shapeTable struct {
 }
 
 // maxShapeTables bounds the shapes kept: a learnt mix has a few, and a
-// table of 10,000 nodes is 320 KB.
+// table of 10,000 nodes is 400 KB.
 const maxShapeTables = 8
 
 // shapeTable is the table of r's shape, sized to the cluster, made anew in
@@ -88,7 +88,8 @@ func (c *Cluster) shapeTable(r *Request) *shapeTable {
 }
 
 // floorOf is node i's floor for r and whether it may fit r at all, from
-// t's row (read from the node when stale) or, with no table, the node.
+// t's row or, with no table, the node. A stale row is read anew here, so
+// that tieFigures, later in the placement, finds every row it reads fresh.
 func (c *Cluster) floorOf(t *shapeTable, i int, r *Request) (float64, bool) {
 	n := c.nodes[i]
 	if t == nil {
@@ -131,7 +132,7 @@ func (c *Cluster) figures(i int, r *Request) shapeRow {
 func (c *Cluster) tiesOf(n *node, r *Request) shapeRow {
 	return shapeRow{
 		align:   c.engine.Align(n.model, r.Request, &n.memo),
-		gpuFree: int32(n.sum.bound(placement.BestFit, r)), free: int32(n.sum.free),
+		gpuFree: n.sum.bound(placement.BestFit, r), free: n.sum.free,
 	}
 }
 
