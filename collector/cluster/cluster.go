@@ -64,7 +64,7 @@ type Cluster struct {
 	// lists of nodes to ask, kept between placements.
 	scratch      []boundCand
 	floorScratch floorHeap
-	// tables are frag's shape tables, read placements times (shapetable.go).
+	// tables: frag's shape tables; placements: the reads of them (shapetable.go).
 	tables     []*shapeTable
 	placements uint64
 }
