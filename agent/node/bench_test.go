@@ -9,12 +9,15 @@ import (
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/mpsctl"
 )
 
 // BenchmarkBuildAndEncode builds and encodes a snapshot of the node of
 // BenchmarkLeaseUnderReaders/api-held=10000 (16 GPUs of 704 units, one
 // instance each) after a change: of one GPU, as a lease makes, or of every
-// GPU, as a new round of samples with accounting on does.
+// GPU, as a new round of samples with accounting on does. Each GPU's MPS
+// instance runs, and its state is read afresh at each build, as
+// mpsctl.Daemons gives it.
 func BenchmarkBuildAndEncode(b *testing.B) {
 	const gpus, unitsPerGPU = 16, 704
 	n := &Node{Name: "n1", BootID: "boot", Backend: api.BackendSimulated, MPS: true, MaxUtilization: 90,
@@ -36,7 +39,7 @@ func BenchmarkBuildAndEncode(b *testing.B) {
 	}{{"one-gpu-changed", 1}, {"all-changed", gpus}} {
 		b.Run(c.name, func(b *testing.B) {
 			builder := NewBuilder(n)
-			in := Inputs{Now: time.Now(), View: view, Samples: samples, MPS: mpsByGPU{}}
+			in := Inputs{Now: time.Now(), View: view, Samples: samples, MPS: freshMPS{}}
 			for i := 0; b.Loop(); i++ {
 				for g := range c.changed {
 					view.GPUs[(i+g)%gpus].Built++
@@ -45,4 +48,12 @@ func BenchmarkBuildAndEncode(b *testing.B) {
 			}
 		})
 	}
+}
+
+// freshMPS is every GPU's instance running, in a new list at each call as
+// mpsctl.Daemons.Status makes it.
+type freshMPS struct{}
+
+func (freshMPS) Status(string) []mpsctl.InstanceStatus {
+	return []mpsctl.InstanceStatus{{Instance: 0, State: api.InstanceRunning, PID: 4242}}
 }

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"reflect"
 	"strconv"
 	"time"
 
@@ -93,7 +92,7 @@ func (b *Builder) Build(in Inputs) *snapshot.Published {
 	for i := range n.Devices {
 		gv, mpsStates := &view.GPUs[i], in.MPS.Status(n.Devices[i].UUID)
 		k := &b.kept[i]
-		if k.built == 0 || k.built != gv.Built || k.usage != in.Usage || !sameSample(&k.sample, &samples[i]) || !reflect.DeepEqual(k.mps, mpsStates) {
+		if k.built == 0 || k.built != gv.Built || k.usage != in.Usage || !sameSample(&k.sample, &samples[i]) || !mpsctl.SameStatuses(k.mps, mpsStates) {
 			*k = gpuKept{built: gv.Built, sample: samples[i], mps: mpsStates, usage: in.Usage,
 				gpu: b.buildGPU(i, gv, &samples[i], mpsStates, in.Usage), part: new(snapshot.GPUPart)}
 		}
