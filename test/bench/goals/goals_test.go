@@ -94,6 +94,9 @@ func TestTable(t *testing.T) {
 		"| lease+release with MPS on, 8 clients: ops ÷ floor-proc (median; every run ≥ 0.55) | `BenchmarkLeaseReleaseMPS/clients=8/paired` x-floor-ops | 3 | 0.661 [0.513–0.727] | 13517 floor-ops/s | ≥ 0.65, every run ≥ 0.55 | **no** |",
 		"| resident memory, idle (MB) | `BenchmarkMemory` idle-MB | 2 | 19.3 [19.3–19.4] | 13.4 floor-idle-MB | ≤ 20 | yes |",
 		"| leasing under 8 FUSE view readers: ops ÷ readers on the floor | `BenchmarkLeaseUnderReaders/view` x-readers-ops | 0 | not run | | ≥ 0.9 | — |",
+		// A row that is no goal has its figure and floor, and neither
+		// bound nor verdict.
+		"| … no goal: gpuletd ÷ the contract floor | `BenchmarkLeaseReleaseMPS/clients=8/paired-contract` x-contract-ops | 2 | 0.64 [0.61–0.67] | 8550 contract-ops/s | — | — |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("the table lacks\n%s\n%s", want, out.String())
