@@ -60,8 +60,12 @@ func ParseStat(b []byte) (Stat, error) {
 	}
 	fields := strings.Fields(string(b[end+1:]))
 	// fields[0] is field 3 (state); the start time is field 22.
-	if len(fields) < 20 || len(fields[0]) != 1 {
+	if len(fields) < 20 {
 		return Stat{}, errors.New("procfs: malformed stat: too few fields")
+	}
+	// The kernel's states are single letters (R, S, D, Z, T, t, X, I, ...).
+	if state := fields[0]; len(state) != 1 || !isASCIILetter(state[0]) {
+		return Stat{}, fmt.Errorf("procfs: malformed stat: state %q", state)
 	}
 	st, err := strconv.ParseUint(fields[19], 10, 64)
 	if err != nil {
@@ -73,6 +77,8 @@ func ParseStat(b []byte) (Stat, error) {
 	}
 	return Stat{State: fields[0][0], PPID: ppid, StartTime: st}, nil
 }
+
+func isASCIILetter(c byte) bool { return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' }
 
 // RealUID reads the real uid of pid from /proc/<pid>/status.
 func RealUID(pid int) (uint32, error) {

@@ -22,6 +22,8 @@ func TestParseStat(t *testing.T) {
 		{"short", "42 (sleep) S 1 2", Stat{}, false},
 		{"bad start time", "42 (x) S 1 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 abc", Stat{}, false},
 		{"empty", "", Stat{}, false},
+		{"state not a letter", "42 (x) \x00 1 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456", Stat{}, false},
+		{"state of two letters", "42 (x) SS 1 1 1 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456", Stat{}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseStat([]byte(tc.in))
