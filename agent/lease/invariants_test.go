@@ -151,7 +151,11 @@ func randomOperations(t *testing.T, seed uint64) {
 		}
 		checkInvariants(t, m, fmt.Sprintf("step %d (%s)", step, what))
 	}
-	if granted < 40 || podGranted < 5 || restarts == 0 {
+	// How many pod grants find their units free depends on timing, chiefly
+	// on when the ledger watch counts the offline claims: 9 to 25 for seed 2
+	// in 40 quiet runs, once 4 under make test's load. At least 3 still
+	// shows the path taken.
+	if granted < 40 || podGranted < 3 || restarts == 0 {
 		t.Fatalf("the mix did too little: %d ttl grants, %d pod grants, %d restarts", granted, podGranted, restarts)
 	}
 	// The watch catches up: every claim still held is counted, and only those.
