@@ -106,7 +106,7 @@ func decodeError(err error) error {
 }
 
 // Bounds on what one snapshot may make the collector keep: the names and ids
-// of a node and its GPUs, and its count of GPUs.
+// of a node and its GPUs, its instances' states, and its count of GPUs.
 const (
 	maxText = 256
 	MaxGPUs = 256
@@ -188,6 +188,13 @@ func validate(s *api.Snapshot) error {
 			}
 			if err := checkText(f.v); err != nil {
 				return bad(fmt.Sprintf("gpus[%d].%s", i, f.name), "%v", err)
+			}
+		}
+		for k := range g.Instances {
+			// The table keeps each instance's state as sent (placements
+			// read it); made-up ones are bounded as names are.
+			if len(g.Instances[k].State) > maxText {
+				return bad(fmt.Sprintf("gpus[%d].instances[%d].state", i, k), "longer than %d bytes", maxText)
 			}
 		}
 		switch g.State {

@@ -264,6 +264,9 @@ func TestDecodeBounds(t *testing.T) {
 		{"boot_id", func(s *api.Snapshot) { s.BootID = long }},
 		{"gpus[0].name", func(s *api.Snapshot) { s.GPUs[0].Name = long }},
 		{"gpus[0].uuid", func(s *api.Snapshot) { s.GPUs[0].UUID = long }},
+		{"gpus[0].instances[1].state", func(s *api.Snapshot) {
+			s.GPUs[0].Instances = []api.Instance{{State: api.InstanceRunning}, {Instance: 1, State: long}}
+		}},
 		{"gpus", func(s *api.Snapshot) {
 			for i := range MaxGPUs {
 				s.GPUs = append(s.GPUs, api.GPU{Index: i + 1})

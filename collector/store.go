@@ -222,8 +222,8 @@ const (
 	// inlineGPUs is how many GPUs' keys a record holds in itself: 8, the
 	// most GPUs of common nodes.
 	inlineGPUs = 8
-	// instanceRecordSize counts an instance's record; its state string is
-	// interned.
+	// instanceRecordSize counts an instance's record; its state string,
+	// interned when common, is counted apart (recordSize).
 	instanceRecordSize = int(unsafe.Sizeof(instanceRecord{}))
 	mapEntryBytes      = 64
 )
@@ -238,6 +238,10 @@ func recordSize(r *record) int {
 	for i := range r.gpus {
 		g := &r.gpus[i]
 		n += len(g.uuid) + len(g.name) + len(r.keys[i].lowerName) + len(g.instances)*instanceRecordSize
+		for k := range g.instances {
+			// A state past the interner's vocabulary is the record's own.
+			n += len(g.instances[k].state)
+		}
 	}
 	return n
 }

@@ -270,3 +270,20 @@ func TestMaxBytesAndExpiry(t *testing.T) {
 		t.Fatalf("%d bytes for %d nodes, want %d", st.Bytes(), len(st.Nodes().Nodes), 2*one)
 	}
 }
+
+// TestMaxBytesCountsInstanceStates: an instance's state is kept as sent, so
+// the estimate --max-bytes bounds counts it; else a sender of made-up
+// states of many instances could hold many times --max-bytes.
+func TestMaxBytesCountsInstanceStates(t *testing.T) {
+	st := NewStore(time.Minute, nil)
+	s := testSnapshot("n", "b", 1, 4, 1)
+	for k := range 1000 {
+		s.GPUs[0].Instances = append(s.GPUs[0].Instances, api.Instance{Instance: k, State: fmt.Sprintf("%0256d", k)})
+	}
+	if got := st.Apply(s); got != Applied {
+		t.Fatalf("apply: %v", got)
+	}
+	if got, want := st.Bytes(), 1000*256; got < want {
+		t.Fatalf("1000 instances of 256-byte states estimated at %d bytes, want at least %d", got, want)
+	}
+}
