@@ -226,10 +226,13 @@ const (
 	// interned when common, is counted apart (recordSize).
 	instanceRecordSize = int(unsafe.Sizeof(instanceRecord{}))
 	mapEntryBytes      = 64
+	intSize            = int(unsafe.Sizeof(0))
 )
 
 // recordSize estimates the memory r takes, its strings included (a shared
-// GPU name counted as if it were not: an overestimate bounds safely).
+// GPU name counted as if it were not: an overestimate bounds safely), and
+// the part of its placement model that is no record's (modelOf's free
+// lists; the model's GPUs and instances take about what the record's do).
 func recordSize(r *record) int {
 	n := recordBytes + mapEntryBytes + len(r.node) + len(r.bootID) + len(r.gpus)*gpuRecordSize
 	if len(r.keys) > inlineGPUs {
@@ -239,8 +242,10 @@ func recordSize(r *record) int {
 		g := &r.gpus[i]
 		n += len(g.uuid) + len(g.name) + len(r.keys[i].lowerName) + len(g.instances)*instanceRecordSize
 		for k := range g.instances {
-			// A state past the interner's vocabulary is the record's own.
-			n += len(g.instances[k].state)
+			// A state past the interner's vocabulary is the record's own,
+			// and the placements' model of the node lists each free unit
+			// (modelOf): a word a unit, where the body spends two bytes.
+			n += len(g.instances[k].state) + g.instances[k].free*intSize
 		}
 	}
 	return n

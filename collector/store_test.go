@@ -287,3 +287,30 @@ func TestMaxBytesCountsInstanceStates(t *testing.T) {
 		t.Fatalf("1000 instances of 256-byte states estimated at %d bytes, want at least %d", got, want)
 	}
 }
+
+// TestMaxBytesCountsFreeUnits: the placements' model of a node lists each
+// instance's free units (modelOf), a word each where the snapshot spends two
+// bytes, so the estimate --max-bytes bounds counts them.
+func TestMaxBytesCountsFreeUnits(t *testing.T) {
+	st := NewStore(time.Minute, nil)
+	s := withInstances(testSnapshot("n", "b", 1, 4, 1))
+	in := &s.GPUs[0].Instances[0]
+	in.Units, in.UnitsFree = make([]int, 100000), 100000
+	if got := st.Apply(s); got != Applied {
+		t.Fatalf("apply: %v", got)
+	}
+	if got, want := st.Bytes(), 100000*int(unsafe.Sizeof(0)); got < want {
+		t.Fatalf("an instance of 100,000 free units estimated at %d bytes, want at least %d", got, want)
+	}
+	// The defaults still take --max-nodes nodes of 8 GPUs of 16 units,
+	// every unit free.
+	st = NewStore(time.Minute, nil)
+	s = syntheticSnapshot(1)
+	for i := range s.GPUs {
+		s.GPUs[i].Instances[0].UnitsFree = 16
+	}
+	st.Apply(s)
+	if st.Bytes()*DefaultMaxNodes > DefaultMaxBytes {
+		t.Fatalf("a node of 8 free GPUs estimated at %d bytes: %d of them pass --max-bytes", st.Bytes(), DefaultMaxNodes)
+	}
+}
