@@ -158,19 +158,23 @@ func (u *uidSource) Published() *snapshot.Published { return u.store.Load() }
 func (u *uidSource) Changed() <-chan struct{}       { return u.store.Changed() }
 
 // Full detail goes only to an upstream reached with credentials or over
-// TLS; a plain one gets the snapshot redacted.
+// TLS; a plain one gets the snapshot redacted, even when gpuletd has a client
+// certificate, which only TLS presents.
 func TestPushRedactedWithoutCredentials(t *testing.T) {
 	uid := uint32(4242)
 	src := &uidSource{}
 	src.store.Store(snapshot.New(&api.Snapshot{Schema: api.SnapshotSchema, Node: "n1", BootID: "b", Seq: 1,
 		GPUs:         []api.GPU{{Index: 0, OfflineByUID: map[string]int{"4242": 1}, Instances: []api.Instance{{UID: &uid}}}},
 		Reservations: []api.ReservationStatus{{Name: "secret-project"}}}, nil, nil))
-	plain, withToken, overTLS := &bodies{}, &bodies{}, &bodies{}
+	plain, withToken, overTLS, plainWithCert := &bodies{}, &bodies{}, &bodies{}, &bodies{}
+	ca := testutil.NewCA(t)
+	certFile, keyFile := ca.Issue(t, "n1", true)
 	for _, c := range []struct {
 		rcv   *bodies
 		tls   bool
 		token bool
-	}{{plain, false, false}, {withToken, false, true}, {overTLS, true, false}} {
+		cert  bool
+	}{{plain, false, false, false}, {withToken, false, true, false}, {overTLS, true, false, false}, {plainWithCert, false, false, true}} {
 		srv := httptest.NewServer(c.rcv)
 		cfg := Config{Upstream: mustUpstream(t, srv.URL), Interval: 100 * time.Millisecond}
 		if c.tls {
@@ -185,15 +189,18 @@ func TestPushRedactedWithoutCredentials(t *testing.T) {
 			cfg.TokenFile = filepath.Join(t.TempDir(), "token")
 			os.WriteFile(cfg.TokenFile, []byte("t\n"), 0o600)
 		}
+		if c.cert {
+			cfg.CertFile, cfg.KeyFile = certFile, keyFile
+		}
 		start(t, cfg, src)
 	}
-	for name, rcv := range map[string]*bodies{"plain": plain, "token": withToken, "tls": overTLS} {
+	for name, rcv := range map[string]*bodies{"plain": plain, "token": withToken, "tls": overTLS, "plain with a client certificate": plainWithCert} {
 		testutil.Eventually(t, "a push to "+name, func() bool { return rcv.count() >= 1 })
 		rcv.mu.Lock()
 		body := rcv.got[0]
 		rcv.mu.Unlock()
 		secret := strings.Contains(body, "4242") || strings.Contains(body, "secret-project")
-		if secret != (name != "plain") {
+		if secret != (rcv != plain && rcv != plainWithCert) {
 			t.Errorf("%s upstream: full detail %v:\n%s", name, secret, body)
 		}
 	}

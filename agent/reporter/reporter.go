@@ -133,7 +133,9 @@ func New(cfg Config, src Source) (*Sender, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }},
 		status: api.UpstreamStatus{URL: shown},
 		shown:  shown,
-		full:   cfg.Upstream.fullDetail(cfg.TokenFile != "" || cfg.CertFile != ""),
+		// A client certificate is no credential here: only TLS presents
+		// it, and an https upstream gets full detail anyway.
+		full: cfg.Upstream.fullDetail(cfg.TokenFile != ""),
 	}, nil
 }
 

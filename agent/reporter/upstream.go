@@ -32,8 +32,8 @@ func (u Upstream) String() string { return u.shown }
 
 // fullDetail reports whether the upstream may be pushed the snapshot with
 // its uids and reservation names: it is reached over TLS, or with
-// credentials (a token file or a client certificate, which credentials
-// says, or userinfo in the URL). Others get it redacted.
+// credentials (a token file, which credentials says, or userinfo in the
+// URL). Others get it redacted.
 func (u Upstream) fullDetail(credentials bool) bool { return u.tls || u.userinfo || credentials }
 
 // RedactURL is raw as it may be shown (status, snapshot, view, logs,
