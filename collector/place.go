@@ -110,6 +110,13 @@ func (p *placer) place(st *Store, r cluster.Request, limit int) (cluster.Answer,
 	}
 	if all {
 		p.synced = now
+		// Every node there is is in changed; those modeled that are not
+		// went meanwhile.
+		for name := range p.modeled {
+			if _, ok := changed[name]; !ok {
+				changed[name] = nil
+			}
+		}
 	}
 	for name, rec := range changed {
 		if rec == nil {

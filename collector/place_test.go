@@ -223,3 +223,48 @@ func TestPlacementMix(t *testing.T) {
 		t.Fatalf("with a query: %d %s", code, b)
 	}
 }
+
+// TestChangesBetweenPlacementsAreBounded: once placements are asked, the
+// table lists the nodes that changed since the last; nodes coming and going
+// (made-up ones, forgotten after --expire-after) between two placements must
+// not grow that list past the table, and the next placement still sees
+// only the nodes there are.
+func TestChangesBetweenPlacementsAreBounded(t *testing.T) {
+	clock := newFakeClock()
+	st := NewStore(15*time.Second, clock.Now)
+	s := NewServer(st, nil)
+	place := func() PlacementList {
+		t.Helper()
+		code, b := do(t, s, "POST", "/v1/placements?limit=100", []byte(`{"units":1}`))
+		var l PlacementList
+		if code != 200 || json.Unmarshal(b, &l) != nil {
+			t.Fatalf("placement: %d %s", code, b)
+		}
+		return l
+	}
+	st.Apply(snapshotFree("stays", 4))
+	place()
+	for round := range 50 {
+		for i := range 20 {
+			st.Apply(snapshotFree(fmt.Sprintf("made-up-%d-%d", round, i), 4))
+		}
+		if round == 0 {
+			// Modeled, then gone while the list is dropped.
+			place()
+		}
+		clock.Add(time.Minute)
+		s := snapshotFree("stays", 4)
+		s.Seq = uint64(round + 2)
+		st.Apply(s)
+		st.Expire(30 * time.Second)
+		st.mu.RLock()
+		listed, nodes := len(st.changed), len(st.nodes)
+		st.mu.RUnlock()
+		if listed > 21 {
+			t.Fatalf("round %d: %d nodes listed as changed, %d in the table", round, listed, nodes)
+		}
+	}
+	if l := place(); l.Nodes != 1 || len(l.Placements) != 1 || l.Placements[0].Node != "stays" {
+		t.Fatalf("after the made-up nodes went: %+v", l)
+	}
+}

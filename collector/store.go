@@ -126,7 +126,8 @@ type Store struct {
 	nodes map[string]*record
 	// changed names the nodes whose record changed or went since the
 	// placements last asked (takeChanged); nil until they first do, so a
-	// collector nobody asks for placements keeps no such list.
+	// collector nobody asks for placements keeps no such list, and nil
+	// again once it outgrew the table (noteChanged).
 	changed map[string]struct{}
 	// bytes is the sum of the records' recordSize.
 	bytes int
@@ -166,10 +167,8 @@ func (st *Store) Apply(s *api.Snapshot) Outcome {
 			return Dropped
 		}
 		st.nodes[rec.node] = old.heardAt(rec.received)
-		if st.changed != nil {
-			// Heard from: a node judged silent is working again.
-			st.changed[rec.node] = struct{}{}
-		}
+		// Heard from: a node judged silent is working again.
+		st.noteChanged(rec.node)
 		return Repeated
 	}
 	grows := rec.size
@@ -181,9 +180,7 @@ func (st *Store) Apply(s *api.Snapshot) Outcome {
 	}
 	st.bytes += grows
 	st.nodes[rec.node] = rec
-	if st.changed != nil {
-		st.changed[rec.node] = struct{}{}
-	}
+	st.noteChanged(rec.node)
 	return Applied
 }
 
@@ -196,9 +193,7 @@ func (st *Store) Expire(after time.Duration) int {
 	for name, r := range st.nodes {
 		if now.Sub(r.received) >= after {
 			delete(st.nodes, name)
-			if st.changed != nil {
-				st.changed[name] = struct{}{}
-			}
+			st.noteChanged(name)
 			st.bytes -= r.size
 			n++
 		}
@@ -308,9 +303,26 @@ func (r *record) heardAt(t time.Time) *record {
 	return &seen
 }
 
+// noteChanged lists node as changed, while placements follow changes. A
+// list naming more nodes than the table holds (nodes coming and going, made-up
+// ones forgotten, faster than placements are asked) is dropped: every node
+// then counts as changed, as before the first placement, which costs the
+// placements no more than the list would, and keeps the list within the
+// table. Called with mu held, after the table changed.
+func (st *Store) noteChanged(node string) {
+	if st.changed == nil {
+		return
+	}
+	st.changed[node] = struct{}{}
+	if len(st.changed) > len(st.nodes) {
+		st.changed = nil
+	}
+}
+
 // takeChanged returns the records of the nodes that changed since the last
 // call (nil for a node that went), and starts the next list; all is set on
-// the first call, when every node counts as changed.
+// the first call, and after a list was dropped (noteChanged), when every
+// node counts as changed and those that went are not named.
 func (st *Store) takeChanged() (changed map[string]*record, all bool) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
