@@ -59,6 +59,14 @@ type WatchedFile struct {
 	mod     time.Time
 	size    int64
 	entries map[string]string
+	// bad is the size and modification time of a content that could not
+	// be parsed, and err why: it is not read again until the file
+	// changes, as every request asks.
+	bad struct {
+		mod  time.Time
+		size int64
+		err  error
+	}
 }
 
 // OpenTokenFile reads a file of one token, for every caller.
@@ -134,6 +142,8 @@ func (f *WatchedFile) current() (map[string]string, error) {
 		return f.entries, fmt.Errorf("%s: %w", f.path, err)
 	case fi.ModTime().Equal(f.mod) && fi.Size() == f.size && f.entries != nil:
 		return f.entries, nil
+	case f.bad.err != nil && fi.ModTime().Equal(f.bad.mod) && fi.Size() == f.bad.size:
+		return f.entries, f.bad.err
 	case !fi.Mode().IsRegular():
 		return f.entries, fmt.Errorf("%s: not a regular file", f.path)
 	case fi.Size() > maxTokenFile:
@@ -145,7 +155,8 @@ func (f *WatchedFile) current() (map[string]string, error) {
 	}
 	entries, err := f.parse(b)
 	if err != nil {
-		return f.entries, fmt.Errorf("%s: %w", f.path, err)
+		f.bad.mod, f.bad.size, f.bad.err = fi.ModTime(), fi.Size(), fmt.Errorf("%s: %w", f.path, err)
+		return f.entries, f.bad.err
 	}
 	f.mod, f.size, f.entries = fi.ModTime(), fi.Size(), entries
 	return entries, nil

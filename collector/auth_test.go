@@ -250,3 +250,31 @@ func FuzzBearer(f *testing.F) {
 		}
 	})
 }
+
+// A rewrite that does not parse is read once, not at every request until the
+// file changes again: a node tokens file of 100,000 nodes is megabytes, and
+// snapshots come thousands a second. Once fixed, it is read again.
+func TestBrokenRewriteIsReadOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "node-tokens")
+	if err := os.WriteFile(path, []byte("node-a tok-a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	parses := 0
+	f, err := openWatched(path, func(b []byte) (map[string]string, error) { parses++; return ParseNodeTokens(b) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewrite(t, path, "node-a\n", time.Second)
+	for range 3 {
+		if tokens, err := f.current(); err == nil || tokens["node-a"] != "tok-a" {
+			t.Fatalf("after a broken rewrite: %v %v, want an error and the last good tokens", tokens, err)
+		}
+	}
+	if parses != 2 {
+		t.Fatalf("parsed %d times, want twice: at open and once after the broken rewrite", parses)
+	}
+	rewrite(t, path, "node-a tok-a2\n", 2*time.Second)
+	if tokens, err := f.current(); err != nil || tokens["node-a"] != "tok-a2" {
+		t.Fatalf("after the fix: %v %v", tokens, err)
+	}
+}
