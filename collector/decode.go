@@ -191,10 +191,19 @@ func validate(s *api.Snapshot) error {
 			}
 		}
 		for k := range g.Instances {
+			in := &g.Instances[k]
 			// The table keeps each instance's state as sent (placements
 			// read it); made-up ones are bounded as names are.
-			if len(g.Instances[k].State) > maxText {
+			if len(in.State) > maxText {
 				return bad(fmt.Sprintf("gpus[%d].instances[%d].state", i, k), "longer than %d bytes", maxText)
+			}
+			for _, f := range []struct {
+				name string
+				v    int
+			}{{"clients", in.Clients}, {"clients_max", in.ClientsMax}, {"units_free", in.UnitsFree}} {
+				if f.v < 0 {
+					return bad(fmt.Sprintf("gpus[%d].instances[%d].%s", i, k, f.name), "%d is negative", f.v)
+				}
 			}
 		}
 		switch g.State {

@@ -61,6 +61,12 @@ func TestDecodeSnapshot(t *testing.T) {
 		{name: "negative gpu units_used", edit: func(m map[string]any) { gpu0(m)["units_used"] = -1 }, want: "field gpus[0].units_used"},
 		{name: "negative gpu units_free", edit: func(m map[string]any) { gpu0(m)["units_free"] = -1 }, want: "field gpus[0].units_free"},
 		{name: "negative gpu units_offline", edit: func(m map[string]any) { gpu0(m)["units_offline"] = -1 }, want: "field gpus[0].units_offline"},
+		{name: "negative instance clients", edit: func(m map[string]any) {
+			gpu0(m)["instances"] = []any{map[string]any{"state": "running", "clients": -3, "clients_max": 4}}
+		}, want: "field gpus[0].instances[0].clients"},
+		{name: "negative instance units_free", edit: func(m map[string]any) {
+			gpu0(m)["instances"] = []any{map[string]any{"state": "running", "units_free": -1}}
+		}, want: "field gpus[0].instances[0].units_free"},
 		{name: "negative utilization", edit: func(m map[string]any) { gpu0(m)["utilization_pct"] = -5 }, want: "field gpus[0].utilization_pct"},
 		{name: "negative memory total", edit: func(m map[string]any) { gpu0(m)["memory_total_mib"] = -1 }, want: "field gpus.memory_total_mib"},
 		{name: "negative memory used", edit: func(m map[string]any) { gpu0(m)["memory_used_mib"] = -1 }, want: "field gpus.memory_used_mib"},
