@@ -2,6 +2,8 @@ package collector
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -236,6 +238,10 @@ func decodePlacementRequest(body interface{ Read([]byte) (int, error) }) (cluste
 	}
 	if dec.More() {
 		return cluster.Request{}, api.Errorf(api.ErrBadRequest, "placement request: more than one JSON value")
+	}
+	// More is false before a stray } or ], which end no value.
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return cluster.Request{}, api.Errorf(api.ErrBadRequest, "placement request: trailing data after the JSON object")
 	}
 	return pr.check()
 }

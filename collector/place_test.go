@@ -78,6 +78,8 @@ func TestPlacements(t *testing.T) {
 		{`{"units":1,"min_cc":"eight"}`, "", "min_cc"},
 		{`{"units":1,"x":1}`, "", "unknown field"},
 		{`{"units":1}`, "?limit=0", "limit"},
+		{`{"units":1}}`, "", "trailing data"},
+		{`{"units":1}]`, "", "trailing data"},
 		{`{"units":1}`, "?node=n1", "only ?limit"},
 	} {
 		if code, _, b := place(tc.body, tc.query); code != 400 || !strings.Contains(errorMessage(t, b), tc.want) {
