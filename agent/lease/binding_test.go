@@ -170,3 +170,23 @@ func TestTTLExpiresAndRenewExtends(t *testing.T) {
 		t.Fatal("expired lease left its FIFO")
 	}
 }
+
+// TestDryRunOfAnotherUsersPid: the dry run of a lease bound to "pid" gives a
+// caller who is not an admin the answer the lease gets, never what another
+// user's process holds.
+func TestDryRunOfAnotherUsersPid(t *testing.T) {
+	f := newFixture(t, 2, 4, 1)
+	m := f.manager(t)
+	cmd, _ := processLease(t, m)
+	pid := cmd.Process.Pid
+	caller := identity.Peer{UID: 4242, GID: 4242, PID: os.Getpid()}
+	req := Request{LeaseRequest: api.LeaseRequest{Units: 2, PID: pid}}
+	_, err := m.Acquire(context.Background(), caller, req)
+	want := fmt.Sprintf("pid: process %d is not running or is not yours (give a process id, not a thread id)", pid)
+	if !errors.Is(err, api.ErrBadRequest) || err.Error() != want {
+		t.Fatalf("lease on root's process: err = %v, want bad_request %q", err, want)
+	}
+	if _, dryErr := m.Explain(caller, req); dryErr == nil || dryErr.Error() != want {
+		t.Fatalf("dry run on root's process: err = %v, want the lease's %q", dryErr, want)
+	}
+}

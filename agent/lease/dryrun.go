@@ -14,6 +14,16 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 	if req.Units > m.cfg.Model.UnitsPerClient {
 		return api.Placement{}, api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
 	}
+	if req.PID != 0 && !peer.Admin && peer.UID != 0 {
+		// The lease takes only the caller's own process (bindingFor), and
+		// so does its dry run: what a process holds is told only to its
+		// owner, as the lease's refusal tells nothing of others' processes.
+		p, _, err := m.cfg.Processes.OpenOwned(req.PID, peer.UID)
+		if err != nil {
+			return api.Placement{}, pidError(req.PID, true, false, err)
+		}
+		p.Close()
+	}
 	if !m.lockOpen() {
 		return api.Placement{}, errStopping
 	}
@@ -23,8 +33,8 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 	}
 	if req.TTL == 0 && req.GPUs == 0 {
 		// Bound to a process: the one named, or the caller's own. The dry
-		// run opens no process, so it counts what the pid holds, whichever
-		// process it names.
+		// run holds no process, so it counts what the pid holds, whichever
+		// process of that pid held it.
 		pid := req.PID
 		if pid == 0 {
 			pid = peer.PID
