@@ -31,8 +31,9 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 	if m.journal.Failed() != nil {
 		return api.Placement{}, unrecorded("no lease is granted", m.journal.Failed())
 	}
-	if req.TTL == 0 && req.GPUs == 0 {
-		// Bound to a process: the one named, or the caller's own. The dry
+	if req.TTL == 0 && req.GPUs == 0 && req.Slurm == "" {
+		// Bound to a process (a Slurm lease is the job's, bound to none,
+		// as a ttl lease is): the one named, or the caller's own. The dry
 		// run holds no process, so it counts what the pid holds, whichever
 		// process of that pid held it.
 		pid := req.PID

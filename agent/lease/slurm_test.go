@@ -290,3 +290,22 @@ func TestAddSlurmJob(t *testing.T) {
 		t.Fatalf("%v, want [3 7 12]", jobs)
 	}
 }
+
+// TestSlurmDryRunCountsNoProcess: a Slurm lease is the job's, bound to no
+// process, so what the caller's process holds does not refuse it, in the
+// dry run as in the lease.
+func TestSlurmDryRunCountsNoProcess(t *testing.T) {
+	n := newSlurmNode(t)
+	f := newFixture(t, 2, 4, 1)
+	m := f.manager(t, n.config)
+	caller := n.task(12, 1000)
+	if _, err := m.Acquire(context.Background(), caller, Request{LeaseRequest: api.LeaseRequest{Units: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Explain(caller, slurmReq(1, api.SlurmScopeJob)); err != nil {
+		t.Fatalf("dry run of a Slurm lease from a process that holds M units: %v, want where it would go", err)
+	}
+	if _, err := m.Acquire(context.Background(), caller, slurmReq(1, api.SlurmScopeJob)); err != nil {
+		t.Fatalf("Slurm lease from a process that holds M units: %v", err)
+	}
+}
