@@ -273,6 +273,10 @@ func (l *Ledger) Scan(g int) ([]int, error) {
 			if pipefile.IsFIFO(&st) {
 				out = append(out, i)
 			}
+		case errors.Is(err, unix.EACCES):
+			// A local user's FUSE mount, which root may not look at: no
+			// FIFO (Sweep detaches it), and no reason to leave the GPU's
+			// other units unlisted.
 		case !errors.Is(err, unix.ENOENT):
 			return nil, fmt.Errorf("ledger: %s: %w", l.Path(g, i), err)
 		}

@@ -48,11 +48,23 @@ func (l *Ledger) Sweep() []Removed {
 	for _, g := range l.gpus {
 		for k, dir := range l.dirs[g.Index] {
 			for _, i := range l.model.InstanceUnits(k) {
+				name := pipefile.UnitName(i)
 				st, err := dir.Stat(i)
+				for n := 0; errors.Is(err, unix.EACCES) && n < maxOpenDepth; n++ {
+					// Root may look at anything but a local user's FUSE
+					// mount, which fusermount3 lets them put on a folder or
+					// file of their own: no claim, and nothing else would
+					// ever remove it. It is detached (one mount on another
+					// at a time), and what it was mounted on goes as below.
+					if derr := detachMount(dir.FD(), name); derr != nil {
+						l.sweptLog.Log(slog.LevelWarn, "pipe-file ledger: cannot detach a mount at a unit name", "path", l.Path(g.Index, i), "err", derr)
+						break
+					}
+					st, err = dir.Stat(i)
+				}
 				if err != nil || pipefile.IsFIFO(&st) {
 					continue
 				}
-				name := pipefile.UnitName(i)
 				if err := l.removeEntry(dir.FD(), name, &st, &budget); err != nil {
 					if !errors.Is(err, errBudget) {
 						l.sweptLog.Log(slog.LevelWarn, "pipe-file ledger: cannot remove an entry at a unit name that is not a FIFO", "path", l.Path(g.Index, i), "uid", st.Uid, "err", err)
@@ -146,6 +158,14 @@ func (l *Ledger) clearDir(top, dir *dirFile, depth int, budget *int) error {
 				if err == nil || errors.Is(err, unix.ENOENT) {
 					continue
 				}
+				if errors.Is(err, unix.EBUSY) {
+					// A user's mount on a file: detached, and the file
+					// removed by the next pass.
+					if err := detachMount(dir.fd, name); err != nil {
+						return err
+					}
+					continue
+				}
 				if !errors.Is(err, unix.EISDIR) {
 					return err
 				}
@@ -163,6 +183,13 @@ func (l *Ledger) clearDir(top, dir *dirFile, depth int, budget *int) error {
 			case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
 				// Swapped for something else since listed: next pass.
 				continue
+			case errors.Is(err, unix.EACCES):
+				// A user's FUSE mount, which root may not open: detached,
+				// and the folder under it cleared by the next pass.
+				if err := detachMount(dir.fd, name); err != nil {
+					return err
+				}
+				continue
 			case err != nil:
 				return err
 			}
@@ -171,7 +198,12 @@ func (l *Ledger) clearDir(top, dir *dirFile, depth int, budget *int) error {
 			if err != nil {
 				return err
 			}
-			if err := unix.Unlinkat(dir.fd, name, unix.AT_REMOVEDIR); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTEMPTY) {
+			err = unix.Unlinkat(dir.fd, name, unix.AT_REMOVEDIR)
+			if errors.Is(err, unix.EBUSY) {
+				// Mounted on since it was opened: as above.
+				err = detachMount(dir.fd, name)
+			}
+			if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTEMPTY) {
 				return err
 			}
 		}
@@ -182,6 +214,14 @@ func (l *Ledger) clearDir(top, dir *dirFile, depth int, budget *int) error {
 			return err
 		}
 	}
+}
+
+// detachMount lazily unmounts the file system mounted at name in the folder
+// dirfd, the top one where several are, without following a symlink at
+// name: the folder is reached through its descriptor, never by a path that
+// could be swapped meanwhile.
+func detachMount(dirfd int, name string) error {
+	return unix.Unmount(fmt.Sprintf("/proc/self/fd/%d/%s", dirfd, name), unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
 }
 
 func typeName(mode uint32) string {
