@@ -178,6 +178,10 @@ func look(dir *pipefile.Folder, names []int) (free int, claimers []uint32, err e
 		switch {
 		case errors.Is(err, unix.ENOENT):
 			free++
+		case errors.Is(err, unix.EACCES):
+			// The folder opened, so this is something at the name that no
+			// other user may look at (a user's FUSE mount, which gpuletd
+			// removes): not free and no claim; the other names still count.
 		case err != nil:
 			return 0, nil, explain(fmt.Errorf("cannot look at %s/%s: %w", dir.Path(), pipefile.UnitName(u), err))
 		case pipefile.IsFIFO(&st) && st.Uid != daemon:

@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/internal/testutil"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -223,5 +224,28 @@ func TestClaimIsLiveToTheLedger(t *testing.T) {
 	}
 	if stale, err := l.Probe(0, c.Units[0], id); !stale || err != nil {
 		t.Fatalf("abandoned claim probed stale=%v err=%v", stale, err)
+	}
+}
+
+// A local user's FUSE mount at a unit name (on a folder of their own), which
+// nobody else may look at, is no free unit; it must not stop every claim that
+// looks at its folder.
+func TestTakePassesByAMountAtAUnitName(t *testing.T) {
+	dir := testLayout(t)
+	at := filepath.Join(dir, "units", "GPU-a", "0", pipefile.UnitName(0))
+	if err := os.Mkdir(at, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	testutil.MountOthersFUSE(t, at)
+	c, err := take(t, dir, Request{Units: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.GPU.Index != 0 || c.Instance != 0 || len(c.Units) != 1 || c.Units[0] != 1 {
+		t.Fatalf("claimed GPU %d instance %d units %v, want unit 1 beside the mount", c.GPU.Index, c.Instance, c.Units)
+	}
+	// Two units: instance 0 has one free now, instance 1 two.
+	if c, err = take(t, dir, Request{Units: 2, GPU: "0"}); err != nil || c.Instance != 1 {
+		t.Fatalf("claim of 2 units: %+v, %v", c, err)
 	}
 }
