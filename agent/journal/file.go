@@ -32,6 +32,9 @@ type File struct {
 	failed error
 	// buf is the last record's line, kept to build the next one in.
 	buf []byte
+	// cleaned is set once the first rewrite has looked for what a crashed
+	// daemon's rewrite left.
+	cleaned bool
 }
 
 // NewFile is the journal at path, not yet open: the first Rewrite writes it
@@ -64,6 +67,13 @@ func (j *File) Rewrite(entries []Entry) error {
 }
 
 func (j *File) rewrite(entries []Entry) error {
+	if !j.cleaned {
+		// A daemon killed in a rewrite left its temporary file, which holds
+		// room in the run dir until a reboot: this daemon, the journal's only
+		// writer now, removes it before it needs that room.
+		statefile.RemoveTemps(j.path)
+		j.cleaned = true
+	}
 	// Records are appended to one buffer, sized for a lease record of a
 	// few hundred bytes each: no copies as it grows.
 	buf, err := AppendRecord(make([]byte, 0, 512*(len(entries)+1)), Record{Op: OpSchema, Schema: Schema})

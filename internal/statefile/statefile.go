@@ -4,8 +4,10 @@
 package statefile
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -58,6 +60,29 @@ func replace(path string, data []byte, mode os.FileMode, durable bool) error {
 		return nil
 	}
 	return syncDir(dir)
+}
+
+// RemoveTemps removes the temporary files that a writer of path killed
+// between making one and renaming it over path left beside it: nothing else
+// ever would, and each holds room. The caller must be path's only writer. It
+// removes regular files only, named as replace names them.
+func RemoveTemps(path string) error {
+	dir, prefix := filepath.Dir(path), "."+filepath.Base(path)+"."
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok || rest == "" || strings.Trim(rest, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // SetAside renames a file that cannot be used whole to a name beside it
