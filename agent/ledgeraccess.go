@@ -22,7 +22,11 @@ func (a *Agent) setLedgerAccess(r *config.Rules) {
 	for _, d := range a.devs {
 		acc := ledgerAccess(r, d.Index, adminGID)
 		if err := a.ledger.SetAccess(d.Index, acc); err != nil {
-			a.log.Error("offline claims on this GPU are not limited to its pools' users as asked", "gpu", d.Index, "err", err)
+			why := "offline claims on this GPU are not open to the ledger's audience as asked"
+			if acc.Restricted {
+				why = "offline claims on this GPU are not limited to its pools' users as asked"
+			}
+			a.log.Error(why, "gpu", d.Index, "err", err)
 		}
 	}
 }

@@ -333,8 +333,8 @@ func (r *makeRun) check(t *testing.T, wantSocket string, wantMPS bool) {
 	}
 }
 
-// stop sends SIGINT to make's process group, as Ctrl-C in its terminal does, and
-// waits for gpuletd's clean stop.
+// stop sends SIGINT to make's process group, as Ctrl-C in its terminal does,
+// waits for gpuletd's clean stop, and checks it logged no error.
 func (r *makeRun) stop(t *testing.T) {
 	t.Helper()
 	syscall.Kill(-r.cmd.Process.Pid, syscall.SIGINT)
@@ -345,6 +345,10 @@ func (r *makeRun) stop(t *testing.T) {
 	}
 	if !strings.Contains(r.out.String(), "gpuletd stopping") {
 		t.Fatalf("gpuletd did not stop cleanly:\n%s", r.out)
+	}
+	// The quick start is what a newcomer sees first: nothing in it is an error.
+	if strings.Contains(r.out.String(), "level=ERROR") {
+		t.Fatalf("make run logged an error:\n%s", r.out)
 	}
 	runDir := filepath.Dir(r.socket)
 	testutil.Eventually(t, "the MPS control daemons to quit", func() bool { return len(controlDaemons(runDir)) == 0 })

@@ -27,7 +27,7 @@ var ErrNoACL = errors.New("the run dir's file system keeps no POSIX ACLs")
 // SetAccess makes GPU g's instance folders writable by a's claimers only.
 // Restricted to exactly one group and no single user, the folders belong to
 // that group (mode 1770): it works on any file system. Otherwise they
-// belong to root's group, mode 1770, with a POSIX access ACL that lets each
+// belong to the daemon's group (root's as root), mode 1770, with a POSIX access ACL that lets each
 // of a's users and groups in; on a file system without ACLs they stay
 // closed to all but root (fail closed) and the error wraps ErrNoACL. The
 // sticky bit stays: a claimer removes only its own FIFOs. Claims already
@@ -51,17 +51,21 @@ func setAccess(dir string, a Access, socketGID int) error {
 	slices.Sort(a.UIDs)
 	slices.Sort(a.GIDs)
 	a.UIDs, a.GIDs = slices.Compact(a.UIDs), slices.Compact(a.GIDs)
+	// Where no group is let in, the folder is the daemon's own group's
+	// (root's as root): a daemon of a plain user may give it no other, and
+	// mode and ACL give that group nothing beyond what everyone has.
+	own := unix.Getegid()
 	gid, mode, acl := socketGID, uint32(0o1770), []byte(nil)
 	switch {
 	case !a.Restricted && socketGID < 0:
-		gid, mode = 0, 0o1777
+		gid, mode = own, 0o1777
 	case !a.Restricted:
 	case len(a.UIDs) == 0 && len(a.GIDs) == 1:
 		gid = int(a.GIDs[0])
 	case len(a.UIDs)+len(a.GIDs) == 0:
-		gid, mode = 0, 0o1700
+		gid, mode = own, 0o1700
 	default:
-		gid, acl = 0, accessACL(a.UIDs, a.GIDs)
+		gid, acl = own, accessACL(a.UIDs, a.GIDs)
 	}
 	if err := unix.Fchown(fd, -1, gid); err != nil {
 		return fmt.Errorf("ledger: giving %s to group %d: %w", dir, gid, err)
@@ -117,7 +121,7 @@ func accessACL(uids, gids []uint32) []byte {
 	for _, u := range uids {
 		entry(aclUser, aclRWX, u)
 	}
-	// The owning group is root's: no one is let in through it.
+	// The owning group is the daemon's: no one is let in through it.
 	entry(aclGroupObj, 0, aclUndefinedID)
 	for _, g := range gids {
 		entry(aclGroup, aclRWX, g)
