@@ -14,8 +14,10 @@ import (
 // Write replaces path with data durably: a new file beside it (never
 // following a link: it is made afresh), written and fsynced, renamed over
 // path, and the folder fsynced. A reader, a crash or a full disk finds the old
-// file or the new one, never a part of either; when a step fails the old file
-// stays as it was.
+// file or the new one, never a part of either; when a step before the rename
+// fails the old file stays as it was. Only the folder's fsync comes after it:
+// when that fails (an I/O error of the disk), the new file is in place, and
+// may or may not be what a crash leaves.
 func Write(path string, data []byte, mode os.FileMode) error { return replace(path, data, mode, true) }
 
 // Replace is Write without the fsyncs, for the files of the run dir, which a
