@@ -4,11 +4,10 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpulet/gpulet/internal/procfs"
+	"github.com/gpulet/gpulet/internal/connlimit"
 	"github.com/gpulet/gpulet/internal/ratelog"
 )
 
@@ -33,7 +32,7 @@ func LimitListener(ln net.Listener, perUID int, log *slog.Logger) net.Listener {
 	l := &limitListener{
 		Listener: ln, perUID: perUID,
 		refused: ratelog.New(log, "refused connections", refusalsPerSecond, nil),
-		fdGauge: newFDGauge(),
+		gauge:   connlimit.NewGauge(),
 		conns:   map[uint32]int{},
 	}
 	l.credOf = l.readCred
@@ -46,8 +45,8 @@ type limitListener struct {
 	refused *ratelog.Limiter
 	// credOf reads a connection's SO_PEERCRED (readCred; tests change it).
 	credOf func(*net.UnixConn) (*unix.Ucred, error)
-	// fdGauge counts this listener's connections with --listen's.
-	*fdGauge
+	// gauge counts this listener's connections with --listen's.
+	gauge *connlimit.Gauge
 
 	mu sync.Mutex // guards conns
 	// conns counts the open connections of each capped uid.
@@ -81,7 +80,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 // fdsLeft reports whether the daemon has more than the reserve of descriptors
 // free, the new connection's included.
 func (l *limitListener) fdsLeft() bool {
-	ok, open, limit, reserve, err := l.left(unixReserve)
+	ok, open, limit, reserve, err := l.gauge.Left(unixReserve)
 	switch {
 	case err != nil:
 		// Most likely no descriptor was left to count with.
@@ -111,12 +110,12 @@ func (l *limitListener) admit(c *net.UnixConn) *peerConn {
 		l.refused.Log(slog.LevelWarn, "connection refused: the user has as many open connections as one user may (--max-conns-per-uid)", "uid", cred.Uid, "pid", cred.Pid, "max", l.perUID)
 		return nil
 	}
-	l.add(1)
+	l.gauge.Add(1)
 	if capped {
 		l.conns[cred.Uid]++
 	}
 	return &peerConn{UnixConn: c, cred: *cred, release: func() {
-		l.add(-1)
+		l.gauge.Add(-1)
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if capped {
@@ -155,15 +154,4 @@ func (c *peerConn) Close() error {
 	err := c.UnixConn.Close()
 	c.once.Do(c.release)
 	return err
-}
-
-// fdUsage counts this process's open file descriptors and reads the soft
-// limit on them.
-func fdUsage() (int, uint64, error) {
-	var lim syscall.Rlimit
-	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
-		return 0, 0, err
-	}
-	n, err := procfs.OpenDescriptors()
-	return n, lim.Cur, err
 }

@@ -17,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpulet/gpulet/internal/connlimit"
 	"github.com/gpulet/gpulet/internal/ratelog"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
@@ -62,10 +63,10 @@ func testListener(t *testing.T, perUID int, uid func() uint32, usage func() (int
 		}
 	}
 	if usage != nil {
-		l.fdUsage = usage
+		l.gauge.Usage = usage
 	}
 	// Count at every accept unless a test says otherwise.
-	l.countEvery, l.countNear = 0, 0
+	l.gauge.CountEvery, l.gauge.CountNear = 0, 0
 	return l, sock, logBuf
 }
 
@@ -204,7 +205,7 @@ func TestReserveIsAQuarterOfASmallLimit(t *testing.T) {
 }
 
 func TestFdUsageCountsOpenDescriptors(t *testing.T) {
-	before, limit, err := fdUsage()
+	before, limit, err := connlimit.FDUsage()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +222,7 @@ func TestFdUsageCountsOpenDescriptors(t *testing.T) {
 		}
 		files = append(files, f)
 	}
-	after, _, err := fdUsage()
+	after, _, err := connlimit.FDUsage()
 	for _, f := range files {
 		f.Close()
 	}
@@ -323,7 +324,7 @@ func TestLimitListenerEstimatesBetweenCounts(t *testing.T) {
 	var counts atomic.Int64
 	const limit, atCount = 1000, 900
 	l, sock, _ := testListener(t, 0, nil, func() (int, uint64, error) { counts.Add(1); return atCount, limit, nil })
-	l.countEvery, l.countNear = time.Hour, time.Hour
+	l.gauge.CountEvery, l.gauge.CountNear = time.Hour, time.Hour
 	accepted := make(chan net.Conn, 100)
 	go func() {
 		for {

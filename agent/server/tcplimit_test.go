@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpulet/gpulet/internal/connlimit"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
 
@@ -19,11 +20,13 @@ func tcpTestListener(t *testing.T, total, perAddr int, usage func() (int, uint64
 	if err != nil {
 		t.Skip("no loopback TCP here:", err)
 	}
-	l := LimitTCPListener(ln, total, perAddr, nil, slog.New(slog.DiscardHandler)).(*tcpLimitListener)
+	// Given as the Unix socket's listener, whose gauge --listen shares.
+	local := &limitListener{gauge: connlimit.NewGauge()}
 	if usage != nil {
-		l.fdUsage = usage
+		local.gauge.Usage = usage
 	}
-	l.countEvery, l.countNear = 0, 0
+	local.gauge.CountEvery, local.gauge.CountNear = 0, 0
+	l := LimitTCPListener(ln, total, perAddr, local, slog.New(slog.DiscardHandler))
 	held := make(chan net.Conn, 1000)
 	go func() {
 		for {
