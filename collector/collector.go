@@ -65,6 +65,9 @@ type Config struct {
 	// certificates are verified against (--client-ca); a node's snapshot
 	// may then come with a certificate whose name is the node's.
 	ClientCAFile string
+	// MaxPushesInFlight bounds the snapshot bodies read at once
+	// (--max-pushes-in-flight).
+	MaxPushesInFlight int
 }
 
 // Run serves the collector on cfg.Listen until ctx ends.
@@ -78,8 +81,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.ExpireAfter < cfg.StaleAfter {
 		return fmt.Errorf("--expire-after %v: must be at least --stale-after (%v)", cfg.ExpireAfter, cfg.StaleAfter)
 	}
-	if cfg.MaxBytes < 1 || cfg.MaxTableRows < 1 || cfg.MaxNodes < 1 {
-		return fmt.Errorf("--max-bytes %d, --max-table-rows %d, --max-nodes %d: each must be above zero", cfg.MaxBytes, cfg.MaxTableRows, cfg.MaxNodes)
+	if cfg.MaxBytes < 1 || cfg.MaxTableRows < 1 || cfg.MaxNodes < 1 || cfg.MaxPushesInFlight < 1 {
+		return fmt.Errorf("--max-bytes %d, --max-table-rows %d, --max-nodes %d, --max-pushes-in-flight %d: each must be above zero",
+			cfg.MaxBytes, cfg.MaxTableRows, cfg.MaxNodes, cfg.MaxPushesInFlight)
 	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") || (cfg.ClientCAFile != "" && cfg.TLSCertFile == "") {
 		return errors.New("--tls-cert and --tls-key go together, and --client-ca needs them")
@@ -99,6 +103,7 @@ func Run(ctx context.Context, cfg Config) error {
 	store.MaxNodes, store.MaxBytes = cfg.MaxNodes, cfg.MaxBytes
 	handler := NewServer(store, log)
 	handler.MaxTableRows = cfg.MaxTableRows
+	handler.SetMaxPushesInFlight(cfg.MaxPushesInFlight)
 	if cfg.Policy != "" {
 		handler.SetPolicy(cfg.Policy)
 	}
@@ -114,7 +119,8 @@ func Run(ctx context.Context, cfg Config) error {
 	handler.Auth.ClientCerts = cfg.ClientCAFile != ""
 	warnAuth(log, handler.Auth)
 	log.Info("gpulet-collector listening", "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil, "client_certs", handler.Auth.ClientCerts,
-		"stale_after", cfg.StaleAfter, "expire_after", cfg.ExpireAfter)
+		"stale_after", cfg.StaleAfter, "expire_after", cfg.ExpireAfter,
+		"max_pushes_in_flight", cfg.MaxPushesInFlight)
 	done := make(chan error, 1)
 	go func() {
 		if srv.TLSConfig != nil {

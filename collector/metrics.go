@@ -11,11 +11,11 @@ import (
 var (
 	descNodes     = prometheus.NewDesc("gpulet_collector_nodes", "Nodes known to the collector, by state now.", []string{"state"}, nil)
 	descRows      = prometheus.NewDesc("gpulet_collector_table_rows", "Rows of the resource table (one per node and GPU).", nil, nil)
-	descSnapshots = prometheus.NewDesc("gpulet_collector_snapshots_total", "Snapshots received since start, by outcome: applied, dropped (not newer than the node's rows) or rejected (not a valid snapshot).", []string{"outcome"}, nil)
+	descSnapshots = prometheus.NewDesc("gpulet_collector_snapshots_total", "Snapshots received since start, by outcome: applied, dropped (not newer than the node's rows), rejected (not a valid snapshot, not the node's credential, or no room in the table) or busy (refused unread: --max-pushes-in-flight bodies were being read).", []string{"outcome"}, nil)
 )
 
 // tableCollector reads the table and the counters at each scrape, so that
-// ingesting costs no metric updates beyond three atomic counters.
+// ingesting costs no metric updates beyond an atomic counter.
 type tableCollector struct{ s *Server }
 
 func (c tableCollector) Describe(ch chan<- *prometheus.Desc) { prometheus.DescribeByCollect(c, ch) }
@@ -29,7 +29,7 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, o := range []struct {
 		outcome string
 		n       uint64
-	}{{"applied", c.s.applied.Load()}, {"dropped", c.s.dropped.Load()}, {"rejected", c.s.rejected.Load()}} {
+	}{{"applied", c.s.applied.Load()}, {"dropped", c.s.dropped.Load()}, {"rejected", c.s.rejected.Load()}, {"busy", c.s.busy.Load()}} {
 		ch <- prometheus.MustNewConstMetric(descSnapshots, prometheus.CounterValue, float64(o.n), o.outcome)
 	}
 }

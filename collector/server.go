@@ -2,11 +2,13 @@ package collector
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/httpjson"
@@ -22,7 +24,7 @@ type Server struct {
 	routes  *httpjson.Mux
 	metrics http.Handler
 
-	applied, dropped, rejected atomic.Uint64
+	applied, dropped, rejected, busy atomic.Uint64
 	// Auth is who may push and read; set it before serving.
 	Auth Auth
 	// MaxTableRows bounds the rows of one answer of GET /v1/table; the
@@ -33,7 +35,25 @@ type Server struct {
 	fileErrors *ratelog.Limiter
 	// placer answers POST /v1/placements and GET /v1/placements/mix.
 	placer *placer
+	// pushSlots holds a token for each snapshot body being read: its
+	// capacity (--max-pushes-in-flight) times MaxSnapshotBody bounds the
+	// memory bodies take, however many senders push at once. pushWait is
+	// how long a push waits for a token before it is refused.
+	pushSlots chan struct{}
+	pushWait  time.Duration
 }
+
+// DefaultMaxPushesInFlight is --max-pushes-in-flight's default: at most
+// 64 MiB of bodies. A node's push is read in well under a millisecond on
+// a LAN, so 64 at once keep up with far more than 100,000 nodes' pushes
+// every 5 s; only slow or stalled senders hold a slot long.
+const DefaultMaxPushesInFlight = 64
+
+// pushSlotWait is how long a push past --max-pushes-in-flight waits for a
+// slot: long enough to ride out a burst of pushes, short enough that
+// senders stalled on every slot cannot queue the others for long (gpuletd
+// backs off and pushes again).
+const pushSlotWait = 250 * time.Millisecond
 
 // NewServer serves store's API.
 func NewServer(store *Store, log *slog.Logger) *Server {
@@ -41,6 +61,7 @@ func NewServer(store *Store, log *slog.Logger) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{store: store, log: log, fileErrors: ratelog.New(log, "token file errors", 1, nil), placer: newPlacer(placement.BestFit)}
+	s.SetMaxPushesInFlight(DefaultMaxPushesInFlight)
 	s.metrics = s.metricsHandler()
 	// A path matches only as written, and HEAD is no route's method.
 	s.routes = httpjson.NewMux(httpjson.MuxOptions{})
@@ -66,6 +87,33 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.routes.Se
 // when never set); call it before serving.
 func (s *Server) SetPolicy(p placement.Policy) { s.placer = newPlacer(p) }
 
+// SetMaxPushesInFlight bounds the snapshot bodies read at once
+// (--max-pushes-in-flight; at least 1); call it before serving.
+func (s *Server) SetMaxPushesInFlight(n int) {
+	s.pushSlots, s.pushWait = make(chan struct{}, max(n, 1)), pushSlotWait
+}
+
+// takePushSlot takes a place among the bodies read at once, waiting at
+// most pushWait and no longer than the request; false: none came free.
+func (s *Server) takePushSlot(ctx context.Context) bool {
+	select {
+	case s.pushSlots <- struct{}{}:
+		return true
+	default:
+	}
+	wait := time.NewTimer(s.pushWait)
+	defer wait.Stop()
+	select {
+	case s.pushSlots <- struct{}{}:
+		return true
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	return false
+}
+
+func (s *Server) releasePushSlot() { <-s.pushSlots }
+
 // bodies recycles the buffers snapshot bodies are read into: at 10,000
 // snapshots a second they would otherwise be most of the garbage.
 var bodies = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -82,6 +130,14 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 		s.rejected.Add(1)
 		return api.Errorf(api.ErrRequestTooLarge, "snapshot body: larger than %d bytes", MaxSnapshotBody)
 	}
+	// Held until the body's buffer is let go, so that at most
+	// cap(pushSlots) bodies take memory at once.
+	if !s.takePushSlot(r.Context()) {
+		s.busy.Add(1)
+		w.Header().Set("Retry-After", "1")
+		return api.Errorf(api.ErrUnavailable, "snapshot: the collector is reading as many snapshots as it may at once (--max-pushes-in-flight %d); push again shortly", cap(s.pushSlots))
+	}
+	defer s.releasePushSlot()
 	buf := bodies.Get().(*bytes.Buffer)
 	defer func() {
 		// A rare huge body is not kept for everyone.
