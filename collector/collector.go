@@ -18,6 +18,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/gpulet/gpulet/internal/connlimit"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -68,7 +69,20 @@ type Config struct {
 	// MaxPushesInFlight bounds the snapshot bodies read at once
 	// (--max-pushes-in-flight).
 	MaxPushesInFlight int
+	// MaxConns and MaxConnsPerAddr cap the connections open at once, all
+	// and from one address (--max-conns, --max-conns-per-addr); 0: no
+	// cap but the descriptors' limit.
+	MaxConns, MaxConnsPerAddr int
 }
+
+// fdReserve is how many file descriptors the port leaves to the
+// collector's own work (token files read again, the log): a connection that
+// arrives with fewer free is closed at once. It is a quarter of the limit
+// when that is smaller, so that a collector run with a tiny limit still
+// serves some connections.
+const fdReserve = 64
+
+func reserve(limit uint64) uint64 { return min(fdReserve, limit/4) }
 
 // Run serves the collector on cfg.Listen until ctx ends.
 func Run(ctx context.Context, cfg Config) error {
@@ -85,6 +99,9 @@ func Run(ctx context.Context, cfg Config) error {
 		return fmt.Errorf("--max-bytes %d, --max-table-rows %d, --max-nodes %d, --max-pushes-in-flight %d: each must be above zero",
 			cfg.MaxBytes, cfg.MaxTableRows, cfg.MaxNodes, cfg.MaxPushesInFlight)
 	}
+	if cfg.MaxConns < 0 || cfg.MaxConnsPerAddr < 0 {
+		return fmt.Errorf("--max-conns %d, --max-conns-per-addr %d: must be 0 (no cap) or above", cfg.MaxConns, cfg.MaxConnsPerAddr)
+	}
 	if (cfg.TLSCertFile == "") != (cfg.TLSKeyFile == "") || (cfg.ClientCAFile != "" && cfg.TLSCertFile == "") {
 		return errors.New("--tls-cert and --tls-key go together, and --client-ca needs them")
 	}
@@ -95,7 +112,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	ln, err := net.Listen("tcp", cfg.Listen)
+	ln, err := listen(cfg, log)
 	if err != nil {
 		return err
 	}
@@ -120,7 +137,7 @@ func Run(ctx context.Context, cfg Config) error {
 	warnAuth(log, handler.Auth)
 	log.Info("gpulet-collector listening", "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil, "client_certs", handler.Auth.ClientCerts,
 		"stale_after", cfg.StaleAfter, "expire_after", cfg.ExpireAfter,
-		"max_pushes_in_flight", cfg.MaxPushesInFlight)
+		"max_pushes_in_flight", cfg.MaxPushesInFlight, "max_conns", cfg.MaxConns, "max_conns_per_addr", cfg.MaxConnsPerAddr)
 	done := make(chan error, 1)
 	go func() {
 		if srv.TLSConfig != nil {
@@ -150,6 +167,26 @@ wait:
 	<-done
 	log.Info("gpulet-collector stopped")
 	return err
+}
+
+// listen listens on cfg.Listen, closing at once the connections past
+// --max-conns or --max-conns-per-addr, or that would leave fewer free
+// descriptors than the reserve: a flood of connections cannot take the
+// descriptors the collector needs. Nodes keep their connections open
+// (IdleTimeout), up to --max-nodes of them, and behind a load balancer all
+// come from its address: so no cap is set by default, and the descriptors'
+// limit is the bound. Accepts are not paced: after a restart every node
+// connects again within a report interval.
+func listen(cfg Config, log *slog.Logger) (net.Listener, error) {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, err
+	}
+	return connlimit.LimitTCP(ln, connlimit.TCPLimits{
+		MaxConns: cfg.MaxConns, MaxConnsPerAddr: cfg.MaxConnsPerAddr, Reserve: reserve,
+		Port: "--listen", MaxConnsFlag: "--max-conns", MaxConnsPerAddrFlag: "--max-conns-per-addr",
+		ReservedFor: "the collector's own work", Log: log,
+	}), nil
 }
 
 // openAuth opens the token files cfg names.

@@ -20,7 +20,7 @@ var ErrHelp = pflag.ErrHelp
 var flagGroups = []flaghelp.Group{
 	{Title: "Serving", Flags: []string{"listen", "tls-cert", "tls-key"}},
 	{Title: "Credentials", Flags: []string{"node-tokens-file", "token-file", "client-ca", "read-token-file"}},
-	{Title: "Bounds", Flags: []string{"stale-after", "expire-after", "max-nodes", "max-bytes", "max-table-rows", "max-pushes-in-flight"}},
+	{Title: "Bounds", Flags: []string{"stale-after", "expire-after", "max-nodes", "max-bytes", "max-table-rows", "max-pushes-in-flight", "max-conns", "max-conns-per-addr"}},
 	{Title: "Placement", Flags: []string{"policy"}},
 }
 
@@ -70,6 +70,8 @@ func defineFlags(fs *pflag.FlagSet, cfg *Config) *string {
 	fs.DurationVar(&cfg.ExpireAfter, "expire-after", DefaultExpireAfter, "a node silent this long is forgotten, its room in the table freed (at least --stale-after)")
 	fs.IntVar(&cfg.MaxTableRows, "max-table-rows", DefaultMaxTableRows, "most rows one answer of GET /v1/table holds; more are read a page at a time (offset, next_offset)")
 	fs.IntVar(&cfg.MaxPushesInFlight, "max-pushes-in-flight", DefaultMaxPushesInFlight, "most snapshot bodies read at once, each at most 1 MiB; a push past it waits briefly, then gets 503 with Retry-After")
+	fs.IntVar(&cfg.MaxConns, "max-conns", 0, "most connections open at once; more are closed at once (0: as many as the open-files limit allows, less a reserve the collector keeps)")
+	fs.IntVar(&cfg.MaxConnsPerAddr, "max-conns-per-addr", 0, "most connections open at once from one remote address (0: no cap; behind a load balancer every node comes from its address)")
 	fs.StringVar(&cfg.NodeTokensFile, "node-tokens-file", "", "file of per-node tokens, one \"NODE TOKEN\" line each: a node's snapshots are taken only with its token (read again when it changes)")
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding one bearer token every node's snapshots must come with (gpuletd --upstream-token-file); it does not tie a node to its name, --node-tokens-file does")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key); plain HTTP by default")

@@ -3,6 +3,8 @@ package collector
 import (
 	"context"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -136,4 +138,40 @@ func TestPushWaitsForASlot(t *testing.T) {
 	if rec := waiting.finish(t, "n2"); rec.Code != http.StatusNoContent {
 		t.Fatalf("a push that waited for the slot: %d %s", rec.Code, rec.Body)
 	}
+}
+
+// The port closes at once a connection past --max-conns, logging why, and
+// keeps those within it.
+func TestListenClosesPastMaxConns(t *testing.T) {
+	logBuf := &testutil.SyncBuffer{}
+	ln, err := listen(Config{Listen: "127.0.0.1:0", MaxConns: 2}, slog.New(slog.NewTextHandler(logBuf, nil)))
+	if err != nil {
+		t.Skip("no loopback TCP here:", err)
+	}
+	srv := HTTPServer(NewServer(NewStore(time.Minute, nil), nil))
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	addr := ln.Addr().String()
+	for range 2 {
+		rc, err := testutil.DialRaw("tcp", addr, "collector")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { rc.Close() })
+		if status, b, err := rc.Do("GET", "/v1/nodes", nil); err != nil || status != http.StatusOK {
+			t.Fatalf("a connection within --max-conns: %d %s %v", status, b, err)
+		}
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Closed by the server, the read ends at once; kept, it would wait
+	// for a request until the deadline.
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("a third connection past --max-conns 2: read %v, want EOF", err)
+	}
+	testutil.Eventually(t, "the refusal logged", func() bool { return strings.Contains(logBuf.String(), "--max-conns") })
 }
