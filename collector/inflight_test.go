@@ -16,11 +16,11 @@ import (
 )
 
 // slowPush is a push whose body arrives only when the test writes it, as
-// from a slow sender; reading counts the pushes whose body the server has
-// begun to read.
+// from a slow sender.
 type slowPush struct {
-	body    *io.PipeWriter
-	answer  chan *httptest.ResponseRecorder
+	body   *io.PipeWriter
+	answer chan *httptest.ResponseRecorder
+	// started: the server has begun to read the body.
 	started atomic.Bool
 }
 

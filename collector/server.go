@@ -44,9 +44,10 @@ type Server struct {
 }
 
 // DefaultMaxPushesInFlight is --max-pushes-in-flight's default: at most
-// 64 MiB of bodies. A node's push is read in well under a millisecond on
-// a LAN, so 64 at once keep up with far more than 100,000 nodes' pushes
-// every 5 s; only slow or stalled senders hold a slot long.
+// 64 MiB of bodies. A node's push (a few KB) is read in well under a
+// millisecond on a LAN, so 100,000 nodes pushing every 5 s (20,000 a
+// second) keep fewer than 20 slots busy; only slow or stalled senders hold
+// a slot long.
 const DefaultMaxPushesInFlight = 64
 
 // pushSlotWait is how long a push past --max-pushes-in-flight waits for a
