@@ -175,3 +175,31 @@ func TestListenClosesPastMaxConns(t *testing.T) {
 	}
 	testutil.Eventually(t, "the refusal logged", func() bool { return strings.Contains(logBuf.String(), "--max-conns") })
 }
+
+// A push that took a slot and sends its body too slowly loses the slot when
+// its body's time is up, long before the server's read timeout: a sender
+// cannot keep a slot by dribbling.
+func TestSlowBodyLosesItsSlot(t *testing.T) {
+	s := NewServer(NewStore(time.Minute, nil), nil)
+	s.SetMaxPushesInFlight(1)
+	s.pushBodyTime = 100 * time.Millisecond
+	srv := httptest.NewServer(HTTPServer(s).Handler)
+	t.Cleanup(srv.Close)
+	c, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The headers and a part of a body that never ends.
+	if _, err := io.WriteString(c, "POST /v1/snapshots HTTP/1.1\r\nHost: c\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"node\":"); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	answer, err := io.ReadAll(c)
+	if !strings.HasPrefix(string(answer), "HTTP/1.1 400 ") {
+		t.Fatalf("a body that stalls: %q %v, want 400 once its time is up", answer, err)
+	}
+	if code, b := do(t, s, "POST", "/v1/snapshots", body(t, testSnapshot("n1", "b", 1, 4, 1), nil)); code != http.StatusNoContent {
+		t.Fatalf("a push after the stalled one lost its slot: %d %s", code, b)
+	}
+}

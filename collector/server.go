@@ -41,6 +41,9 @@ type Server struct {
 	// how long a push waits for a token before it is refused.
 	pushSlots chan struct{}
 	pushWait  time.Duration
+	// pushBodyTime is how long a push that took a slot may take to send
+	// its body.
+	pushBodyTime time.Duration
 }
 
 // DefaultMaxPushesInFlight is --max-pushes-in-flight's default: at most
@@ -55,6 +58,11 @@ const DefaultMaxPushesInFlight = 64
 // senders stalled on every slot cannot queue the others for long (gpuletd
 // backs off and pushes again).
 const pushSlotWait = 250 * time.Millisecond
+
+// pushBodyTime bounds how long a push holds its slot while its body comes:
+// a node's few KB take milliseconds, and a sender that dribbles its body to
+// keep a slot loses it well before the server's 30 s read timeout.
+const pushBodyTime = 5 * time.Second
 
 // NewServer serves store's API.
 func NewServer(store *Store, log *slog.Logger) *Server {
@@ -91,7 +99,7 @@ func (s *Server) SetPolicy(p placement.Policy) { s.placer = newPlacer(p) }
 // SetMaxPushesInFlight bounds the snapshot bodies read at once
 // (--max-pushes-in-flight; at least 1); call it before serving.
 func (s *Server) SetMaxPushesInFlight(n int) {
-	s.pushSlots, s.pushWait = make(chan struct{}, max(n, 1)), pushSlotWait
+	s.pushSlots, s.pushWait, s.pushBodyTime = make(chan struct{}, max(n, 1)), pushSlotWait, pushBodyTime
 }
 
 // takePushSlot takes a place among the bodies read at once, waiting at
@@ -139,6 +147,9 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 		return api.Errorf(api.ErrUnavailable, "snapshot: the collector is reading as many snapshots as it may at once (--max-pushes-in-flight %d); push again shortly", cap(s.pushSlots))
 	}
 	defer s.releasePushSlot()
+	// Where the connection cannot take a deadline (a test's recorder), the
+	// server's read timeout still bounds the body.
+	http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.pushBodyTime))
 	buf := bodies.Get().(*bytes.Buffer)
 	defer func() {
 		// A rare huge body is not kept for everyone.
