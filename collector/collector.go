@@ -263,5 +263,11 @@ func HTTPServer(h http.Handler) *http.Server {
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
+		// Over TLS a peer speaks HTTP/2, whose server buffers what a peer
+		// sends before any handler reads it, up to its flow-control
+		// windows (1 MiB a connection by default), outside
+		// --max-pushes-in-flight: the least windows keep that to 64 KiB a
+		// connection. A node's snapshot of a few KB fits in one.
+		HTTP2: &http.HTTP2Config{MaxReceiveBufferPerConnection: 64 << 10, MaxReceiveBufferPerStream: 64 << 10},
 	}
 }

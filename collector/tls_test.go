@@ -98,3 +98,39 @@ func TestServerTLSConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// Over TLS nodes push with HTTP/2, whose server is given the least receive
+// windows (64 KiB a connection: what a peer may send before a handler reads
+// it), and a push of a few KB still goes through.
+func TestHTTP2PushWithSmallWindows(t *testing.T) {
+	ca := testutil.NewCA(t)
+	certFile, keyFile := ca.Issue(t, "127.0.0.1", false)
+	st := NewStore(time.Minute, nil)
+	hs := HTTPServer(NewServer(st, nil))
+	if c := hs.HTTP2; c == nil || c.MaxReceiveBufferPerConnection != 64<<10 || c.MaxReceiveBufferPerStream != 64<<10 {
+		t.Fatalf("HTTP/2 config %+v, want receive windows of 64 KiB", c)
+	}
+	srv := httptest.NewUnstartedServer(hs.Handler)
+	srv.Config = hs
+	var err error
+	if srv.TLS, err = serverTLS(Config{TLSCertFile: certFile, TLSKeyFile: keyFile}); err != nil {
+		t.Fatal(err)
+	}
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	defer srv.Close()
+	c := tlsClient(t, ca, "")
+	c.Transport.(*http.Transport).ForceAttemptHTTP2 = true
+	b, _ := json.Marshal(testSnapshot("n1", "b", 1, 4, 8))
+	resp, err := c.Post(srv.URL+"/v1/snapshots", "application/json", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 204 || resp.ProtoMajor != 2 {
+		t.Fatalf("a push of %d bytes over TLS: %s %s, want 204 over HTTP/2", len(b), resp.Proto, resp.Status)
+	}
+	if n := st.Nodes().Nodes; len(n) != 1 {
+		t.Fatalf("table %+v", n)
+	}
+}
