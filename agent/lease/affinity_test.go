@@ -48,7 +48,7 @@ func TestTaskRunIsMeasuredWhenItsProcessExits(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	holder := identity.Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
+	holder := identity.Peer{UID: root.UID, PID: cmd.Process.Pid, Admin: true}
 	l, err := m.Acquire(context.Background(), holder, Request{LeaseRequest: api.LeaseRequest{Units: 1, Task: "bert"}})
 	if err != nil {
 		t.Fatal(err)

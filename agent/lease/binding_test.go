@@ -29,7 +29,7 @@ func processLease(t *testing.T, m *Manager) (*exec.Cmd, Grant) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	holder := identity.Peer{UID: 0, PID: cmd.Process.Pid, Admin: true}
+	holder := identity.Peer{UID: root.UID, PID: cmd.Process.Pid, Admin: true}
 	l, err := m.Acquire(context.Background(), holder, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
 	if err != nil {
 		t.Fatal(err)

@@ -108,4 +108,7 @@ func ttlReq(units int, ttl string) Request {
 	return r
 }
 
-var root = identity.Peer{UID: 0, GID: 0, PID: os.Getpid(), Admin: true}
+// root is an admin whose process is the test's own, of the user the test
+// runs as (root in CI): leases bound to its process (or a child's) must be
+// of its owner, as the kernel's credentials would say.
+var root = identity.Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: os.Getpid(), Admin: true}

@@ -315,7 +315,7 @@ func TestFailedGrantGivesBackItsProcessUnits(t *testing.T) {
 		t.Fatal(err)
 	}
 	full := fillDisk(m, 40, nil)
-	hp := identity.Peer{UID: 0, PID: holder.Process.Pid, Admin: true}
+	hp := identity.Peer{UID: root.UID, PID: holder.Process.Pid, Admin: true}
 	if _, err := m.Acquire(context.Background(), hp, Request{LeaseRequest: api.LeaseRequest{Units: 1}}); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("grant on a full journal: %v, want unavailable", err)
 	}

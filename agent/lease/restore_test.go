@@ -30,11 +30,11 @@ func TestRestartKeepsLiveLeasesAndFreesDeadOnes(t *testing.T) {
 		}
 		defer c.Process.Kill()
 	}
-	l1, err := m1.Acquire(context.Background(), identity.Peer{PID: live.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	l1, err := m1.Acquire(context.Background(), identity.Peer{UID: root.UID, PID: live.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, err := m1.Acquire(context.Background(), identity.Peer{PID: dead.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
+	l2, err := m1.Acquire(context.Background(), identity.Peer{UID: root.UID, PID: dead.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{Units: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -197,7 +197,7 @@ func TestWholeGPULeaseOutlivesARestartAndEndsWithItsProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer holder.Process.Kill()
-	l, err := m1.Acquire(context.Background(), identity.Peer{PID: holder.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{GPUs: 3}})
+	l, err := m1.Acquire(context.Background(), identity.Peer{UID: root.UID, PID: holder.Process.Pid, Admin: true}, Request{LeaseRequest: api.LeaseRequest{GPUs: 3}})
 	if err != nil {
 		t.Fatal(err)
 	}
