@@ -88,10 +88,12 @@ func Mount(dir string, src Source, opts Options) (*View, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot mount view at %s: %w", dir, err)
 	}
-	if err := checkFUSE(); err != nil {
+	// The mount point first: a path that can never work is the first thing
+	// to say, whether or not this user may mount.
+	if err := prepare(abs, log); err != nil {
 		return nil, fmt.Errorf("cannot mount view at %s: %w", abs, err)
 	}
-	if err := prepare(abs, log); err != nil {
+	if err := checkFUSE(); err != nil {
 		return nil, fmt.Errorf("cannot mount view at %s: %w", abs, err)
 	}
 
