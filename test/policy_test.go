@@ -189,6 +189,7 @@ func TestTaskAffinityLearns(t *testing.T) {
 // TestDryRunChangesNothing: POST /v1/placements answers where a lease would
 // go, or the error it would get, and leases nothing.
 func TestDryRunChangesNothing(t *testing.T) {
+	e2e.RequireRoot(t, "it makes a simulated GPU busy through the simulated GPU controls, which are root's")
 	d := e2e.Start(t, policyNode...)
 	ctx := e2e.Ctx(t)
 	busy := 95

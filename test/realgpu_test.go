@@ -76,6 +76,7 @@ func TestSmallLeasesLeaveTheGPUOpen(t *testing.T) {
 // with its memory, and the lease's peak outlives the job in its end's log
 // line and journal record.
 func TestLeaseUsageIsMeasured(t *testing.T) {
+	e2e.RequireRoot(t, "it sets a process's GPU memory through the simulated GPU controls, which are root's")
 	d := e2e.Start(t, "--sim-gpus", "1xH100", "--sample-interval", "50ms")
 	job := exec.Command(e2e.Bin("gpurun"), "--units", "1", "--", "sleep", "300")
 	job.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)

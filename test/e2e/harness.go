@@ -10,8 +10,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -111,7 +113,7 @@ func StartBinary(t testing.TB, binary string, extra ...string) *Daemon {
 	d.Args = append([]string{
 		"--socket", d.Socket, "--run-dir", d.RunDir, "--state-dir", filepath.Join(dir, "state"),
 		"--mount", "", "--backend", "sim", "--node-name", "e2e", "--sample-interval", "100ms", "--mps", "off",
-	}, extra...)
+	}, append(selfAdmin(), extra...)...)
 	d.Client = &client.Client{Socket: d.Socket}
 	d.Restart()
 	t.Cleanup(func() {
@@ -220,6 +222,29 @@ func CountFIFOs(t testing.TB, runDir, uuid string) int {
 	return n
 }
 
+// selfAdmin is, for a test run as a plain user, the flag that makes its own
+// group gpuletd's admin group: the test then acts on the daemon as root
+// does (drain, every pool, every lease). Root needs none. The simulated GPU
+// controls stay root's (RequireRoot).
+func selfAdmin() []string {
+	if os.Getuid() == 0 {
+		return nil
+	}
+	g, err := user.LookupGroupId(strconv.Itoa(os.Getgid()))
+	if err != nil {
+		return nil
+	}
+	return []string{"--admin-group", g.Name}
+}
+
+// RequireRoot skips a test that needs root, saying what for.
+func RequireRoot(tb testing.TB, what string) {
+	tb.Helper()
+	if os.Getuid() != 0 {
+		tb.Skipf("needs root: %s; runs as uid %d", what, os.Getuid())
+	}
+}
+
 // RequireFUSE skips tb, saying why, where no real FUSE mount can be made: no
 // /dev/fuse, or neither root nor fusermount3 (make test installs fuse3 as
 // root).
@@ -232,5 +257,12 @@ func RequireFUSE(tb testing.TB) {
 		if _, err := os.Stat("/usr/bin/fusermount3"); err != nil {
 			tb.Skip("not root and no fusermount3 (make test installs fuse3 as root)")
 		}
+		// fusermount3 opens /dev/fuse as the user: a device only root may
+		// open (as in some containers) mounts nothing.
+		f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0)
+		if err != nil {
+			tb.Skip("not root and /dev/fuse cannot be opened:", err)
+		}
+		f.Close()
 	}
 }
