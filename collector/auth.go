@@ -11,9 +11,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/filestamp"
 )
 
 // Auth is who may push and read. A zero Auth lets anyone do both.
@@ -47,8 +47,8 @@ func certNames(r *http.Request) []string {
 	return append(slices.Clip(leaf.DNSNames), leaf.Subject.CommonName)
 }
 
-// WatchedFile is a file of tokens read again whenever its size or
-// modification time changes, so that a token can be added or revoked
+// WatchedFile is a file of tokens read again whenever it changes (by its
+// filestamp), so that a token can be added or revoked
 // without a restart. A file that can no longer be read or parsed keeps its
 // last good content, and the error is returned (and logged by the caller).
 type WatchedFile struct {
@@ -56,16 +56,14 @@ type WatchedFile struct {
 	parse func([]byte) (map[string]string, error)
 
 	mu      sync.Mutex // guards what follows
-	mod     time.Time
-	size    int64
+	stamp   filestamp.Stamp
 	entries map[string]string
-	// bad is the size and modification time of a content that could not
-	// be parsed, and err why: it is not read again until the file
-	// changes, as every request asks.
+	// bad is the stamp of a content that could not be parsed, and err
+	// why: it is not read again until the file changes, as every request
+	// asks.
 	bad struct {
-		mod  time.Time
-		size int64
-		err  error
+		stamp filestamp.Stamp
+		err   error
 	}
 }
 
@@ -140,9 +138,9 @@ func (f *WatchedFile) current() (map[string]string, error) {
 	switch {
 	case err != nil:
 		return f.entries, fmt.Errorf("%s: %w", f.path, err)
-	case fi.ModTime().Equal(f.mod) && fi.Size() == f.size && f.entries != nil:
+	case filestamp.Of(fi) == f.stamp && f.entries != nil:
 		return f.entries, nil
-	case f.bad.err != nil && fi.ModTime().Equal(f.bad.mod) && fi.Size() == f.bad.size:
+	case f.bad.err != nil && filestamp.Of(fi) == f.bad.stamp:
 		return f.entries, f.bad.err
 	case !fi.Mode().IsRegular():
 		return f.entries, fmt.Errorf("%s: not a regular file", f.path)
@@ -155,10 +153,10 @@ func (f *WatchedFile) current() (map[string]string, error) {
 	}
 	entries, err := f.parse(b)
 	if err != nil {
-		f.bad.mod, f.bad.size, f.bad.err = fi.ModTime(), fi.Size(), fmt.Errorf("%s: %w", f.path, err)
+		f.bad.stamp, f.bad.err = filestamp.Of(fi), fmt.Errorf("%s: %w", f.path, err)
 		return f.entries, f.bad.err
 	}
-	f.mod, f.size, f.entries = fi.ModTime(), fi.Size(), entries
+	f.stamp, f.entries = filestamp.Of(fi), entries
 	return entries, nil
 }
 

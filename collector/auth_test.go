@@ -278,3 +278,26 @@ func TestBrokenRewriteIsReadOnce(t *testing.T) {
 		t.Fatalf("after the fix: %v %v", tokens, err)
 	}
 }
+
+// A token rotated to one of the same length with the file's old modification
+// time kept (cp -p, touch -r) is seen: the old token is refused at once.
+func TestSameLengthRotationKeepingTheTimeIsSeen(t *testing.T) {
+	s := NewServer(NewStore(time.Minute, nil), nil)
+	s.Auth.PushToken = tokenFile(t, "token-one\n")
+	path := s.Auth.PushToken.path
+	then := time.Unix(1_700_000_000, 0)
+	os.Chtimes(path, then, then)
+	if code, _ := send(t, s, "n", "b", 1, "Bearer token-one"); code != 204 {
+		t.Fatalf("the first token: %d", code)
+	}
+	// The change time ticks with the kernel's clock (a jiffy, 10 ms at most).
+	time.Sleep(25 * time.Millisecond)
+	rewrite(t, path, "token-two\n", 0)
+	os.Chtimes(path, then, then)
+	if code, _ := send(t, s, "n", "b", 2, "Bearer token-one"); code != 403 {
+		t.Fatalf("the old token after a same-length rotation that kept the time: %d, want 403", code)
+	}
+	if code, _ := send(t, s, "n", "b", 2, "Bearer token-two"); code != 204 {
+		t.Fatalf("the new token: %d", code)
+	}
+}

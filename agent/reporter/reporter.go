@@ -24,6 +24,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/clock"
+	"github.com/gpulet/gpulet/internal/filestamp"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
@@ -88,8 +89,7 @@ type Sender struct {
 }
 
 type tokenFile struct {
-	mod   time.Time
-	size  int64
+	stamp filestamp.Stamp
 	value string
 }
 
@@ -274,8 +274,8 @@ func (s *Sender) redactError(err error) error {
 	return err
 }
 
-// readToken returns the bearer token, reading the file again when its size
-// or modification time changed.
+// readToken returns the bearer token, reading the file again when it
+// changed (by its filestamp).
 func (s *Sender) readToken() (string, error) {
 	if s.cfg.TokenFile == "" {
 		return "", nil
@@ -286,7 +286,7 @@ func (s *Sender) readToken() (string, error) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if fi.ModTime().Equal(s.token.mod) && fi.Size() == s.token.size {
+	if filestamp.Of(fi) == s.token.stamp && s.token.value != "" {
 		return s.token.value, nil
 	}
 	b, err := os.ReadFile(s.cfg.TokenFile)
@@ -297,7 +297,7 @@ func (s *Sender) readToken() (string, error) {
 	if v == "" || strings.ContainsAny(v, "\r\n") {
 		return "", errors.New("--upstream-token-file: want one line holding the token")
 	}
-	s.token = tokenFile{mod: fi.ModTime(), size: fi.Size(), value: v}
+	s.token = tokenFile{stamp: filestamp.Of(fi), value: v}
 	return v, nil
 }
 

@@ -355,6 +355,25 @@ func TestPushToken(t *testing.T) {
 	if first != "Bearer first" {
 		t.Fatalf("first push's Authorization %q", first)
 	}
+
+	// A rotation to a token of the same length that keeps the file's
+	// modification time (cp -p) is seen too. The change time ticks with the
+	// kernel's clock (a jiffy, 10 ms at most).
+	fi, err := os.Stat(tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(25 * time.Millisecond)
+	if err := os.WriteFile(tok, []byte("third--token\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(tok, fi.ModTime(), fi.ModTime())
+	src.change()
+	testutil.Eventually(t, "a push with the token of the same length", func() bool {
+		rcv.mu.Lock()
+		defer rcv.mu.Unlock()
+		return rcv.auth[len(rcv.auth)-1] == "Bearer third--token"
+	})
 }
 
 // An https upstream with a private CA is trusted through --upstream-ca, and
