@@ -77,7 +77,7 @@ those of lower priority; units that free meanwhile are held for it.`, 1, 1,
 				return nil
 			}
 		}}
-	commands["advance"] = command{"NAME", "Start the next stage of a reservation (its owner and admins). When the stage needs more\nthan the reservation has unlent, lent units are taken back: their holders get SIGTERM\nand, after gpuletd's --reclaim-grace, SIGKILL. Past the last stage the reservation ends.", 1, 1,
+	commands["advance"] = command{"NAME [--json]", "Start the next stage of a reservation (its owner and admins). When the stage needs more\nthan the reservation has unlent, lent units are taken back: their holders get SIGTERM\nand, after gpuletd's --reclaim-grace, SIGKILL. Past the last stage the reservation ends.", 1, 1,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			asJSON := fs.Bool("json", false, "print the reservation as the API answers it")
 			return func(ctx context.Context, e *env) error {
