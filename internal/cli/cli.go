@@ -119,16 +119,16 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return ExitOK
 		}
-		return usageError(stderr, "%s: %v", name, err)
+		return commandUsageError(stderr, name, "%v", err)
 	}
 	if n := fs.NArg(); n < cmd.minArgs || cmd.maxArgs >= 0 && n > cmd.maxArgs {
-		return usageError(stderr, "%s: wrong number of arguments: gpulet %s %s", name, name, cmd.args)
+		return commandUsageError(stderr, name, "wrong number of arguments: gpulet %s %s", name, cmd.args)
 	}
 	e := &env{c: &client.Client{Socket: *socket}, out: stdout, errOut: stderr, args: fs.Args()}
 	if err := run(ctx, e); err != nil {
 		var ue usageErr
 		if errors.As(err, &ue) {
-			return usageError(stderr, "%s: %s", name, ue)
+			return commandUsageError(stderr, name, "%s", ue)
 		}
 		if ctx.Err() != nil {
 			if name == "top" {
@@ -140,47 +140,6 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpulet:", describe(err))
 		return ExitFailure
 	}
-	return ExitOK
-}
-
-func newFlagSet(name string, cmd command, stdout, stderr io.Writer) *pflag.FlagSet {
-	fs := pflag.NewFlagSet("gpulet "+name, pflag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.SortFlags = false
-	fs.Usage = func() {
-		fmt.Fprintf(stdout, "Usage: gpulet %s %s\n\n%s\n", name, cmd.args, cmd.help)
-		if fs.HasFlags() {
-			fmt.Fprint(stdout, "\nFlags:\n"+fs.FlagUsages())
-		}
-	}
-	return fs
-}
-
-// usageErr is a usage error found by a command's run, such as an unknown
-// subcommand: it exits ExitUsage as those found by Run do.
-type usageErr string
-
-func (e usageErr) Error() string { return string(e) }
-
-func usageError(stderr io.Writer, format string, args ...any) int {
-	fmt.Fprintf(stderr, "gpulet: "+format+"\nRun 'gpulet help' for usage.\n", args...)
-	return ExitUsage
-}
-
-// help prints the usage, or one command's.
-func help(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
-		fmt.Fprint(stdout, usage)
-		return ExitOK
-	}
-	cmd, ok := commands[args[0]]
-	if !ok || len(args) > 1 {
-		return usageError(stderr, "help: no command %q", strings.Join(args, " "))
-	}
-	fs := newFlagSet(args[0], cmd, stdout, stderr)
-	fs.String("socket", "", "gpuletd's socket (default $GPULET_SOCKET, else "+client.DefaultSocket+")")
-	cmd.setup(fs)
-	fs.Usage()
 	return ExitOK
 }
 
@@ -247,7 +206,7 @@ var commands = map[string]command{
 			interval := fs.Duration("interval", time.Second, "refresh period")
 			return func(ctx context.Context, e *env) error {
 				if *interval < 100*time.Millisecond {
-					return fmt.Errorf("--interval %s is too short (at least 100ms)", *interval)
+					return usageErr(fmt.Sprintf("--interval %s is too short (at least 100ms)", *interval))
 				}
 				return top(ctx, e, *interval)
 			}
@@ -327,7 +286,7 @@ var commands = map[string]command{
 			return func(ctx context.Context, e *env) error {
 				if fs.Changed("gpu") {
 					if strings.TrimSpace(*gpu) == "" {
-						return fmt.Errorf("--gpu is empty: give a GPU index or UUID")
+						return usageErr("--gpu is empty: give a GPU index or UUID")
 					}
 					s, err := e.c.UndrainGPU(ctx, *gpu)
 					if err != nil {
