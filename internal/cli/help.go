@@ -3,6 +3,7 @@ package cli
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/spf13/pflag"
@@ -10,12 +11,20 @@ import (
 	"github.com/gpulet/gpulet/client"
 )
 
+// subcommands are the words that may follow a command's name, so that
+// "gpulet help config check" shows config's usage as "gpulet help config"
+// does.
+var subcommands = map[string][]string{
+	"config": {"check"},
+	"slurm":  {"task-prolog", "epilog", "gres"},
+}
+
 func newFlagSet(name string, cmd command, stdout, stderr io.Writer) *pflag.FlagSet {
 	fs := pflag.NewFlagSet("gpulet "+name, pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.SortFlags = false
 	fs.Usage = func() {
-		fmt.Fprintf(stdout, "Usage: gpulet %s %s\n\n%s\n", name, cmd.args, cmd.help)
+		fmt.Fprintf(stdout, "Usage: %s\n\n%s\n", strings.TrimSpace("gpulet "+name+" "+cmd.args), cmd.help)
 		if fs.HasFlags() {
 			fmt.Fprint(stdout, "\nFlags:\n"+fs.FlagUsages())
 		}
@@ -43,14 +52,15 @@ func commandUsageError(stderr io.Writer, name, format string, args ...any) int {
 	return ExitUsage
 }
 
-// help prints the usage, or one command's.
+// help prints the usage, or one command's. A command's subcommand may follow
+// its name (help config check), and help of help is the usage.
 func help(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 {
+	if len(args) == 0 || len(args) == 1 && slices.Contains([]string{"help", "--help", "-h"}, args[0]) {
 		fmt.Fprint(stdout, usage)
 		return ExitOK
 	}
 	cmd, ok := commands[args[0]]
-	if !ok || len(args) > 1 {
+	if !ok || len(args) > 2 || len(args) == 2 && !slices.Contains(subcommands[args[0]], args[1]) {
 		return usageError(stderr, "help: no command %q", strings.Join(args, " "))
 	}
 	fs := newFlagSet(args[0], cmd, stdout, stderr)
