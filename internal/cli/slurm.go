@@ -114,6 +114,9 @@ func writeExports(w io.Writer, l *api.Lease) error {
 
 // slurmEpilog releases what job still holds.
 func slurmEpilog(ctx context.Context, e *env, job string) error {
+	if job == "" {
+		return fmt.Errorf("epilog: %s is not set: not in a Slurm job (slurmd runs the epilog with it; gpulet release --slurm-job ID ends a job's leases by hand)", slurmenv.EnvJobID)
+	}
 	id, err := strconv.ParseUint(job, 10, 64)
 	if err != nil || id == 0 {
 		return fmt.Errorf("epilog: %s=%q is not a job id", slurmenv.EnvJobID, job)

@@ -130,7 +130,7 @@ func TestSlurmCommands(t *testing.T) {
 			"NodeName=n1 Name=gpu File=/dev/fake0  # Tesla T4 GPU-a\nNodeName=n1 Name=gpu File=/dev/fake1  # NVIDIA A100-SXM4-80GB GPU-b\n" +
 				"NodeName=n1 Name=shard Count=8 File=/dev/fake0\nNodeName=n1 Name=shard Count=16 File=/dev/fake1\n# slurm.conf\nGresTypes=gpu,shard\nNodeName=n1 Gres=gpu:2,shard:24", ""},
 		{"unknown subcommand", []string{"slurm", "prolog"}, ExitUsage, "", `unknown subcommand "prolog"`},
-		{"epilog outside a job", []string{"--socket", sock, "slurm", "epilog"}, ExitFailure, "", "SLURM_JOB_ID=\"\" is not a job id"},
+		{"epilog outside a job", []string{"--socket", sock, "slurm", "epilog"}, ExitFailure, "", "gpulet: epilog: SLURM_JOB_ID is not set: not in a Slurm job (slurmd runs the epilog with it; gpulet release --slurm-job ID ends a job's leases by hand)\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("SLURM_JOB_ID", "")
@@ -141,8 +141,13 @@ func TestSlurmCommands(t *testing.T) {
 			}
 		})
 	}
-	t.Setenv("SLURM_JOB_ID", "12")
+	t.Setenv("SLURM_JOB_ID", "x")
 	var out bytes.Buffer
+	if code := Run(context.Background(), []string{"--socket", sock, "slurm", "epilog"}, &out, &out); code != ExitFailure || out.String() != "gpulet: epilog: SLURM_JOB_ID=\"x\" is not a job id\n" {
+		t.Fatalf("epilog of a bad job id: exit %d, %q", code, out.String())
+	}
+	t.Setenv("SLURM_JOB_ID", "12")
+	out.Reset()
 	if code := Run(context.Background(), []string{"--socket", sock, "slurm", "epilog"}, &out, &out); code != ExitOK || out.String() != "released l-job (Slurm job 12)\n" {
 		t.Fatalf("epilog: exit %d, %q", code, out.String())
 	}
