@@ -68,6 +68,17 @@ func Take(runDir string, lay *pipefile.Layout, req Request) (*Claim, error) {
 	if len(gpus) == 0 {
 		return nil, fmt.Errorf("no GPU in the layout matches%s (this node has %s)", describeFilter(req), listGPUs(lay.GPUs))
 	}
+	// A claim lies on one instance: more units than any instance has can
+	// never be claimed, however many are free.
+	largest := 0
+	for _, g := range gpus {
+		for _, in := range g.Instances {
+			largest = max(largest, len(in.Units))
+		}
+	}
+	if req.Units > largest {
+		return nil, fmt.Errorf("%w: %d unit(s) can never be claimed at once: a claim lies on one MPS instance, and none here has more than %d unit(s)", ErrNoUnits, req.Units, largest)
+	}
 	users, err := pipefile.ReadUsers(runDir)
 	if err != nil {
 		return nil, fmt.Errorf("--offline: %w", err)
