@@ -39,7 +39,7 @@ func TestGpuletCommands(t *testing.T) {
 		return err == nil && s.GPUs[1].UnitsOffline == 1
 	})
 	out, code := gpulet(t, d, "status")
-	for _, want := range []string{"backend: simulated", "NVIDIA A100-SXM4-80GB", "Tesla T4", "[................]", "[#o..............]", "2/1/14", "total: 32 units, 30 free"} {
+	for _, want := range []string{"backend: simulated", "NVIDIA A100-SXM4-80GB", "Tesla T4", "[................]", "[#o..............]", "1/1/0/14", "total: 32 units, 30 free"} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("status lacks %q (exit %d):\n%s", want, code, out)
 		}

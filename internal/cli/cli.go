@@ -38,7 +38,7 @@ const usage = `gpulet shows and manages the GPU units of this node through gpule
 Usage: gpulet [--socket PATH] COMMAND [flags]
 
 Commands:
-  status [--json]            one row per GPU: state, units used/offline/free, utilization, memory;
+  status [--json]            one row per GPU: state, units leased/offline/reserved/free, utilization, memory;
                              then the pools and your quota use, when the config has any
   gpus [--json]              one row per GPU: what it is (compute capability, memory, bandwidth, SM clock)
   profiles [--json]          the task–engine affinity table: run time per task and GPU model

@@ -177,7 +177,7 @@ func TestStatusTable(t *testing.T) {
 	WriteStatus(&b, s)
 	for _, want := range []string{
 		"node n1  state: working  backend: simulated (no real GPU)  mps: on",
-		"[###oo...........]", "5/2/11", "37%", "100/15360", "0:running uid 1000",
+		"[###oo...........]", "LEASED/OFFLINE/RESERVED/FREE", "3/2/0/11", "37%", "100/15360", "0:running uid 1000",
 		"failed", "GPU 1: Xid 79: GPU has fallen off the bus (after a look at the GPU, an admin clears it: gpulet undrain --gpu 1)",
 		"GPU 2: NVML utilization: GPU is lost\n",
 		"total: 32 units, 27 free, 0 reserved   (# leased  o offline  r reserved  . free)",

@@ -231,7 +231,7 @@ func TestStatusShowsReservations(t *testing.T) {
 			{Name: "wf1", State: api.ReservationActive, Reserved: 8, Stage: 1, Stages: 4, Need: 6, InUse: 4, Lendable: 2, Lent: 2, Reclaimed: 4},
 			{Name: "wf2", State: api.ReservationPending, Priority: 3, Held: 2},
 		}})
-	for _, want := range []string{"[########rrrr....]", "16 units, 4 free, 4 reserved",
+	for _, want := range []string{"[########rrrr....]", "8/0/4/4", "16 units, 4 free, 4 reserved",
 		"reservation wf1: stage 2/4 needs 6 of 8 reserved; in use 4, lent 2 of 2 lendable, reclaimed 4",
 		"reservation wf2: pending, priority 3, 2 unit(s) held for it"} {
 		if !strings.Contains(out.String(), want) {

@@ -61,7 +61,7 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 	if s.Reason != "" {
 		fmt.Fprintf(w, "node %s: %s\n", Printable(s.State), Printable(s.Reason))
 	}
-	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "USED/OFFLINE/FREE", "UTIL", "MEMORY (MiB)", "MPS")
+	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "LEASED/OFFLINE/RESERVED/FREE", "UTIL", "MEMORY (MiB)", "MPS")
 	var notes []string
 	for _, g := range s.GPUs {
 		var inst []string
@@ -86,7 +86,9 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 		}
 		notes = append(notes, usageNotes(g)...)
 		tw.row(fmt.Sprint(g.Index), g.Name, g.State, yesNo(g.Eligible), UnitBar(g),
-			fmt.Sprintf("%d/%d/%d", g.UnitsUsed, g.UnitsOffline, g.UnitsFree),
+			// The bar's four kinds, in its order, so that they add up to the GPU's
+			// units (units_used counts offline claims too).
+			fmt.Sprintf("%d/%d/%d/%d", g.UnitsUsed-g.UnitsOffline, g.UnitsOffline, g.UnitsReserved, g.UnitsFree),
 			utilCell(g), fmt.Sprintf("%d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB), strings.Join(inst, " "))
 	}
 	tw.flush()
