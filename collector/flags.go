@@ -24,21 +24,22 @@ var flagGroups = []flaghelp.Group{
 	{Title: "Placement", Flags: []string{"policy"}},
 }
 
-// ParseFlags parses gpulet-collector's arguments into a Config. Usage and
-// errors go to out: an error returned has been printed.
-func ParseFlags(args []string, out io.Writer) (Config, error) {
+// ParseFlags parses gpulet-collector's arguments into a Config. --help goes
+// to stdout, as asked for (it may be paged), and errors to stderr: an error
+// returned has been printed.
+func ParseFlags(args []string, stdout, stderr io.Writer) (Config, error) {
 	fs := pflag.NewFlagSet("gpulet-collector", pflag.ContinueOnError)
-	fs.SetOutput(out)
+	fs.SetOutput(stderr)
 	var cfg Config
 	policy := defineFlags(fs, &cfg)
 	fs.Usage = func() {
-		fmt.Fprintln(out, "Usage: gpulet-collector --listen ADDR [--node-tokens-file F] [--read-token-file F] [flags]")
-		fmt.Fprintln(out, "Takes the snapshots gpuletd --upstream pushes and serves one table of every node and GPU.")
-		fmt.Fprintln(out)
-		flaghelp.Write(out, fs, flagGroups, nil)
+		fmt.Fprintln(stdout, "Usage: gpulet-collector --listen ADDR [--node-tokens-file F] [--read-token-file F] [flags]")
+		fmt.Fprintln(stdout, "Takes the snapshots gpuletd --upstream pushes and serves one table of every node and GPU.")
+		fmt.Fprintln(stdout)
+		flaghelp.Write(stdout, fs, flagGroups, nil)
 	}
 	fail := func(err error) (Config, error) {
-		fmt.Fprintln(out, "gpulet-collector:", err)
+		fmt.Fprintln(stderr, "gpulet-collector:", err)
 		return Config{}, err
 	}
 	if err := fs.Parse(args); errors.Is(err, ErrHelp) {

@@ -17,9 +17,9 @@ import (
 
 func collectorHelp(t *testing.T) string {
 	t.Helper()
-	var out strings.Builder
-	if _, err := ParseFlags([]string{"--help"}, &out); !errors.Is(err, ErrHelp) {
-		t.Fatalf("ParseFlags(--help): err = %v, want ErrHelp", err)
+	var out, errs strings.Builder
+	if _, err := ParseFlags([]string{"--help"}, &out, &errs); !errors.Is(err, ErrHelp) || errs.Len() != 0 {
+		t.Fatalf("ParseFlags(--help): err = %v, stderr %q; want ErrHelp and the help on stdout alone", err, errs.String())
 	}
 	return out.String()
 }
@@ -60,13 +60,13 @@ func TestParseFlagsRefuses(t *testing.T) {
 		"--listen :1 --policy no": `--policy "no"`,
 		"--listen :1 --bogus":     "unknown flag: --bogus",
 	} {
-		var out strings.Builder
-		_, err := ParseFlags(strings.Fields(args), &out)
-		if err == nil || !strings.HasPrefix(out.String(), "gpulet-collector: ") || !strings.Contains(out.String(), want) || strings.Count(out.String(), "\n") != 1 {
-			t.Errorf("%q: err %v, printed %q; want one line saying %q", args, err, out.String(), want)
+		var out, errs strings.Builder
+		_, err := ParseFlags(strings.Fields(args), &out, &errs)
+		if err == nil || out.Len() != 0 || !strings.HasPrefix(errs.String(), "gpulet-collector: ") || !strings.Contains(errs.String(), want) || strings.Count(errs.String(), "\n") != 1 {
+			t.Errorf("%q: err %v, printed %q on stdout and %q on stderr; want one line on stderr saying %q", args, err, out.String(), errs.String(), want)
 		}
 	}
-	cfg, err := ParseFlags([]string{"--listen", ":9410", "--policy", "spread", "--stale-after", "30s"}, &strings.Builder{})
+	cfg, err := ParseFlags([]string{"--listen", ":9410", "--policy", "spread", "--stale-after", "30s"}, &strings.Builder{}, &strings.Builder{})
 	if err != nil || cfg.Listen != ":9410" || cfg.Policy != "spread" || cfg.StaleAfter.String() != "30s" || cfg.MaxNodes != DefaultMaxNodes {
 		t.Errorf("ParseFlags = %+v, %v", cfg, err)
 	}

@@ -104,8 +104,7 @@ func TestRunErrors(t *testing.T) {
 		{"bad tune", []string{"--nodes", nodes, "--pods", pods, "--tune", "0"}, 2, "--tune"},
 		{"a stray argument", []string{"--nodes", nodes, "--pods", pods, "x"}, 2, "unexpected"},
 		{"a bad pod list", []string{"--nodes", nodes, "--pods", bad}, 1, `bad.csv: line 2: gpu_milli "5000"`},
-		{"a missing file", []string{"--nodes", filepath.Join(dir, "none.csv"), "--pods", pods}, 1, "no such file"},
-		{"help", []string{"--help"}, 0, "Usage: gpulet-replay"},
+		{"a missing file", []string{"--nodes", filepath.Join(dir, "none.csv"), "--pods", pods}, 1, "--nodes: open "},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var out, errOut bytes.Buffer
@@ -113,6 +112,13 @@ func TestRunErrors(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want %d saying %q", code, errOut.String(), tc.code, tc.err)
 			}
 		})
+	}
+	// --help is asked for: on stdout, so that it can be paged, under a
+	// heading for the flags.
+	var out, errOut bytes.Buffer
+	if code := Run(context.Background(), []string{"--help"}, &out, &errOut); code != 0 || errOut.Len() != 0 ||
+		!strings.HasPrefix(out.String(), "Usage: gpulet-replay") || !strings.Contains(out.String(), "\nFlags:\n") {
+		t.Fatalf("--help: exit %d, stdout %q, stderr %q", code, out.String(), errOut.String())
 	}
 }
 
@@ -134,6 +140,10 @@ func TestRunWritesLinesCSVAndPlot(t *testing.T) {
 	}
 	if !strings.Contains(errOut.String(), "best-fit decision p50=") {
 		t.Errorf("stderr %q: no decision times", errOut.String())
+	}
+	// Not a terminal: progress as plain lines, one as each seed ends.
+	if strings.ContainsAny(errOut.String(), "\r\x1b") || !regexp.MustCompile(`(?m)^frag seed 7: \d+ pods placed$`).MatchString(errOut.String()) {
+		t.Errorf("stderr %q: want a plain progress line per seed, without carriage returns or escapes", errOut.String())
 	}
 	csv, err := os.ReadFile(csvPath)
 	if err != nil {

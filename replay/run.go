@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/placement"
 )
@@ -40,9 +41,10 @@ decision time of the cluster placement (p50, p99, over every pod of every seed)
 and a progress line go to stderr.
 `
 
-func parse(args []string, stderr io.Writer) (options, error) {
+// parse reads gpulet-replay's flags; --help goes to stdout, as asked for.
+func parse(args []string, stdout io.Writer) (options, error) {
 	fs := pflag.NewFlagSet("gpulet-replay", pflag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(stdout)
 	var o options
 	var policies, seeds string
 	fs.StringVar(&o.nodes, "nodes", "", "node list CSV: sn,cpu_milli,memory_mib,gpu,model (required)")
@@ -53,7 +55,7 @@ func parse(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.csv, "csv", "", "write the curves here: policy,seed,arrived_pct,alloc_pct,failed_pods,frag_milli_gpu")
 	fs.StringVar(&o.plot, "plot", "", "draw the mean curves, with the published figures, as SVG here")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), usage)
+		fmt.Fprint(fs.Output(), usage, "\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -114,7 +116,7 @@ func parseSeeds(s string) ([]uint64, error) {
 // Run is gpulet-replay: it returns the exit status (0, 1 when the replay
 // failed, 2 for bad usage).
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	o, err := parse(args, stderr)
+	o, err := parse(args, stdout)
 	if errors.Is(err, pflag.ErrHelp) {
 		return 0
 	}
@@ -145,27 +147,26 @@ func readFile[T any](path string, read func(io.Reader) ([]T, error)) ([]T, error
 func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 	nodes, err := readFile(o.nodes, ReadNodes)
 	if err != nil {
-		return err
+		return fmt.Errorf("--nodes: %w", err)
 	}
 	pods, err := readFile(o.pods, ReadPods)
 	if err != nil {
-		return err
+		return fmt.Errorf("--pods: %w", err)
 	}
+	progress := progressLine(stderr)
 	capacity := Capacity(nodes)
 	var results [][]Result // per policy, per seed
 	for _, p := range o.policies {
 		var per []Result
 		for _, seed := range o.seeds {
 			work := Tune(pods, capacity, o.tune, seed)
-			res, err := Replay(ctx, nodes, work, p, seed, func(done int) {
-				fmt.Fprintf(stderr, "\r%s seed %d: %d/%d pods (%d%%)   ", p, seed, done, len(work), done*100/max(len(work), 1))
-			})
+			res, err := Replay(ctx, nodes, work, p, seed, func(done int) { progress.show(p, seed, done, len(work)) })
 			if err != nil {
 				return err
 			}
 			per = append(per, res)
 		}
-		fmt.Fprint(stderr, "\r\033[K")
+		progress.clear()
 		results = append(results, per)
 		s := summarize(per)
 		fmt.Fprintf(stdout, "%s alloc@100=%.2f%% alloc@130=%.2f%% failed=%d seeds=%d time=%.1fs\n", p, s.alloc[100], s.alloc[MaxArrived], s.failed, len(per), s.wall.Seconds())
@@ -244,4 +245,37 @@ func writeCSV(w io.Writer, results [][]Result) error {
 		}
 	}
 	return nil
+}
+
+// progress shows how far a replay is: on a terminal one line written over
+// in place; elsewhere (a log, a pipe) a plain line as each seed ends, so
+// that what is kept reads as lines.
+type progress struct {
+	w        io.Writer
+	terminal bool
+}
+
+func progressLine(w io.Writer) progress {
+	f, ok := w.(*os.File)
+	if !ok {
+		return progress{w: w}
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return progress{w: w, terminal: err == nil}
+}
+
+func (p progress) show(policy placement.Policy, seed uint64, done, total int) {
+	switch {
+	case p.terminal:
+		fmt.Fprintf(p.w, "\r%s seed %d: %d/%d pods (%d%%)   ", policy, seed, done, total, done*100/max(total, 1))
+	case done == total:
+		fmt.Fprintf(p.w, "%s seed %d: %d pods placed\n", policy, seed, total)
+	}
+}
+
+// clear wipes the terminal's progress line before the results.
+func (p progress) clear() {
+	if p.terminal {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
 }

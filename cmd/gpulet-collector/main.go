@@ -18,7 +18,7 @@ func main() {
 	// Signals are caught first, so that a SIGTERM at any time stops cleanly.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	cfg, err := collector.ParseFlags(os.Args[1:], os.Stderr)
+	cfg, err := collector.ParseFlags(os.Args[1:], os.Stdout, os.Stderr)
 	if errors.Is(err, collector.ErrHelp) {
 		return
 	}
