@@ -357,12 +357,16 @@ func (d *Daemons) restart(ctx context.Context, in *instance) error {
 	if err != nil {
 		return err
 	}
-	if pid > 0 {
+	switch {
+	case pid > 0 && !isOurDaemon(pid, d.cfg.Control):
+		// control_lock is 0666 and outlives its daemon, so any user may lock
+		// a stale one. Such a holder is no daemon and is not ours to kill;
+		// cleanStale unlinks the file, and the new daemon locks a file of its
+		// own beside the holder's.
+		in.log.Warn("a process that is not our MPS control daemon holds its lock; starting a daemon on a fresh lock file", "pid", pid, "file", filepath.Join(in.pipeDir, lockFile))
+	case pid > 0:
 		// The daemon holds its lock but did not answer: it hangs, and a new one
 		// would refuse to start beside it.
-		if !isOurDaemon(pid, d.cfg.Control) {
-			return fmt.Errorf("mpsctl: %s: pid %d holds %s but is not %s run by us", in, pid, lockFile, d.cfg.Control)
-		}
 		in.log.Warn("killing hung MPS control daemon", "pid", pid)
 		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 			return fmt.Errorf("mpsctl: %s: kill %d: %w", in, pid, err)

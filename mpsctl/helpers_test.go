@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv("MPSCTL_FAKE"); mode != "" {
 		os.Exit(runFake(mode))
 	}
+	if p := os.Getenv("MPSCTL_HOLD_LOCK"); p != "" {
+		os.Exit(holdLock(p))
+	}
 	os.Exit(m.Run())
 }
 
@@ -82,6 +85,51 @@ func runFake(mode string) int {
 		}
 	}
 	return 0
+}
+
+// holdLock is what any user may do to a control_lock a daemon left behind
+// (it is 0666): it takes a write lock on it, says "locked" and holds it until
+// killed.
+func holdLock(path string) int {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	lk := syscall.Flock_t{Type: syscall.F_WRLCK}
+	if err := syscall.FcntlFlock(f.Fd(), syscall.F_SETLK, &lk); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	fmt.Println("locked")
+	time.Sleep(time.Hour)
+	return 0
+}
+
+// startLockHolder runs holdLock on path in a child process until the test ends,
+// and returns its pid once it holds the lock.
+func startLockHolder(t testing.TB, path string) int {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = []string{"MPSCTL_HOLD_LOCK=" + path, "GORACE=atexit_sleep_ms=0"}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line := make([]byte, 64)
+	n, _ := io.ReadAtLeast(out, line, 1)
+	if got := strings.TrimSpace(string(line[:n])); got != "locked" {
+		t.Fatalf("lock holder: %q", got)
+	}
+	return cmd.Process.Pid
 }
 
 // fakeControl writes a wrapper script that runs this test binary as the fake

@@ -253,3 +253,34 @@ func TestRealStaleFiles(t *testing.T) {
 		t.Fatalf("control_lock: %v %v, want the daemon's own file", fi, err)
 	}
 }
+
+// TestRealForeignLockOnStaleFiles: a daemon that quit leaves its 0666
+// control_lock behind, and any user may lock it. Such a lock holder is not a
+// daemon, and must not keep the instance from starting: the stale file is
+// removed and the new daemon makes its own.
+func TestRealForeignLockOnStaleFiles(t *testing.T) {
+	t.Parallel()
+	first, root := newReal(t, []string{gpuA}, 1, 2*time.Second)
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lock := filepath.Join(first.PipeDir(gpuA, 0), lockFile)
+	holder := startLockHolder(t, lock)
+	if pid, err := lockHolder(first.PipeDir(gpuA, 0)); pid != holder || err != nil {
+		t.Fatalf("lockHolder = %d, %v; want the holder %d", pid, err, holder)
+	}
+
+	second := newAt(t, root, []string{gpuA}, 1, 2*time.Second)
+	if err := second.Start(context.Background()); err != nil {
+		t.Fatalf("Start beside a foreign lock on a stale control_lock: %v", err)
+	}
+	if !answers(t, second.PipeDir(gpuA, 0)) {
+		t.Fatal("daemon does not answer")
+	}
+	if !alive(holder) {
+		t.Fatal("the lock holder, not a daemon of ours, was killed")
+	}
+}
