@@ -69,8 +69,9 @@ func (a *Agent) loadOf(g int, view *lease.View, claims [][]usage.Claim) inventor
 	load.UnitsUsed = gv.Used
 	for _, l := range gv.Leases {
 		if l.Owner.PID > 0 && l.Binding == string(lease.KindPID) {
+			// A whole-GPU lease's environment names no MPS pipe folder.
 			load.Clients = append(load.Clients, inventory.Client{PID: l.Owner.PID, UID: l.Owner.UID, Instance: l.Instance,
-				Units: len(l.Units), ShareMiB: a.shareMiB(g, len(l.Units), l.MemoryMiB)})
+				Units: len(l.Units), ShareMiB: a.shareMiB(g, len(l.Units), l.MemoryMiB), Whole: len(l.GPUs) > 0})
 		}
 	}
 	for _, c := range claims[g] {

@@ -66,6 +66,9 @@ type Client struct {
 	Units    int
 	// ShareMiB is its share of the GPU's memory.
 	ShareMiB uint64
+	// Whole marks the process of a whole-GPU lease, which runs without MPS:
+	// it is no client of any instance's MPS server.
+	Whole bool
 }
 
 // Process is a compute process on a GPU, as NVML lists it.

@@ -230,6 +230,21 @@ func TestSimMPSServerStaysIdleUntilAnotherUID(t *testing.T) {
 	}
 }
 
+// TestSimWholeGPUClientHasNoMPSServer: a whole-GPU lease's process runs
+// without MPS (its environment names no pipe folder), so, as on the
+// hardware, it gets no MPS server and its SM figure is its own.
+func TestSimWholeGPUClientHasNoMPSServer(t *testing.T) {
+	s := NewSim("n", []Model{Models[6]})
+	uuid := s.Devices()[0].UUID
+	got := s.Sample(0, Load{UnitsUsed: 16, UnitsTotal: 16, MPS: true, Clients: []Client{{PID: 100, UID: 1000, Units: 16, Whole: true}}})
+	if servers := s.ServerList(uuid, 0); len(servers) != 0 {
+		t.Fatalf("servers %v for a whole-GPU lease's process, want none", servers)
+	}
+	if len(got.Processes) != 1 || got.Processes[0].PID != 100 || got.SMByPID[100] == 0 {
+		t.Fatalf("processes %+v, SM by pid %v: want the process, with an SM figure of its own", got.Processes, got.SMByPID)
+	}
+}
+
 // TestSimProcessSettings: a process set through Set uses what it was given: a
 // client's own memory, or memory beside gpulet's leases.
 func TestSimProcessSettings(t *testing.T) {

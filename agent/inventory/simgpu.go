@@ -104,8 +104,9 @@ func (s *Sim) read(index int, load Load) Sample {
 	var extra int64
 	// A process holding several leases is one process on the GPU, using
 	// the sum of their shares.
-	share, units := map[int]uint64{}, map[int]int{}
+	share, units, whole := map[int]uint64{}, map[int]int{}, map[int]bool{}
 	for _, c := range served {
+		whole[c.PID] = whole[c.PID] || c.Whole
 		if !known[c.PID] {
 			known[c.PID] = true
 			smp.Processes = append(smp.Processes, Process{PID: c.PID})
@@ -120,7 +121,7 @@ func (s *Sim) read(index int, load Load) Sample {
 			p.MemoryUsedMiB = m
 			extra += int64(m) - int64(share[p.PID])
 		}
-		if !load.MPS && load.UnitsTotal > 0 {
+		if (!load.MPS || whole[p.PID]) && load.UnitsTotal > 0 {
 			smp.SMByPID[p.PID] = simBusyShare * units[p.PID] / load.UnitsTotal
 		}
 	}
@@ -128,7 +129,7 @@ func (s *Sim) read(index int, load Load) Sample {
 		for k, srv := range s.servers[index] {
 			units := 0
 			for _, c := range served {
-				if c.Instance == k {
+				if c.Instance == k && !c.Whole {
 					units += c.Units
 				}
 			}
@@ -164,10 +165,16 @@ func (s *Sim) read(index int, load Load) Sample {
 // an instance's server serves clients of its own uid; an idle server (no
 // client left) stays up until a client of another uid comes, which then
 // gets a server of its own; a client of another uid than a busy server's
-// waits for it to drain.
+// waits for it to drain. A whole-GPU lease's process runs without MPS, on
+// no server.
 func (s *Sim) serveLocked(index int, clients []Client) []Client {
+	var served []Client
 	byInstance := map[int][]Client{}
 	for _, c := range clients {
+		if c.Whole {
+			served = append(served, c)
+			continue
+		}
 		byInstance[c.Instance] = append(byInstance[c.Instance], c)
 	}
 	for k, srv := range s.servers[index] {
@@ -175,7 +182,6 @@ func (s *Sim) serveLocked(index int, clients []Client) []Client {
 			srv.clients = nil
 		}
 	}
-	var served []Client
 	for k, cs := range byInstance {
 		srv := s.servers[index][k]
 		busy := srv != nil && slices.ContainsFunc(cs, func(c Client) bool { return c.UID == srv.uid })
