@@ -89,10 +89,15 @@ type Plugin struct {
 	ctx  context.Context
 	stop context.CancelFunc
 	done sync.WaitGroup
-	// settleMu guards settleUntil: releases wait until then after gpuletd
-	// starts or the kubelet restarts, as the kubelet may list pods late.
+	// settleMu guards settleUntil and allocated. Releases wait until
+	// settleUntil after gpuletd starts or the kubelet restarts, as the
+	// kubelet may list pods late.
 	settleMu    sync.Mutex
 	settleUntil time.Time
+	// allocated is when Allocate last answered with each pod lease: a
+	// lease answered again, for a new pod given a gone pod's devices, is
+	// as new to the reconcile as one granted then.
+	allocated map[string]time.Time
 }
 
 // Start serves the device plugin, registers it with the kubelet (now, or as
@@ -108,7 +113,8 @@ func Start(cfg Config) (*Plugin, error) {
 	}
 	p := &Plugin{
 		cfg: cfg, log: cfg.Logger, devs: newDevices(cfg.Devices, cfg.UnitsPerGPU),
-		errLines: ratelog.New(cfg.Logger, "kubelet errors", 5, nil),
+		errLines:  ratelog.New(cfg.Logger, "kubelet errors", 5, nil),
+		allocated: map[string]time.Time{},
 	}
 	p.ctx, p.stop = context.WithCancel(context.Background())
 	p.settle()
@@ -148,6 +154,35 @@ func (p *Plugin) settled(at time.Time) bool {
 	p.settleMu.Lock()
 	defer p.settleMu.Unlock()
 	return !at.Before(p.settleUntil)
+}
+
+// answered notes that Allocate answers with lease id now.
+func (p *Plugin) answered(id string) {
+	p.settleMu.Lock()
+	p.allocated[id] = time.Now()
+	p.settleMu.Unlock()
+}
+
+// lastAllocated is when Allocate last answered with lease id, or created
+// when that is later.
+func (p *Plugin) lastAllocated(id string, created time.Time) time.Time {
+	p.settleMu.Lock()
+	defer p.settleMu.Unlock()
+	if at := p.allocated[id]; at.After(created) {
+		return at
+	}
+	return created
+}
+
+// forgetAllocated drops the notes of leases that are not in live.
+func (p *Plugin) forgetAllocated(live map[string]bool) {
+	p.settleMu.Lock()
+	defer p.settleMu.Unlock()
+	for id := range p.allocated {
+		if !live[id] {
+			delete(p.allocated, id)
+		}
+	}
 }
 
 // GetDevicePluginOptions says the plugin answers GetPreferredAllocation and
@@ -232,6 +267,7 @@ func (p *Plugin) Allocate(_ context.Context, req *pluginapi.AllocateRequest) (*p
 		if !reused {
 			made = append(made, g.ID)
 		}
+		p.answered(g.ID)
 		out.ContainerResponses = append(out.ContainerResponses, containerResponse(g.Lease))
 	}
 	return out, nil

@@ -203,8 +203,14 @@ func (p *Plugin) release(held map[lease.Unit]bool, start time.Time, r *reconcile
 				delete(r.misses, l.ID)
 				continue
 			}
-			// A lease granted after the List began cannot be in it.
-			if !counts || !l.Created.Before(start) {
+			// A lease granted after the List began cannot be in it, nor can
+			// one that Allocate answered with since: that is a new pod
+			// given a gone one's devices, and its misses start over.
+			if !p.lastAllocated(l.ID, l.Created).Before(start) {
+				delete(r.misses, l.ID)
+				continue
+			}
+			if !counts {
 				continue
 			}
 			if r.misses[l.ID]++; r.misses[l.ID] < missesToRelease {
@@ -221,6 +227,7 @@ func (p *Plugin) release(held map[lease.Unit]bool, start time.Time, r *reconcile
 			delete(r.misses, id)
 		}
 	}
+	p.forgetAllocated(live)
 }
 
 func podName(p *api.LeasePod) string {

@@ -1,0 +1,86 @@
+package kubelet
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
+
+	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/testutil"
+	"github.com/gpulet/gpulet/test/kubelettest"
+)
+
+// lister is a pod-resources client whose List the test answers: list runs as
+// the List does, then its answer is returned.
+type lister struct {
+	list func() []*podresourcesapi.PodResources
+}
+
+func (l lister) List(context.Context, *podresourcesapi.ListPodResourcesRequest, ...grpc.CallOption) (*podresourcesapi.ListPodResourcesResponse, error) {
+	return &podresourcesapi.ListPodResourcesResponse{PodResources: l.list()}, nil
+}
+
+func (lister) GetAllocatableResources(context.Context, *podresourcesapi.AllocatableResourcesRequest, ...grpc.CallOption) (*podresourcesapi.AllocatableResourcesResponse, error) {
+	return nil, nil
+}
+
+func (lister) Get(context.Context, *podresourcesapi.GetPodResourcesRequest, ...grpc.CallOption) (*podresourcesapi.GetPodResourcesResponse, error) {
+	return nil, nil
+}
+
+// TestAllocatedAgainIsNewToTheReconcile: a pod that ended has one List
+// missing its lease; the kubelet then gives the same devices to a new pod,
+// and Allocate answers with that lease. A List that began before the
+// kubelet recorded the new pod misses it too, but is no second miss: the
+// lease is the new pod's now, as new as a lease granted then.
+func TestAllocatedAgainIsNewToTheReconcile(t *testing.T) {
+	// The plugin's own reconcile lists once at start and then not again;
+	// the test drives the reconcile itself.
+	n := newNodeEvery(t, time.Hour)
+	p := n.plugin
+	testutil.Eventually(t, "the plugin's own List", func() bool { return n.kubelet.Lists() > 0 })
+	p.settleMu.Lock()
+	p.settleUntil = time.Time{}
+	p.settleMu.Unlock()
+	ids := n.ids(0, 1, 2)
+	resp, err := n.allocate(t, ids)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := resp.ContainerResponses[0].Envs["GPULET_LEASE_ID"]
+	r := &reconciler{misses: map[string]int{}, warned: map[string]bool{}}
+	listed := func(pods ...*podresourcesapi.PodResources) lister {
+		return lister{func() []*podresourcesapi.PodResources { return pods }}
+	}
+	time.Sleep(time.Millisecond) // the lease was granted before the Lists below began
+	p.reconcile(listed(kubelettest.Pod("ns", "old", "c", ResourceName, ids...)), r)
+	// The pod ends: one List misses its lease.
+	p.reconcile(listed(), r)
+	// The kubelet allocates the same devices to a new pod while a List is
+	// under way, and records them only after that List answered.
+	p.reconcile(lister{func() []*podresourcesapi.PodResources {
+		again, err := n.allocate(t, ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := again.ContainerResponses[0].Envs["GPULET_LEASE_ID"]; got != id {
+			t.Fatalf("allocated again: lease %s, want %s", got, id)
+		}
+		return nil
+	}}, r)
+	if _, err := n.leases.Get(identity.Peer{Admin: true}, id); err != nil {
+		t.Fatalf("the new pod's lease ended before any List could list it: %v", err)
+	}
+	// Listed once, then missed twice: it ends.
+	p.reconcile(listed(kubelettest.Pod("ns", "new", "c", ResourceName, ids...)), r)
+	p.reconcile(listed(), r)
+	p.reconcile(listed(), r)
+	if _, err := n.leases.Get(identity.Peer{Admin: true}, id); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("the lease outlived its pod: %v", err)
+	}
+}
