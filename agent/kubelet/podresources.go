@@ -21,8 +21,9 @@ import (
 //   - ends a pod lease none of whose units any container holds, once two
 //     Lists in a row have missed it (a List may begin before the kubelet has
 //     recorded an allocation it just made). Lists taken within two intervals
-//     of gpuletd's start or of the kubelet's restart do not count: a kubelet
-//     coming up lists its pods as it learns them again. A pod that ends is
+//     of gpuletd's start or of the kubelet's restart (its socket made anew,
+//     or this API answering after failing) do not count: a kubelet coming up
+//     lists its pods as it learns them again. A pod that ends is
 //     thus released within two intervals, four after a restart;
 //   - names the container that holds each pod lease;
 //   - makes a pod lease for units that a container holds and no lease does
@@ -97,8 +98,12 @@ func (p *Plugin) reconcile(client podresourcesapi.PodResourcesListerClient, r *r
 		return
 	}
 	if r.failing {
+		// A kubelet (re)starting serves this API at once, before it
+		// has learnt its pods again and before it makes the socket the
+		// registrar watches for: this List is the first sign of it.
 		p.log.Info("the kubelet's pod-resources API answers again", "socket", p.cfg.PodResourcesSocket)
 		r.failing = false
+		p.settle()
 	}
 	containers, unknown := p.heldBy(resp)
 	if unknown != "" {
