@@ -90,11 +90,12 @@ func clip(s string) string {
 
 // health says, per device, whether the kubelet may allocate it: its GPU
 // takes leases (eligible, the node neither draining nor unable to record
-// leases), its MPS instance is up, and it is free or a pod's. A unit that a
-// lease outside Kubernetes (gpurun, the API) holds, that is claimed offline,
-// or that a workflow reservation sets aside, is unhealthy: the kubelet must
-// not count it.
-func (d *devices) health(v *lease.View, c *lease.Conditions) []bool {
+// leases), its MPS instance is up, and it is a pod's, or free on an instance
+// that mayJoin says a pod could join (room for a client, no other user's
+// MPS clients). A unit that a lease outside Kubernetes (gpurun, the API)
+// holds, that is claimed offline, or that a workflow reservation sets aside,
+// is unhealthy: the kubelet must not count it.
+func (d *devices) health(v *lease.View, c *lease.Conditions, mayJoin func(lease.InstanceView) bool) []bool {
 	out := make([]bool, len(d.ids))
 	nodeOK := v.Unrecorded == "" && (c == nil || !c.Draining)
 	for g, gv := range v.GPUs {
@@ -108,7 +109,7 @@ func (d *devices) health(v *lease.View, c *lease.Conditions) []bool {
 		}
 		base := g * d.unitsPerGPU
 		for k, iv := range gv.Instances {
-			ok := up(k)
+			ok := up(k) && mayJoin(iv)
 			for _, u := range iv.FreeUnits {
 				out[base+u] = ok
 			}

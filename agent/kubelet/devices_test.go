@@ -80,7 +80,7 @@ func TestHealth(t *testing.T) {
 		{"journal full", view("cannot record leases"), nil, "---- ----"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			h := d.health(c.view, c.cond)
+			h := d.health(c.view, c.cond, func(lease.InstanceView) bool { return true })
 			var got strings.Builder
 			for i, ok := range h {
 				if i == 4 {

@@ -200,7 +200,7 @@ func (p *Plugin) ListAndWatch(_ *pluginapi.Empty, s grpc.ServerStreamingServer[p
 		// The channel first: a change after it is either in what is read
 		// next or closes it.
 		changed := p.cfg.Changed()
-		health := p.devs.health(p.cfg.Leases.View(), p.cfg.Conditions())
+		health := p.devs.health(p.cfg.Leases.View(), p.cfg.Conditions(), p.cfg.Leases.PodMayJoin)
 		if !slices.Equal(health, last) {
 			if err := s.Send(p.devs.list(health)); err != nil {
 				return err

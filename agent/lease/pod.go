@@ -41,6 +41,18 @@ type Unit struct {
 // its own quotas, so gpulet's pools and quotas do not bind pods.
 var podPeer = identity.Peer{UID: 0, GID: 0, Admin: true}
 
+// PodMayJoin reports whether an instance as iv shows it could take a pod's
+// lease now, as far as its clients go: it has room for another MPS client,
+// and with MPS on it serves no user but pods' (placement's instanceNow, which
+// refuses Allocate otherwise). The kubelet is told its free units only where
+// this holds, so that it counts no unit a pod could not be given.
+func (m *Manager) PodMayJoin(iv InstanceView) bool {
+	if iv.Clients >= m.cfg.Model.ClientsPerInstance {
+		return false
+	}
+	return !m.cfg.MPS || !slices.ContainsFunc(iv.Users, func(uid uint32) bool { return uid != podPeer.UID })
+}
+
 // PreferPod says which size units of available a container should get, and
 // must include mustInclude: the placement engine's choice on the node as it
 // is now, as POST /v1/leases would place a request of size units, with the
