@@ -27,23 +27,7 @@ func tcpTestListener(t *testing.T, total, perAddr int, usage func() (int, uint64
 	}
 	local.gauge.CountEvery, local.gauge.CountNear = 0, 0
 	l := LimitTCPListener(ln, total, perAddr, local, slog.New(slog.DiscardHandler))
-	held := make(chan net.Conn, 1000)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			held <- c
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		close(held)
-		for c := range held {
-			c.Close()
-		}
-	})
+	held := testutil.HoldAccepted(t, l, ln)
 	return ln.Addr().String(), held
 }
 

@@ -28,23 +28,7 @@ func serveLimited(t *testing.T, lim TCPLimits, usage func() (int, uint64, error)
 	lim.Reserve = func(limit uint64) uint64 { return min(64, limit/4) }
 	lim.Log = slog.New(slog.DiscardHandler)
 	l := LimitTCP(ln, lim)
-	held := make(chan net.Conn, 1000)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			held <- c
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		close(held)
-		for c := range held {
-			c.Close()
-		}
-	})
+	held := testutil.HoldAccepted(t, l, ln)
 	return ln.Addr().String(), held
 }
 
