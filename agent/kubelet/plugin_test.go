@@ -181,17 +181,23 @@ func TestUnitsTakenOutsideKubernetesTurnUnhealthy(t *testing.T) {
 	}
 	_, seen = n.kubelet.WaitUpdate(seen, 5*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == 32 })
 
-	// An offline claim.
-	c := claim(t, n.ledger.Path(1, 3))
+	// An offline claim, the test's own. Made by another user than pods'
+	// (root), it also keeps pods off the rest of its MPS instance.
+	c := claim(t, n.ledger.Path(1, 11))
 	defer c.Close()
-	up, seen = n.kubelet.WaitUpdate(seen, 5*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == 31 })
-	if h := kubelettest.Health(up.Devices, n.id(1, 3)); h != pluginapi.Unhealthy {
+	want := 31
+	if os.Getuid() != 0 {
+		_, size := n.model.InstanceRange(n.model.InstanceOf(11))
+		want = 32 - size
+	}
+	up, seen = n.kubelet.WaitUpdate(seen, 5*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == want })
+	if h := kubelettest.Health(up.Devices, n.id(1, 11)); h != pluginapi.Unhealthy {
 		t.Fatalf("claimed unit is %s", h)
 	}
 
-	// A busy GPU, a down instance, a draining node.
+	// A busy GPU, a down instance (the claim's), a draining node.
 	n.setConditions(&lease.Conditions{GPUs: []lease.GPUCondition{{Unusable: "is 95% busy"}, {InstanceDown: []string{"", "is down"}}}})
-	up, seen = n.kubelet.WaitUpdate(seen, 5*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == 7 })
+	up, seen = n.kubelet.WaitUpdate(seen, 5*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == 8 })
 	if kubelettest.Health(up.Devices, n.id(1, 0)) != pluginapi.Healthy || kubelettest.Health(up.Devices, n.id(1, 8)) != pluginapi.Unhealthy {
 		t.Fatal("health does not follow the instances")
 	}
