@@ -18,7 +18,8 @@ type redacted struct {
 // never renamed, so that it is still a snapshot of the same schema: no
 // offline_by_uid, no instance uid, no MPS server's uid or pid, no claims and
 // no processes beside gpulet (their counts and memory stay), no reservation
-// names, no leases. It is made once per snapshot, on first use.
+// names, no user or group a quota over its limit names, no leases. It is
+// made once per snapshot, on first use.
 func (p *Published) Redacted() *Published {
 	p.redacted.once.Do(func() {
 		p.redacted.p = New(Redact(p.Snapshot), nil, p.render)
@@ -26,8 +27,9 @@ func (p *Published) Redacted() *Published {
 	return p.redacted.p
 }
 
-// Redact returns a copy of s without the uids of its users and the names of
-// its reservations; s is not changed.
+// Redact returns a copy of s without the uids of its users, the names of
+// its reservations and the users and groups its quotas name; s is not
+// changed.
 func Redact(s *api.Snapshot) *api.Snapshot {
 	out := *s
 	out.GPUs = make([]api.GPU, len(s.GPUs))
@@ -62,6 +64,17 @@ func Redact(s *api.Snapshot) *api.Snapshot {
 		for i, r := range s.Reservations {
 			r.Name = ""
 			out.Reservations[i] = r
+		}
+	}
+	if s.OverQuota != nil {
+		// A quota is named by its user (alice, a uid) or group: who is
+		// over it. The node-wide "*" names nobody and stays.
+		out.OverQuota = make([]api.QuotaOver, len(s.OverQuota))
+		for i, q := range s.OverQuota {
+			if q.Quota != "*" {
+				q.Quota = ""
+			}
+			out.OverQuota[i] = q
 		}
 	}
 	return &out

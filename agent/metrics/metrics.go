@@ -110,6 +110,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(descResReclaimed, float64(r.Reclaimed), r.Name)
 	}
 	for _, q := range s.OverQuota {
+		if q.Quota == "" {
+			// A redacted snapshot hides the users and groups these
+			// series are told apart by.
+			continue
+		}
 		gauge(descQuotaOver, float64(q.Held+q.Reserved-q.Limit), q.Quota)
 	}
 	gauge(descLeases, float64(c.leases.Live))

@@ -73,7 +73,8 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 		Instances:        []api.Instance{{Instance: 0, UID: &uid, Servers: []api.MPSServer{{PID: 5555, UID: &uid, Clients: 1}}}},
 		Claims:           []api.Claim{{Instance: 0, Units: []int{3}, UID: uid, PID: 7777, Usage: &api.Usage{PIDs: []int{7777}}}},
 		OutsideProcesses: []api.GPUProcess{{PID: 6666, MemoryUsedMiB: 100}}, OutsideMemoryMiB: 100,
-	}}, Reservations: []api.ReservationStatus{{Name: "secret-project", Reserved: 4}}}
+	}}, Reservations: []api.ReservationStatus{{Name: "secret-project", Reserved: 4}},
+		OverQuota: []api.QuotaOver{{Quota: "alice", Limit: 1, Held: 2}, {Quota: "group:ml-team", Limit: 2, Held: 3}, {Quota: "*", Limit: 8, Held: 9}}}
 	core := newFakeCore(t)
 	core.store.Store(snapshot.New(s, nil, func(s *api.Snapshot) []byte { return metrics.Render(s, metrics.Leases{}) }))
 	srv := New(core, -1, slog.New(slog.DiscardHandler))
@@ -86,7 +87,7 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 		}
 		return rec.Body.String()
 	}
-	secrets := []string{"4242", "secret-project", "offline_by_uid", `"uid"`, "5555", "6666", "7777"}
+	secrets := []string{"4242", "secret-project", "offline_by_uid", `"uid"`, "5555", "6666", "7777", "alice", "ml-team"}
 	redacted := srv.ReadOnlyHTTPServer(false).Handler
 	for _, path := range []string{"/v1/snapshot", "/v1/gpus", "/metrics"} {
 		body := get(redacted, path)
@@ -103,13 +104,21 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 	if got.GPUs[0].UnitsOffline != 3 || got.GPUs[0].OutsideMemoryMiB != 100 || len(got.GPUs[0].Instances[0].Servers) != 1 || len(got.Reservations) != 1 || got.Reservations[0].Reserved != 4 || len(got.GPUs[0].Instances) != 1 {
 		t.Fatalf("the redacted snapshot lost its counts: %+v", got)
 	}
+	// A quota over its limit stays, counts and all, without the user or
+	// group it names; the node-wide "*" names nobody.
+	if len(got.OverQuota) != 3 || got.OverQuota[0] != (api.QuotaOver{Limit: 1, Held: 2}) || got.OverQuota[2].Quota != "*" {
+		t.Fatalf("the redacted snapshot's over_quota: %+v", got.OverQuota)
+	}
+	if m := get(redacted, "/metrics"); !strings.Contains(m, `gpulet_quota_over_units{quota="*"} 1`) {
+		t.Errorf("redacted metrics lack the node-wide quota:\n%s", m)
+	}
 	full := get(srv.ReadOnlyHTTPServer(true).Handler, "/v1/snapshot")
 	for _, secret := range secrets {
 		if !strings.Contains(full, secret) {
 			t.Errorf("full detail lacks %s", secret)
 		}
 	}
-	if s.GPUs[0].OfflineByUID == nil || s.GPUs[0].Instances[0].UID == nil || s.Reservations[0].Name == "" {
+	if s.GPUs[0].OfflineByUID == nil || s.GPUs[0].Instances[0].UID == nil || s.Reservations[0].Name == "" || s.OverQuota[0].Quota != "alice" {
 		t.Fatal("redacting changed the published snapshot")
 	}
 }
