@@ -16,10 +16,10 @@ type redacted struct {
 // --listen, or pushed to an upstream reached without TLS or credentials):
 // the same counts, without who holds them. Fields are emptied or left out,
 // never renamed, so that it is still a snapshot of the same schema: no
-// offline_by_uid, no instance uid, no MPS server's uid or pid, no claims and
-// no processes beside gpulet (their counts and memory stay), no reservation
-// names, no user or group a quota over its limit names, no leases. It is
-// made once per snapshot, on first use.
+// offline_by_uid, no instance uid or slurm_jobs, no MPS server's uid or pid,
+// no claims and no processes beside gpulet (their counts and memory stay),
+// no reservation names, no user or group a quota over its limit names, no
+// leases. It is made once per snapshot, on first use.
 func (p *Published) Redacted() *Published {
 	p.redacted.once.Do(func() {
 		p.redacted.p = New(Redact(p.Snapshot), nil, p.render)
@@ -41,6 +41,9 @@ func Redact(s *api.Snapshot) *api.Snapshot {
 		insts := make([]api.Instance, len(g.Instances))
 		for k, in := range g.Instances {
 			in.UID = nil
+			// A Slurm job id names its user to anyone who can ask Slurm:
+			// it is a lease's, and leases stay out.
+			in.SlurmJobs = nil
 			if in.Servers != nil {
 				servers := make([]api.MPSServer, len(in.Servers))
 				for j, srv := range in.Servers {

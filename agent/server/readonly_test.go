@@ -70,7 +70,7 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 	uid := uint32(4242)
 	s := &api.Snapshot{Schema: api.SnapshotSchema, Node: "n", BootID: "b", Seq: 1, GPUs: []api.GPU{{
 		Index: 0, UUID: "GPU-x", UnitsOffline: 3, OfflineByUID: map[string]int{"4242": 3},
-		Instances:        []api.Instance{{Instance: 0, UID: &uid, Servers: []api.MPSServer{{PID: 5555, UID: &uid, Clients: 1}}}},
+		Instances:        []api.Instance{{Instance: 0, UID: &uid, Servers: []api.MPSServer{{PID: 5555, UID: &uid, Clients: 1}}, SlurmJobs: []uint64{918273}}},
 		Claims:           []api.Claim{{Instance: 0, Units: []int{3}, UID: uid, PID: 7777, Usage: &api.Usage{PIDs: []int{7777}}}},
 		OutsideProcesses: []api.GPUProcess{{PID: 6666, MemoryUsedMiB: 100}}, OutsideMemoryMiB: 100,
 	}}, Reservations: []api.ReservationStatus{{Name: "secret-project", Reserved: 4}},
@@ -87,7 +87,7 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 		}
 		return rec.Body.String()
 	}
-	secrets := []string{"4242", "secret-project", "offline_by_uid", `"uid"`, "5555", "6666", "7777", "alice", "ml-team"}
+	secrets := []string{"4242", "secret-project", "offline_by_uid", `"uid"`, "5555", "6666", "7777", "alice", "ml-team", "918273"}
 	redacted := srv.ReadOnlyHTTPServer(false).Handler
 	for _, path := range []string{"/v1/snapshot", "/v1/gpus", "/metrics"} {
 		body := get(redacted, path)
@@ -118,7 +118,7 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 			t.Errorf("full detail lacks %s", secret)
 		}
 	}
-	if s.GPUs[0].OfflineByUID == nil || s.GPUs[0].Instances[0].UID == nil || s.Reservations[0].Name == "" || s.OverQuota[0].Quota != "alice" {
+	if s.GPUs[0].OfflineByUID == nil || s.GPUs[0].Instances[0].UID == nil || s.Reservations[0].Name == "" || s.OverQuota[0].Quota != "alice" || s.GPUs[0].Instances[0].SlurmJobs == nil {
 		t.Fatal("redacting changed the published snapshot")
 	}
 }
