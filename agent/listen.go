@@ -7,6 +7,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/gpulet/gpulet/systemd"
@@ -36,17 +37,49 @@ func (a *Agent) listen() (net.Listener, error) {
 			return nil, fmt.Errorf("removing stale socket: %w", err)
 		}
 	}
-	ln, err := net.Listen("unix", path)
+	ln, err := listenUnix(path, 0o660)
 	if err != nil {
 		return nil, fmt.Errorf("--socket: %w", err)
 	}
-	ln.(*net.UnixListener).SetUnlinkOnClose(true)
+	ln.SetUnlinkOnClose(true)
+	// Under a umask that takes group write, the socket was made narrower than
+	// asked: the group gets it now (narrower never let anyone in early).
 	if err := os.Chmod(path, 0o660); err != nil {
 		ln.Close()
 		return nil, fmt.Errorf("--socket: %w", err)
 	}
 	a.chownSocket(path)
 	return ln, nil
+}
+
+// listenUnix listens on a Unix socket made at path with mode perm, less the
+// umask, from its first moment: net.Listen would make it with 0777 less the
+// umask, and under a loose one (0000, 0002) anyone could connect, and keep
+// the connection, before a chmod after it. A socket's mode at bind(2) is its
+// inode's, which fchmod sets beforehand.
+func listenUnix(path string, perm os.FileMode) (*net.UnixListener, error) {
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close() // FileListener keeps a copy of the descriptor
+	if err := syscall.Fchmod(fd, uint32(perm.Perm())); err != nil {
+		return nil, fmt.Errorf("setting the socket's mode: %w", err)
+	}
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("bind", err)}
+	}
+	if err := syscall.Listen(fd, syscall.SOMAXCONN); err != nil {
+		os.Remove(path)
+		return nil, os.NewSyscallError("listen", err)
+	}
+	ln, err := net.FileListener(f)
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	return ln.(*net.UnixListener), nil
 }
 
 func (a *Agent) chownSocket(path string) {
