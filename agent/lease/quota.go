@@ -22,16 +22,18 @@ type Quotas struct {
 
 // NewQuotas indexes the config's quotas (docs/design.md §11): a user's caps
 // the units its uid holds, a group's those all its members hold together,
-// and "*" those everyone holds together. A later quota of the same user or
-// group wins.
+// and "*" those everyone holds together. One uid or gid may have several
+// quotas (alice and 1000, group:ml and group:50, two names of one uid): each
+// applies and they count the same units, so the lowest is kept, the one
+// that binds (the first of equal ones).
 func NewQuotas(qs []config.Quota) *Quotas {
 	out := &Quotas{byUID: map[uint32]config.Quota{}, byGID: map[uint32]config.Quota{}}
 	for _, q := range qs {
 		switch q.Kind {
 		case identity.User:
-			out.byUID[q.ID] = q
+			keepLowest(out.byUID, q)
 		case identity.Group:
-			out.byGID[q.ID] = q
+			keepLowest(out.byGID, q)
 		case identity.Everyone:
 			out.everyone = &q
 		}
@@ -46,6 +48,13 @@ func NewQuotas(qs []config.Quota) *Quotas {
 	}
 	slices.SortFunc(out.all, func(a, b config.Quota) int { return strings.Compare(a.Key, b.Key) })
 	return out
+}
+
+// keepLowest puts q in byID unless a quota of its id as low is there.
+func keepLowest(byID map[uint32]config.Quota, q config.Quota) {
+	if have, ok := byID[q.ID]; !ok || q.Limit < have.Limit {
+		byID[q.ID] = q
+	}
 }
 
 // quotaUse counts the units held, for quotas: per uid (leases and offline claims,

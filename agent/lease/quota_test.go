@@ -144,3 +144,27 @@ func TestOfflineClaimsOverAQuotaAreShown(t *testing.T) {
 		t.Fatalf("after a lowered quota: %+v", over)
 	}
 }
+
+// TestQuotasOfOneIDAllBind: a config may name one uid twice (its name and
+// its number, or two names of one uid) and one gid twice (group:ml and
+// group:50); each such quota applies, so the lowest binds, whichever comes
+// last in the file.
+func TestQuotasOfOneIDAllBind(t *testing.T) {
+	f := newFixture(t, 4, 4, 1)
+	m := f.manager(t)
+	alice := identity.Peer{UID: 1000, GID: 1000, Groups: []uint32{50}}
+	for _, tc := range []struct {
+		quotas []config.Quota
+		want   string
+	}{
+		{[]config.Quota{{Key: "alice", Kind: identity.User, ID: 1000, Limit: 2}, {Key: "1000", Kind: identity.User, ID: 1000, Limit: 8}}, "quota alice: limit 2"},
+		{[]config.Quota{{Key: "1000", Kind: identity.User, ID: 1000, Limit: 8}, {Key: "alice", Kind: identity.User, ID: 1000, Limit: 2}}, "quota alice: limit 2"},
+		{[]config.Quota{{Key: "group:ml", Kind: identity.Group, ID: 50, Limit: 2}, {Key: "group:50", Kind: identity.Group, ID: 50, Limit: 8}}, "quota group:ml: limit 2"},
+	} {
+		m.SetRules(placement.New(placement.BestFit), NewQuotas(tc.quotas))
+		_, err := m.Acquire(context.Background(), alice, ttlReq(3, "1m"))
+		if !errors.Is(err, api.ErrQuotaExceeded) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("quotas %+v: err = %v, want %q", tc.quotas, err, tc.want)
+		}
+	}
+}
