@@ -39,9 +39,9 @@ type reservation struct {
 	reserve.Spec
 	owner api.ReservationOwner
 	// groups and admin are what its owner had when it reserved: its units
-	// go only where its owner's leases may (pools). Not kept in the file: a
-	// reservation taken back at start has its owner's primary group only,
-	// and is an admin's only when its owner is root.
+	// go only where its owner's leases may (pools), and count toward its
+	// groups' quotas. The file keeps the groups; not admin: a reservation
+	// taken back at start is an admin's only when its owner is root.
 	groups  []uint32
 	admin   bool
 	created time.Time

@@ -80,3 +80,26 @@ func TestPriorityCeiling(t *testing.T) {
 	top.Priority = config.MaxPriority
 	h.reserve(identity.Peer{UID: 1005, GID: 1005, Admin: true}, top)
 }
+
+// TestReservedUnitsCountTowardGroupsAfterRestart: the units a reservation
+// sets aside count toward its owner's groups, supplementary ones included,
+// after a restart as before it.
+func TestReservedUnitsCountTowardGroupsAfterRestart(t *testing.T) {
+	h := newResHarness(t, 1, 8, 1)
+	quotas := func() {
+		h.m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "group:ml", Kind: identity.Group, ID: 50, Limit: 3}}))
+	}
+	quotas()
+	h.reserve(carol, spec("wf", []int{3})) // carol is in ml by a supplementary group
+	erin := identity.Peer{UID: 1004, GID: 1004, Groups: []uint32{50}}
+	for _, when := range []string{"before a restart", "after a restart"} {
+		if use := h.m.QuotaUse(carol); len(use) != 1 || use[0].Reserved != 3 {
+			t.Fatalf("%s: carol's quotas %+v, want group:ml with 3 reserved", when, use)
+		}
+		if _, err := h.m.Acquire(context.Background(), erin, ttlReq(1, "1h")); !errors.Is(err, api.ErrQuotaExceeded) {
+			t.Fatalf("%s: a member leased beyond the group's quota: %v", when, err)
+		}
+		h.restart()
+		quotas()
+	}
+}

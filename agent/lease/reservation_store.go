@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/statefile"
 )
 
@@ -25,7 +26,8 @@ func (m *Manager) recordsLocked() []reserve.Record {
 	out := make([]reserve.Record, 0, len(m.reservations))
 	for _, r := range m.reservations {
 		rec := reserve.Record{
-			Name: r.Name, UID: r.owner.UID, GID: r.owner.GID, Created: r.created, Needs: r.Needs,
+			// r.groups is the owner's primary group, then the others.
+			Name: r.Name, UID: r.owner.UID, GID: r.owner.GID, Groups: r.groups[1:], Created: r.created, Needs: r.Needs,
 			Priority: r.Priority, Share: r.Share, Active: r.active, Stage: r.stage, Reclaimed: r.reclaimed,
 		}
 		if r.active {
@@ -177,7 +179,7 @@ func (m *Manager) restoreReservationLocked(rec reserve.Record, byUUID map[string
 	r := &reservation{
 		Spec:  reserve.Spec{Name: rec.Name, Needs: rec.Needs, Priority: rec.Priority, Share: rec.Share},
 		owner: api.ReservationOwner{UID: rec.UID, GID: rec.GID}, created: rec.Created, seq: m.resSeq,
-		groups: []uint32{rec.GID}, admin: rec.UID == 0,
+		groups: identity.GroupsOf(rec.GID, rec.Groups), admin: rec.UID == 0,
 		active: rec.Active, stage: rec.Stage, reclaimed: rec.Reclaimed, reclaiming: map[string]time.Time{},
 	}
 	m.reservations[r.Name] = r

@@ -19,6 +19,10 @@ import (
 // FileSchema names the format of the reservations file.
 const FileSchema = "gpulet.reservations/v1"
 
+// maxGroups is the kernel's NGROUPS_MAX: no owner had more supplementary
+// groups.
+const maxGroups = 65536
+
 // FileName is the reservations file's name in the state dir.
 const FileName = "reservations.json"
 
@@ -32,9 +36,13 @@ const maxFile = 64 << 20
 // the reservation's, where its workflow stands, and which borrowers are being
 // taken back, so that a restart finishes their reclaim.
 type Record struct {
-	Name     string    `json:"name"`
-	UID      uint32    `json:"uid"`
-	GID      uint32    `json:"gid"`
+	Name string `json:"name"`
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	// Groups are the owner's supplementary groups when it reserved, as the
+	// kernel gave them: the reservation's units count toward their quotas
+	// after a restart as before it.
+	Groups   []uint32  `json:"groups,omitempty"`
 	Created  time.Time `json:"created"`
 	Needs    []int     `json:"needs"`
 	Priority int       `json:"priority"`
@@ -170,6 +178,9 @@ func (r *Record) check() error {
 	}
 	if r.Reclaimed < 0 {
 		return fmt.Errorf("reclaimed %d", r.Reclaimed)
+	}
+	if len(r.Groups) > maxGroups {
+		return fmt.Errorf("%d groups", len(r.Groups))
 	}
 	if len(r.Share) > MaxMembers {
 		return fmt.Errorf("%d share members", len(r.Share))
