@@ -147,6 +147,10 @@ type Agent struct {
 	// mix learns the request mix the frag policy weighs; nil under other
 	// policies.
 	mix *placement.Learner
+	// engineMu makes reading the rules and putting their placement engine
+	// in force one step, for a reload and for the frag policy's new mixes:
+	// neither may put back an engine of rules no longer in force.
+	engineMu sync.Mutex
 }
 
 // Run starts gpuletd and serves until ctx ends, then stops cleanly. Parts

@@ -76,6 +76,8 @@ func (a *Agent) observe(req lease.Request) {
 	before := a.mix.Mix()
 	a.mix.Observe(placement.Request{Units: req.Units, GPUs: req.GPUs, Type: req.Type, MemoryMiB: req.MemoryMiB})
 	if a.mix.Mix() != before {
+		a.engineMu.Lock()
+		defer a.engineMu.Unlock()
 		a.leases.SetEngine(a.engineFor(a.rules.Load()))
 	}
 }
@@ -84,6 +86,7 @@ func (a *Agent) observe(req lease.Request) {
 // weights), the quotas and the profiles' starting figures. Decisions under
 // way finish with the old engine.
 func (a *Agent) applyRules(r *config.Rules) {
+	a.engineMu.Lock()
 	e := a.engineFor(r)
 	var quotas *lease.Quotas
 	var seeds map[string]map[string]time.Duration
@@ -93,6 +96,7 @@ func (a *Agent) applyRules(r *config.Rules) {
 	}
 	a.rules.Store(r)
 	a.leases.SetRules(e, quotas)
+	a.engineMu.Unlock()
 	a.leases.SetPriorityCeiling(r.UserPriorityCeiling())
 	a.setLedgerAccess(r)
 	a.profiles.Seed(seeds)
