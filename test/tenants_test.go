@@ -154,6 +154,10 @@ func TestOfflineClaimsKeepToPools(t *testing.T) {
 	if out, code := claim(bob, "1"); code != 0 {
 		t.Fatalf("bob on the GPU in no pool: exit %d\n%s", code, out)
 	}
+	// Naming no GPU, bob's claim passes the pool's GPU by.
+	if out, code := asUser(t, d, bob, "gpurun", "--offline", "--run-dir", d.RunDir, "--", "true"); code != 0 {
+		t.Fatalf("bob naming no GPU: exit %d\n%s", code, out)
+	}
 	if out, code := claim(alice, "0"); code != 0 {
 		t.Fatalf("alice, in the pool, on its GPU: exit %d\n%s", code, out)
 	}

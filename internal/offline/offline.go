@@ -9,6 +9,7 @@
 package offline
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"slices"
@@ -84,22 +85,41 @@ func Take(runDir string, lay *pipefile.Layout, req Request) (*Claim, error) {
 		return nil, fmt.Errorf("--offline: %w", err)
 	}
 	var free, others []string
+	// The first refusal, returned when no matching folder let the claimer in.
+	var refused error
+	opened := false
 	for _, g := range gpus {
-		gpuFree := 0
+		gpuFree, closed := 0, 0
 		for _, in := range g.Instances {
 			c, n, other, err := takeIn(runDir, g, in, req, users.Of(g.UUID, in.Instance))
+			if isRefusal(err) {
+				// The folders of a GPU in a pool that leaves the claimer
+				// out are closed to it: passed by, like a full one, so
+				// that a claim naming no GPU goes where it may.
+				refused = cmp.Or(refused, err)
+				closed++
+				continue
+			}
 			if err != nil {
 				return nil, err
 			}
 			if c != nil {
 				return c, nil
 			}
+			opened = true
 			gpuFree += n
 			if other != "" {
 				others = append(others, other)
 			}
 		}
+		if closed > 0 && closed == len(g.Instances) {
+			free = append(free, fmt.Sprintf("GPU %d (%s) closed to you", g.Index, g.Name))
+			continue
+		}
 		free = append(free, fmt.Sprintf("GPU %d (%s) %d of %d", g.Index, g.Name, gpuFree, g.UnitsTotal))
+	}
+	if refused != nil && !opened {
+		return nil, refused
 	}
 	if len(others) > 0 {
 		return nil, fmt.Errorf("%w: no instance that serves only uid %d has %d unit(s) free; %s (an MPS server serves one user at a time: a process there would wait until theirs end)",
@@ -145,10 +165,15 @@ func takeIn(runDir string, g pipefile.LayoutGPU, in pipefile.LayoutInstance, req
 	return &Claim{GPU: g, Instance: in.Instance, Units: units, FDs: fds, Env: env, dir: dir}, 0, "", nil
 }
 
+// isRefusal says whether err is the ledger refusing the claimer a folder.
+func isRefusal(err error) bool {
+	return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM)
+}
+
 // explain adds what to do to a refusal of the ledger's folders: they are open
 // to root and gpuletd's socket group only.
 func explain(err error) error {
-	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+	if isRefusal(err) {
 		return fmt.Errorf("%w (offline claims are open to the members of gpuletd's --socket-group)", err)
 	}
 	return err

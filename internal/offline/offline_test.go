@@ -251,3 +251,30 @@ func TestTakePassesByAMountAtAUnitName(t *testing.T) {
 		t.Fatalf("claim of 2 units: %+v, %v", c, err)
 	}
 }
+
+// A GPU whose folders are closed to the claimer (a pool of other users: the
+// ledger lets only them in) is passed by, as a full one is: a claim that names
+// no GPU goes to one the claimer may use, and one that names the closed GPU
+// says why it failed. A FUSE mount of another user stands in for the closed
+// folders: root too gets EACCES there.
+func TestTakePassesByAGPUClosedToTheClaimer(t *testing.T) {
+	dir := testLayout(t)
+	for _, k := range []string{"0", "1"} {
+		testutil.MountOthersFUSE(t, filepath.Join(dir, "units", "GPU-a", k))
+	}
+	c, err := take(t, dir, Request{Units: 2})
+	if err != nil {
+		t.Fatalf("claim beside a closed GPU: %v", err)
+	}
+	if c.GPU.Index != 1 {
+		t.Fatalf("claimed on GPU %d, want GPU 1", c.GPU.Index)
+	}
+	// GPU 1 is full now: the refusal says what was free and what was closed.
+	if _, err := take(t, dir, Request{Units: 1}); !errors.Is(err, ErrNoUnits) || !strings.Contains(err.Error(), "GPU 0 (NVIDIA A100-SXM4-80GB) closed to you") {
+		t.Fatalf("claim on a full node beside a closed GPU: %v", err)
+	}
+	_, err = take(t, dir, Request{Units: 1, GPU: "0"})
+	if err == nil || !errors.Is(err, unix.EACCES) || !strings.Contains(err.Error(), "offline claims are open to the members of gpuletd's --socket-group") {
+		t.Fatalf("claim on the closed GPU: %v", err)
+	}
+}
