@@ -51,7 +51,10 @@ const OfflineLeaseID = "offline"
 // managedEnv are the variables gpurun owns: each is set from the lease, or
 // removed from the caller's environment when the lease does not set it, so that
 // a command started from inside another gpurun (or with MPS variables of an
-// earlier job) never reaches an MPS server or a GPU it was not given.
+// earlier job) never reaches an MPS server or a GPU it was not given. Every
+// variable starting with managedPrefix is owned too (docs/design.md §7):
+// an MPS client setting the caller kept, such as its priority, would apply
+// to a server or a GPU the caller did not choose.
 var managedEnv = []string{
 	pipefile.EnvVisibleDevices,
 	pipefile.EnvPipeDirectory,
@@ -60,6 +63,9 @@ var managedEnv = []string{
 	pipefile.EnvPinnedMemLimit,
 	LeaseIDEnv,
 }
+
+// managedPrefix starts the MPS client's variables, all of them gpurun's.
+const managedPrefix = "CUDA_MPS_"
 
 // Options are gpurun's parsed flags.
 type Options struct {
@@ -464,6 +470,9 @@ func MergeEnv(base []string, set map[string]string) []string {
 }
 
 func isManaged(k string) bool {
+	if strings.HasPrefix(k, managedPrefix) {
+		return true
+	}
 	for _, m := range managedEnv {
 		if k == m {
 			return true

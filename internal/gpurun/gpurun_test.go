@@ -148,6 +148,14 @@ func TestMergeEnv(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("got  %v\nwant %v", got, want)
 	}
+	// Every CUDA_MPS_ variable is the lease's (docs/design.md §7), not only
+	// those a lease sets: a whole-GPU lease sets none.
+	base = []string{"CUDA_MPS_CLIENT_PRIORITY=1", "CUDA_MPS_ENABLE_PER_CTX_DEVICE_MULTIPROCESSOR_PARTITIONING=1", "CUDA_MPSX=kept", "PATH=/bin"}
+	got = MergeEnv(base, map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-1,GPU-2", LeaseIDEnv: "l-2"})
+	want = []string{"CUDA_MPSX=kept", "PATH=/bin", "CUDA_VISIBLE_DEVICES=GPU-1,GPU-2", "GPULET_LEASE_ID=l-2"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("got  %v\nwant %v", got, want)
+	}
 }
 
 func TestLookCommand(t *testing.T) {
