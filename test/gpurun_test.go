@@ -3,6 +3,7 @@ package test
 import (
 	"bufio"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
@@ -194,6 +196,43 @@ func TestGpurunInterruptedWaitLeavesNothing(t *testing.T) {
 	})
 	if ls, _ := d.Client.Leases(e2e.Ctx(t)); len(ls) != 0 {
 		t.Fatalf("leases after the holder left: %+v", ls)
+	}
+}
+
+// TestGpurunWaitKeepsAnIgnoredSIGINT: a waiting gpurun started with SIGINT
+// ignored, as a shell starts its background jobs, goes on waiting through a
+// SIGINT (Ctrl-C of the script), as its command would run on; SIGTERM still
+// ends it.
+func TestGpurunWaitKeepsAnIgnoredSIGINT(t *testing.T) {
+	d := e2e.Start(t, "--sim-gpus", "1xT4", "--units-per-client", "1", "--clients-per-instance", "1")
+	if _, err := d.Client.Lease(e2e.Ctx(t), api.LeaseRequest{Units: 1, TTL: "1m"}); err != nil {
+		t.Fatal(err)
+	}
+	waiter := exec.Command("sh", "-c", `trap "" INT; exec "$0" --wait 60s -- true`, e2e.Bin("gpurun"))
+	waiter.Env = append(os.Environ(), "GPULET_SOCKET="+d.Socket)
+	stderr, _ := waiter.StderrPipe()
+	if err := waiter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	errs := bufio.NewReader(stderr)
+	if line, _ := errs.ReadString('\n'); !strings.Contains(line, "waiting up to 1m0s") {
+		t.Fatalf("waiting message %q", line)
+	}
+	exited := make(chan error, 1)
+	go func() {
+		io.Copy(io.Discard, errs)
+		exited <- waiter.Wait()
+	}()
+	waiter.Process.Signal(syscall.SIGINT)
+	select {
+	case err := <-exited:
+		t.Fatalf("an ignored SIGINT ended the wait: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	waiter.Process.Signal(syscall.SIGTERM)
+	var ee *exec.ExitError
+	if err := <-exited; !errors.As(err, &ee) || ee.ExitCode() != 143 {
+		t.Fatalf("waiter after SIGTERM: %v, want exit 143", err)
 	}
 }
 

@@ -236,7 +236,14 @@ func (s signalCause) Error() string { return s.sig.String() }
 func catchSignals(parent context.Context) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	for _, sig := range []os.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		// A signal the caller ignores stays ignored: a shell ignores SIGINT
+		// in its background jobs so that Ctrl-C spares them, and the
+		// command, which inherits that, would not end by it either.
+		if !signal.Ignored(sig) {
+			signal.Notify(ch, sig)
+		}
+	}
 	quit, exited := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(exited)

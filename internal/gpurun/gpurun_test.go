@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -318,5 +319,29 @@ func TestCatchSignals(t *testing.T) {
 	stop()
 	if sig := interrupted(ctx); sig != 0 || ctx.Err() != nil {
 		t.Fatalf("no signal, yet interrupted = %v (%v)", sig, ctx.Err())
+	}
+}
+
+// TestCatchSignalsKeepsIgnoredOnesIgnored: a signal the caller ignores (a
+// shell ignores SIGINT in its background jobs, so that Ctrl-C spares them)
+// does not end a wait, as it would not end the command gpurun becomes.
+func TestCatchSignalsKeepsIgnoredOnesIgnored(t *testing.T) {
+	signal.Ignore(syscall.SIGINT)
+	t.Cleanup(func() { signal.Reset(syscall.SIGINT) })
+	ctx, stop := catchSignals(context.Background())
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+		t.Fatalf("an ignored SIGINT ended the wait: %v", context.Cause(ctx))
+	case <-time.After(200 * time.Millisecond):
+	}
+	stop()
+	if sig := interrupted(ctx); sig != 0 {
+		t.Fatalf("interrupted = %v after an ignored SIGINT", sig)
+	}
+	if !signal.Ignored(syscall.SIGINT) {
+		t.Fatal("SIGINT no longer ignored after the wait: the command would not ignore it")
 	}
 }
