@@ -82,7 +82,7 @@ func Take(runDir string, lay *pipefile.Layout, req Request) (*Claim, error) {
 	}
 	users, err := pipefile.ReadUsers(runDir)
 	if err != nil {
-		return nil, fmt.Errorf("--offline: %w", err)
+		return nil, err
 	}
 	var free, others []string
 	// The first refusal, returned when no matching folder let the claimer in.
