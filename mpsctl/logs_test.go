@@ -172,8 +172,10 @@ func TestRealLogTrim(t *testing.T) {
 	if len(b) == 0 || len(b) > bound/4 || b[0] != '[' || !bytes.Contains(b, []byte("Cmd:get_default_active_thread_percentage")) {
 		t.Fatalf("control.log after Check: %d bytes: %.200q", len(b), b)
 	}
+	// The padding went to the kept part; the daemon may have logged a line
+	// of its own (a probe's "UI closed") after it, before the cut.
 	tail, err := os.ReadFile(log + ".1")
-	if err != nil || !bytes.HasSuffix(tail, pad[len(pad)-64:]) {
+	if err != nil || !bytes.Contains(tail, pad[len(pad)-64:]) {
 		t.Fatalf("control.log.1: %v, ends %q", err, tail[max(0, len(tail)-64):])
 	}
 	// Without the cut, probes alone grow the log past the bound; with it, it
