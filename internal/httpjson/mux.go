@@ -28,6 +28,8 @@ type Mux struct {
 	// methods are those the patterns name, in the order first named: the
 	// order of Allow.
 	methods []string
+	// patterns are the routes' patterns, in the order handled.
+	patterns []string
 }
 
 // MuxOptions are what differs between the servers' paths and refusals.
@@ -63,10 +65,15 @@ func (m *Mux) Handle(pattern string, h http.Handler) {
 		panic("httpjson: route " + pattern + ": want METHOD /path")
 	}
 	m.mux.Handle(pattern, h)
+	m.patterns = append(m.patterns, pattern)
 	if !slices.Contains(m.methods, method) {
 		m.methods = append(m.methods, method)
 	}
 }
+
+// Patterns lists the routes' patterns in the order they were handled, so
+// that a test can hold a server's route table to its documentation.
+func (m *Mux) Patterns() []string { return slices.Clone(m.patterns) }
 
 func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	routed, ok := m.routable(r)
