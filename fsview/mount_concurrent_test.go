@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -130,4 +132,41 @@ func concurrentSnapshot(tb testing.TB, seq uint64) *snapshot.Published {
 		leases = append(leases, testLease(fmt.Sprintf("lease-%d", seq), leaseOwner()))
 	}
 	return snapshot.New(s, func() []api.Lease { return leases }, testMetrics)
+}
+
+// TestMountOpenFileSizeIsItsBytes: an open file's size is that of the bytes
+// rendered at its open, not the size in a newer snapshot, so that a reader
+// sizing by fstat or lseek(SEEK_END) (tail -n, wc -c) gets them whole.
+func TestMountOpenFileSizeIsItsBytes(t *testing.T) {
+	var store snapshot.Store
+	store.Store(publish(t, testSnapshot(1, 5)))
+	_, dir := mountView(t, &store)
+	f, err := os.Open(filepath.Join(dir, "free_units"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	store.Store(publish(t, testSnapshot(2, 12345)))
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Seek(0, io.SeekStart)
+	b, _ := io.ReadAll(f)
+	if string(b) != "5\n" || st.Size() != int64(len(b)) || end != int64(len(b)) {
+		t.Errorf("open file reads %q but fstat says %d bytes and SEEK_END %d", b, st.Size(), end)
+	}
+	if out, err := exec.Command("tail", "-n1", filepath.Join(dir, "free_units")).Output(); err == nil && string(out) != "12345\n" {
+		t.Errorf("tail -n1 free_units = %q, want 12345", out)
+	}
+	// Where the kernel names no file, go-fuse passes the one still open:
+	// once it is older than a stat may be, the stat is the snapshot's.
+	time.Sleep(latestFor)
+	if st, err := os.Stat(filepath.Join(dir, "free_units")); err != nil || st.Size() != int64(len("12345\n")) {
+		t.Errorf("stat free_units while an old open of it is held: %v, %v; want 6 bytes", st.Size(), err)
+	}
 }

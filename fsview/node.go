@@ -101,6 +101,15 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 		return syscall.ENOENT
 	}
 	n.t.fill(&out.Attr, e, p)
+	if h, ok := f.(*handle); ok && time.Since(h.opened) < latestFor {
+		// Asked through an open file (fstat, lseek's SEEK_END): its size is
+		// that of the bytes it reads, which may be of another snapshot
+		// than p, else tail -n or wc -c would cut or pad them. go-fuse
+		// passes some open file of the node where the kernel names none
+		// (fstat, stat by path), maybe another reader's: one opened
+		// longer ago than a stat may be old is not asked.
+		out.Size = uint64(len(h.data))
+	}
 	out.SetTimeout(attrTimeout(e.kind))
 	return 0
 }
@@ -121,7 +130,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if !ok {
 		return nil, 0, syscall.ENOENT
 	}
-	return handle(data), fuse.FOPEN_DIRECT_IO, 0
+	return &handle{data: data, opened: time.Now()}, fuse.FOPEN_DIRECT_IO, 0
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
@@ -168,25 +177,28 @@ func (n *node) Rename(context.Context, string, fs.InodeEmbedder, string, uint32)
 	return syscall.EROFS
 }
 
-// handle is one open file: the bytes rendered at Open.
-type handle []byte
+// handle is one open file: the bytes rendered at Open, and when.
+type handle struct {
+	data   []byte
+	opened time.Time
+}
 
 var (
-	_ fs.FileReader  = handle(nil)
-	_ fs.FileFlusher = handle(nil)
+	_ fs.FileReader  = (*handle)(nil)
+	_ fs.FileFlusher = (*handle)(nil)
 )
 
-func (h handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	if off < 0 || off >= int64(len(h)) {
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if off < 0 || off >= int64(len(h.data)) {
 		return fuse.ReadResultData(nil), 0
 	}
-	end := min(off+int64(len(dest)), int64(len(h)))
-	return fuse.ReadResultData(h[off:end]), 0
+	end := min(off+int64(len(dest)), int64(len(h.data)))
+	return fuse.ReadResultData(h.data[off:end]), 0
 }
 
 // Flush answers ENOSYS, which the kernel remembers for the whole mount: a view
 // file has nothing to flush, and every close then saves a round trip.
-func (h handle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
+func (h *handle) Flush(ctx context.Context) syscall.Errno { return syscall.ENOSYS }
 
 // fill sets out to the attributes of e, a name of p.
 func (t *tree) fill(out *fuse.Attr, e entry, p *snapshot.Published) {

@@ -357,7 +357,7 @@ func TestInodeNumbers(t *testing.T) {
 }
 
 func TestHandleRead(t *testing.T) {
-	h := handle("0123456789")
+	h := &handle{data: []byte("0123456789")}
 	tests := []struct {
 		name string
 		off  int64
