@@ -375,6 +375,16 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	ticker := time.NewTicker(cfg.SampleInterval)
 	defer ticker.Stop()
+	// Each sample round pings the watchdog, as it always has (a notify
+	// socket sees the rounds go by), and so does a ticker of its own:
+	// --sample-interval may be longer than the unit's WatchdogSec. Both from
+	// this loop, so that a loop stuck in a sample pings it no more.
+	var watchdog <-chan time.Time
+	if d := systemd.WatchdogInterval(); d > 0 {
+		wt := time.NewTicker(d)
+		defer wt.Stop()
+		watchdog = wt.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -387,6 +397,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 			a.sample()
 			a.ledger.Sweep()
 			a.leases.Tick()
+			systemd.Watchdog()
+		case <-watchdog:
 			systemd.Watchdog()
 		}
 	}

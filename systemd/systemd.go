@@ -5,6 +5,7 @@ package systemd
 
 import (
 	"net"
+	"time"
 
 	"github.com/coreos/go-systemd/v22/activation"
 	"github.com/coreos/go-systemd/v22/daemon"
@@ -27,3 +28,14 @@ func Stopping() { daemon.SdNotify(false, daemon.SdNotifyStopping) }
 
 // Watchdog tells systemd's watchdog that the daemon made progress.
 func Watchdog() { daemon.SdNotify(false, daemon.SdNotifyWatchdog) }
+
+// WatchdogInterval is how often Watchdog must be called for systemd's
+// watchdog (WatchdogSec=) not to kill the daemon: half its timeout, as
+// sd_watchdog_enabled(3) advises; 0 when there is no watchdog.
+func WatchdogInterval() time.Duration {
+	d, err := daemon.SdWatchdogEnabled(false)
+	if err != nil || d <= 0 {
+		return 0
+	}
+	return d / 2
+}

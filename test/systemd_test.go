@@ -90,19 +90,63 @@ func TestSocketActivationAndNotify(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "unused.sock")); err == nil {
 		t.Fatal("gpuletd made its own socket although systemd passed one")
 	}
-	waitNotify(t, notify, "READY=1")
+	waitNotify(t, notify, "READY=1", 15*time.Second)
 	cmd.Process.Signal(syscall.SIGTERM)
-	waitNotify(t, notify, "STOPPING=1")
+	waitNotify(t, notify, "STOPPING=1", 15*time.Second)
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("exit after SIGTERM: %v", err)
 	}
 }
 
-// waitNotify reads notification datagrams until one holds want.
-func waitNotify(t *testing.T, c *net.UnixConn, want string) {
+// TestSystemdWatchdogOutpacesSampleInterval: the watchdog is pinged within
+// systemd's WatchdogSec (WATCHDOG_USEC) however long --sample-interval is;
+// pinged only at each sample, a gpuletd sampling every minute was killed by
+// the unit's 30 s watchdog again and again.
+func TestSystemdWatchdogOutpacesSampleInterval(t *testing.T) {
+	activate, err := exec.LookPath("systemd-socket-activate")
+	if err != nil {
+		t.Skip("systemd-socket-activate is not installed:", err)
+	}
+	dir := t.TempDir()
+	notifyPath := filepath.Join(dir, "notify")
+	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer notify.Close()
+	cmd := exec.Command(activate, "-l", filepath.Join(dir, "api.sock"), "-E", "NOTIFY_SOCKET="+notifyPath, "-E", "WATCHDOG_USEC=2000000",
+		e2e.Bin("gpuletd"), "--backend", "sim", "--mps", "off", "--mount", "", "--sample-interval", "1h",
+		"--run-dir", filepath.Join(dir, "run"), "--state-dir", filepath.Join(dir, "state"))
+	log := &testutil.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("log:\n%s", log.String())
+		}
+	}()
+	// systemd-socket-activate starts gpuletd at the first connection.
+	c := &client.Client{Socket: filepath.Join(dir, "api.sock")}
+	testutil.Eventually(t, "gpuletd to answer on the activation socket", func() bool {
+		_, err := c.Snapshot(e2e.Ctx(t))
+		return err == nil
+	})
+	waitNotify(t, notify, "READY=1", 15*time.Second)
+	for range 2 {
+		waitNotify(t, notify, "WATCHDOG=1", 2*time.Second)
+	}
+}
+
+// waitNotify reads notification datagrams until one holds want, for at most
+// within.
+func waitNotify(t *testing.T, c *net.UnixConn, want string, within time.Duration) {
 	t.Helper()
 	buf := make([]byte, 4096)
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(within)
 	for {
 		c.SetReadDeadline(deadline)
 		n, err := c.Read(buf)
