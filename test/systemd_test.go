@@ -54,12 +54,8 @@ func TestSocketActivationAndNotify(t *testing.T) {
 		t.Skip("systemd-socket-activate is not installed:", err)
 	}
 	dir := t.TempDir()
-	notifyPath := filepath.Join(dir, "notify")
-	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer notify.Close()
+	notify := listenNotify(t)
+	notifyPath := notify.LocalAddr().String()
 	sock := filepath.Join(dir, "api.sock")
 	cmd := exec.Command(activate, "-l", sock, "-E", "NOTIFY_SOCKET="+notifyPath, e2e.Bin("gpuletd"),
 		"--backend", "sim", "--mps", "off", "--mount", "", "--run-dir", filepath.Join(dir, "run"),
@@ -108,12 +104,8 @@ func TestSystemdWatchdogOutpacesSampleInterval(t *testing.T) {
 		t.Skip("systemd-socket-activate is not installed:", err)
 	}
 	dir := t.TempDir()
-	notifyPath := filepath.Join(dir, "notify")
-	notify, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notifyPath, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer notify.Close()
+	notify := listenNotify(t)
+	notifyPath := notify.LocalAddr().String()
 	cmd := exec.Command(activate, "-l", filepath.Join(dir, "api.sock"), "-E", "NOTIFY_SOCKET="+notifyPath, "-E", "WATCHDOG_USEC=2000000",
 		e2e.Bin("gpuletd"), "--backend", "sim", "--mps", "off", "--mount", "", "--sample-interval", "1h",
 		"--run-dir", filepath.Join(dir, "run"), "--state-dir", filepath.Join(dir, "state"))
