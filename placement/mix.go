@@ -55,14 +55,22 @@ func (l *Learner) Observe(r Request) {
 	l.counts[ShapeOf(r)]++
 	l.total++
 	if l.total > l.window {
-		l.total = 0
+		kept := make([]Shape, 0, len(l.counts))
 		for s, c := range l.counts {
 			if c /= 2; c < 0.5 {
 				delete(l.counts, s)
 				continue
 			}
 			l.counts[s] = c
-			l.total += c
+			kept = append(kept, s)
+		}
+		// Summed in the shapes' order, not the map's: float addition is
+		// not associative, and the same requests must give the same mix
+		// (a replay, run again, places as it did).
+		slices.SortFunc(kept, byFields)
+		l.total = 0
+		for _, s := range kept {
+			l.total += l.counts[s]
 		}
 	}
 	if l.since++; l.since >= l.every || l.mix == nil {
@@ -90,11 +98,16 @@ func (l *Learner) publishLocked() *Mix {
 	// Ties by the shape's fields, so that a mix does not depend on the
 	// map's order.
 	slices.SortFunc(shapes, func(a, b Shape) int {
-		return cmp.Or(cmp.Compare(b.Weight, a.Weight), cmp.Compare(a.GPUs, b.GPUs), cmp.Compare(a.Units, b.Units),
-			cmp.Compare(a.HostCPUMilli, b.HostCPUMilli), cmp.Compare(a.HostMemoryMiB, b.HostMemoryMiB), cmp.Compare(a.Type, b.Type))
+		return cmp.Or(cmp.Compare(b.Weight, a.Weight), byFields(a, b))
 	})
 	if len(shapes) > l.keep {
 		shapes = shapes[:l.keep]
 	}
 	return &Mix{Shapes: shapes}
+}
+
+// byFields orders shapes by their fields, but for Weight.
+func byFields(a, b Shape) int {
+	return cmp.Or(cmp.Compare(a.GPUs, b.GPUs), cmp.Compare(a.Units, b.Units),
+		cmp.Compare(a.HostCPUMilli, b.HostCPUMilli), cmp.Compare(a.HostMemoryMiB, b.HostMemoryMiB), cmp.Compare(a.Type, b.Type))
 }
