@@ -55,10 +55,18 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 	if !ok {
 		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
 	}
+	now := m.clock.Now().UTC()
+	if !now.Before(b.deadline) {
+		// Its deadline passed, and its timer has not ended it yet (it is
+		// late, or waits for the lock held here): it ended then, and is not
+		// brought back.
+		m.dropAndRecordLocked(l, "ttl expired", true)
+		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
+	}
 	// The table first, then the record: a rewrite that the record makes due
 	// writes the journal from the table, which must hold the new deadline.
 	was, wasLease := b.deadline, l.Lease
-	exp := m.clock.Now().UTC().Add(b.ttl)
+	exp := now.Add(b.ttl)
 	b.deadline = exp
 	l.change(func(pub *api.Lease) { pub.Expires = &exp })
 	if err := m.recordLocked(journal.Record{Op: journal.OpRenew, ID: l.ID, Deadline: &exp}); err != nil {

@@ -2,10 +2,12 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/clock"
 	"github.com/gpulet/gpulet/internal/testutil"
 )
@@ -74,5 +76,37 @@ func TestTTLLeasesExpireInDeadlineOrderUnderOneTimer(t *testing.T) {
 	testutil.Eventually(t, "the timer to find the queue empty", func() bool { return c.Pending() == 0 })
 	if len(m.View().Leases()) != 0 || f.fifoCount(t, 0) != 0 {
 		t.Fatalf("leases %v, %d FIFOs left", live(), f.fifoCount(t, 0))
+	}
+}
+
+// lateClock is a Fake whose timers never fire: a ttl timer that is late, or
+// waits for the lock while a renewal holds it.
+type lateClock struct{ *clock.Fake }
+
+func (lateClock) AfterFunc(time.Duration, func()) clock.Timer { return lateTimer{} }
+
+type lateTimer struct{}
+
+func (lateTimer) Stop() bool { return true }
+
+// TestRenewDoesNotReviveAnExpiredLease: a renewal that comes after the
+// deadline, before the timer has ended the lease, ends it instead of
+// extending it: a lease ends unless renewed within its ttl.
+func TestRenewDoesNotReviveAnExpiredLease(t *testing.T) {
+	f := newFixture(t, 1, 8, 1)
+	c := lateClock{clock.NewFake(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))}
+	m := f.manager(t, func(cfg *Config) { cfg.Clock = c })
+	g, err := m.Acquire(context.Background(), root, ttlReq(1, "1s"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Advance(1500 * time.Millisecond)
+	if l, err := m.Renew(root, g.ID); err == nil {
+		t.Fatalf("renewed lease %s 0.5 s after its deadline, now until %v", l.ID, l.Expires)
+	} else if !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("renewal of an expired lease: %v, want not_found", err)
+	}
+	if n := len(m.View().Leases()); n != 0 || f.fifoCount(t, 0) != 0 {
+		t.Fatalf("%d leases and %d FIFOs left after the ttl ran out", n, f.fifoCount(t, 0))
 	}
 }
