@@ -120,6 +120,9 @@ func (m *Manager) restoreReservationsLocked() {
 	for gi, g := range m.gpus {
 		byUUID[g.dev.UUID] = gi
 	}
+	// The file lists them by name; seq orders pending ones of one priority
+	// by age, as they were before the restart.
+	slices.SortStableFunc(loaded.Records, func(a, b reserve.Record) int { return a.Created.Compare(b.Created) })
 	for _, rec := range loaded.Records {
 		m.restoreReservationLocked(rec, byUUID)
 	}

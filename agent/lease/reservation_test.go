@@ -109,6 +109,29 @@ func TestEqualPriorityGoesByAge(t *testing.T) {
 	}
 }
 
+// TestEqualPriorityGoesByAgeAcrossRestarts: a restart keeps the order of
+// pending reservations of one priority: the older, whatever its name, holds
+// what frees and is admitted first.
+func TestEqualPriorityGoesByAgeAcrossRestarts(t *testing.T) {
+	h := newResHarness(t, 1, 8, 1)
+	held := h.fill()
+	older, younger := spec("zz", []int{3}), spec("aa", []int{1})
+	older.Wait, younger.Wait = true, true
+	h.reserve(alice, older)
+	h.clock.Advance(time.Second)
+	h.reserve(bob, younger)
+	h.m.Release(dave, held[0].ID)
+	h.restart()
+	if zz, aa := h.get("zz"), h.get("aa"); zz.Held != 1 || aa.State != api.ReservationPending {
+		t.Fatalf("after a restart the younger went first: zz %+v, aa %+v", zz.ReservationStatus, aa.ReservationStatus)
+	}
+	h.m.Release(dave, held[1].ID)
+	h.m.Release(dave, held[2].ID)
+	if zz, aa := h.get("zz"), h.get("aa"); zz.State != api.ReservationActive || aa.State != api.ReservationPending {
+		t.Fatalf("zz %+v, aa %+v", zz.ReservationStatus, aa.ReservationStatus)
+	}
+}
+
 // TestPendingOwnerLeaseWaitsForAdmission: the owner's lease naming a pending
 // reservation waits (with "wait") until the reservation is admitted.
 func TestPendingOwnerLeaseWaitsForAdmission(t *testing.T) {
