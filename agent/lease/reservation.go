@@ -365,6 +365,15 @@ func (m *Manager) dropReservationLocked(r *reservation) {
 		m.releaseSlotLocked(ref)
 	}
 	r.slots = nil
+	// Its borrowers being taken back go on as plain leases: nobody needs
+	// their units now, so the SIGKILL at the grace's end (killReclaimed) is
+	// not sent.
+	for id := range r.reclaiming {
+		if l, ok := m.leases[id]; ok && l.reclaiming {
+			l.reclaiming = false
+			m.touchLocked(l.GPU.Index)
+		}
+	}
 	delete(m.reservations, r.Name)
 	if !r.active {
 		m.pending--

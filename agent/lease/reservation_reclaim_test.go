@@ -336,3 +336,31 @@ func TestReclaimNeverSignalsAnotherUsersProcess(t *testing.T) {
 		t.Fatalf("after the reclaim: %+v", r.ReservationStatus)
 	}
 }
+
+// TestEndedReservationStopsItsReclaims: a borrower that outlives SIGTERM is
+// not killed at the grace's end once the reservation that took it back has
+// ended: its lease goes on as a plain one.
+func TestEndedReservationStopsItsReclaims(t *testing.T) {
+	h := newResHarness(t, 1, 8, 1)
+	h.reserve(alice, spec("wf", []int{1, 3}, member("bob", 0)))
+	h.fill()
+	g, p := h.mustLease(bob, "", true)
+	if !g.Preemptible {
+		t.Fatalf("bob's lease %+v is no borrow", g.Lease)
+	}
+	if r, err := h.m.Advance(alice, "wf"); err != nil || r.Reclaiming != 1 {
+		t.Fatalf("advance: %+v, %v", r.ReservationStatus, err)
+	}
+	if err := h.m.Unreserve(alice, "wf"); err != nil {
+		t.Fatal(err)
+	}
+	h.clock.Advance(10 * time.Second)
+	// The timer's goroutine has had its turn.
+	time.Sleep(100 * time.Millisecond)
+	if got := p.got(); !slices.Equal(got, []syscall.Signal{syscall.SIGTERM}) {
+		t.Fatalf("borrower of an ended reservation got %v, want SIGTERM alone", got)
+	}
+	if _, err := h.m.Get(bob, g.ID); err != nil {
+		t.Fatalf("borrowed lease of an ended reservation: %v", err)
+	}
+}
