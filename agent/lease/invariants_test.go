@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 )
@@ -19,9 +20,11 @@ import (
 // TestRandomOperationsKeepTheTableInStep drives one Manager through a long
 // random mix of what happens to a node — grants bound to time, to
 // processes and to pods, renewals, releases, pods ending, offline claims
-// coming and going, probes and restarts — and after every step checks what must always hold: the
+// coming and going, reservations made and ended, probes and restarts — and
+// after every step checks what must always hold: the
 // published view is what the table says, every leased unit has its FIFO, no
-// unit is in two leases, and each process's count of units is its leases'.
+// unit is in two leases or two reservations, and each process's count of
+// units is its leases'.
 func TestRandomOperationsKeepTheTableInStep(t *testing.T) {
 	for seed := range uint64(4) {
 		t.Run(fmt.Sprint("seed ", seed), func(t *testing.T) { randomOperations(t, seed) })
@@ -52,7 +55,24 @@ func randomOperations(t *testing.T, seed uint64) {
 	ctx := context.Background()
 	for step := range 600 {
 		what := ""
-		switch op := rng.IntN(125); {
+		switch op := rng.IntN(135); {
+		case op >= 130:
+			// Reservations, pending ones too, hold units beside the leases.
+			s := reserve.Spec{Name: fmt.Sprint("wf", rng.IntN(4)), Needs: []int{1 + rng.IntN(4)}, Wait: rng.IntN(2) == 0}
+			what = fmt.Sprintf("reserve %+v", s)
+			_, err := m.Reserve(root, s)
+			if err != nil && !errors.Is(err, api.ErrInsufficientUnits) && !errors.Is(err, api.ErrConflict) {
+				t.Fatalf("step %d, %s: %v", step, what, err)
+			}
+		case op >= 125:
+			what = "unreserve"
+			for _, r := range m.View().Reservations {
+				what = "unreserve " + r.Name
+				if err := m.Unreserve(root, r.Name); err != nil {
+					t.Fatalf("step %d, %s: %v", step, what, err)
+				}
+				break
+			}
 		case op >= 105:
 			// The kubelet allocates 1 or 2 units of one instance: mostly
 			// free ones, as it allocates healthy devices, else any (a pod
@@ -187,11 +207,17 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 	for gi, g := range m.gpus {
 		fresh := m.buildGPUViewLocked(gi, g)
 		pub := v.GPUs[gi]
-		if fresh.Used != pub.Used || fresh.Offline != pub.Offline || fresh.LeasesHere != pub.LeasesHere || fmt.Sprint(fresh.OfflineByUID) != fmt.Sprint(pub.OfflineByUID) ||
+		if fresh.Used != pub.Used || fresh.Reserved != pub.Reserved || fresh.Offline != pub.Offline || fresh.LeasesHere != pub.LeasesHere || fmt.Sprint(fresh.OfflineByUID) != fmt.Sprint(pub.OfflineByUID) ||
 			instancesOf(fresh.Instances) != instancesOf(pub.Instances) || fmt.Sprint(leaseIDsOf(fresh.Leases)) != fmt.Sprint(leaseIDsOf(pub.Leases)) {
 			t.Fatalf("%s: GPU %d's published view %+v differs from its table %+v", when, gi, pub, fresh)
 		}
 		for u, s := range g.slots {
+			if r := s.res; r != nil && (m.reservations[r.Name] != r || !slices.Contains(r.slots, slotRef{gi, u})) {
+				t.Fatalf("%s: GPU %d unit %d is marked with reservation %s, which does not hold it", when, gi, u, r.Name)
+			}
+			if s.state == slotReserved && s.res == nil {
+				t.Fatalf("%s: GPU %d unit %d is reserved for no reservation", when, gi, u)
+			}
 			if s.state != slotLeased {
 				continue
 			}
@@ -203,6 +229,13 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 			}
 			if !m.cfg.Ledger.Present(gi, u) {
 				t.Fatalf("%s: GPU %d unit %d is leased to %s but has no FIFO", when, gi, u, s.lease.ID)
+			}
+		}
+	}
+	for _, r := range m.reservations {
+		for _, ref := range r.slots {
+			if m.gpus[ref.g].slots[ref.u].res != r {
+				t.Fatalf("%s: reservation %s holds GPU %d unit %d, which the table does not mark with it", when, r.Name, ref.g, ref.u)
 			}
 		}
 	}
