@@ -49,33 +49,13 @@ func TestUnitFilesVerify(t *testing.T) {
 // a NOTIFY_SOCKET of the test's: the API answers on the passed socket, READY=1
 // comes once it does, STOPPING=1 on SIGTERM.
 func TestSocketActivationAndNotify(t *testing.T) {
-	activate, err := exec.LookPath("systemd-socket-activate")
-	if err != nil {
-		t.Skip("systemd-socket-activate is not installed:", err)
-	}
 	dir := t.TempDir()
-	notify := listenNotify(t)
-	notifyPath := notify.LocalAddr().String()
-	sock := filepath.Join(dir, "api.sock")
-	cmd := exec.Command(activate, "-l", sock, "-E", "NOTIFY_SOCKET="+notifyPath, e2e.Bin("gpuletd"),
-		"--backend", "sim", "--mps", "off", "--mount", "", "--run-dir", filepath.Join(dir, "run"),
-		"--state-dir", filepath.Join(dir, "state"), "--socket", filepath.Join(dir, "unused.sock"))
-	log := &testutil.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("log:\n%s", log.String())
-		}
-	}()
+	cmd, notify := startActivated(t, dir, nil, "--socket", filepath.Join(dir, "unused.sock"))
 	// The socket file exists a moment before systemd-socket-activate listens
 	// on it: wait for an answer, not for the file.
-	c := &client.Client{Socket: sock}
+	c := &client.Client{Socket: filepath.Join(dir, "api.sock")}
 	var s *api.Snapshot
+	var err error
 	testutil.Eventually(t, "gpuletd to answer on the activation socket", func() bool {
 		s, err = c.Snapshot(e2e.Ctx(t))
 		return err == nil
@@ -99,28 +79,8 @@ func TestSocketActivationAndNotify(t *testing.T) {
 // pinged only at each sample, a gpuletd sampling every minute was killed by
 // the unit's 30 s watchdog again and again.
 func TestSystemdWatchdogOutpacesSampleInterval(t *testing.T) {
-	activate, err := exec.LookPath("systemd-socket-activate")
-	if err != nil {
-		t.Skip("systemd-socket-activate is not installed:", err)
-	}
 	dir := t.TempDir()
-	notify := listenNotify(t)
-	notifyPath := notify.LocalAddr().String()
-	cmd := exec.Command(activate, "-l", filepath.Join(dir, "api.sock"), "-E", "NOTIFY_SOCKET="+notifyPath, "-E", "WATCHDOG_USEC=2000000",
-		e2e.Bin("gpuletd"), "--backend", "sim", "--mps", "off", "--mount", "", "--sample-interval", "1h",
-		"--run-dir", filepath.Join(dir, "run"), "--state-dir", filepath.Join(dir, "state"))
-	log := &testutil.SyncBuffer{}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("log:\n%s", log.String())
-		}
-	}()
+	_, notify := startActivated(t, dir, []string{"WATCHDOG_USEC=2000000"}, "--sample-interval", "1h")
 	// systemd-socket-activate starts gpuletd at the first connection.
 	c := &client.Client{Socket: filepath.Join(dir, "api.sock")}
 	testutil.Eventually(t, "gpuletd to answer on the activation socket", func() bool {
@@ -131,6 +91,40 @@ func TestSystemdWatchdogOutpacesSampleInterval(t *testing.T) {
 	for range 2 {
 		waitNotify(t, notify, "WATCHDOG=1", 2*time.Second)
 	}
+}
+
+// startActivated runs gpuletd (simulated, no MPS, no view, run and state
+// dirs under dir) with flags under systemd-socket-activate on dir/api.sock,
+// with a notify socket of the test's and env (NAME=VALUE) besides; skipped
+// without the tool. It is killed at the end, its log shown if the test
+// failed.
+func startActivated(t *testing.T, dir string, env []string, flags ...string) (*exec.Cmd, *net.UnixConn) {
+	t.Helper()
+	activate, err := exec.LookPath("systemd-socket-activate")
+	if err != nil {
+		t.Skip("systemd-socket-activate is not installed:", err)
+	}
+	notify := listenNotify(t)
+	args := []string{"-l", filepath.Join(dir, "api.sock"), "-E", "NOTIFY_SOCKET=" + notify.LocalAddr().String()}
+	for _, e := range env {
+		args = append(args, "-E", e)
+	}
+	args = append(args, e2e.Bin("gpuletd"), "--backend", "sim", "--mps", "off", "--mount", "",
+		"--run-dir", filepath.Join(dir, "run"), "--state-dir", filepath.Join(dir, "state"))
+	cmd := exec.Command(activate, append(args, flags...)...)
+	log := &testutil.SyncBuffer{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("log:\n%s", log.String())
+		}
+	})
+	return cmd, notify
 }
 
 // waitNotify reads notification datagrams until one holds want, for at most
