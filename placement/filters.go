@@ -146,14 +146,15 @@ func instanceNow(n *Node, in *Instance, r Request) reason {
 		return reason{kind: instanceUnitsFree, instance: in.Index, have: uint64(len(in.FreeUnits))}
 	case in.Clients >= n.ClientsPerInstance:
 		return reason{kind: instanceClients, instance: in.Index, have: uint64(n.ClientsPerInstance)}
-	case n.OneUserPerInstance && servesOthers(in, r.UID):
+	case n.OneUserPerInstance && ServesOthers(in.Users, r.UID):
 		return reason{kind: instanceOtherUser, instance: in.Index}
 	}
 	return reason{}
 }
 
-// servesOthers reports whether in serves a user other than uid. Users holds
-// each uid once, so two or more always include another.
-func servesOthers(in *Instance, uid uint32) bool {
-	return len(in.Users) > 1 || len(in.Users) == 1 && in.Users[0] != uid
+// ServesOthers reports whether an instance serving users (each once) serves
+// a user other than uid: with MPS on, uid may not join it. Two or more users
+// always include another.
+func ServesOthers(users []uint32, uid uint32) bool {
+	return len(users) > 1 || len(users) == 1 && users[0] != uid
 }

@@ -50,7 +50,7 @@ func (m *Manager) PodMayJoin(iv InstanceView) bool {
 	if iv.Clients >= m.cfg.Model.ClientsPerInstance {
 		return false
 	}
-	return !m.cfg.MPS || !slices.ContainsFunc(iv.Users, func(uid uint32) bool { return uid != podPeer.UID })
+	return !m.cfg.MPS || !placement.ServesOthers(iv.Users, podPeer.UID)
 }
 
 // PreferPod says which size units of available a container should get, and
