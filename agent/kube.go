@@ -76,7 +76,7 @@ func (a *Agent) startKubelet(closers *[]func() error) error {
 	}
 	p, err := kubelet.Start(kubelet.Config{
 		Dir: c.Dir, PodResourcesSocket: c.PodResourcesSocket, Interval: c.Interval,
-		Devices: a.devs, UnitsPerGPU: a.cfg.Model.UnitsPerGPU, Leases: a.leases,
+		Devices: a.devs, UnitsPerGPU: a.cfg.Model.UnitsPerGPU, Leases: a.leases.Pods(),
 		Conditions: a.conditions.Load, Changed: a.store.Changed, Logger: a.log,
 	})
 	if err != nil {

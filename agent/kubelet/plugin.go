@@ -51,6 +51,19 @@ const (
 // container the GPU's device nodes and driver libraries.
 const envNvidiaVisible = "NVIDIA_VISIBLE_DEVICES"
 
+// PodLeases is what the plugin needs of the lease engine: its published view
+// (health, reconcile) and the leases of kind pod. *lease.Pods is the real one;
+// the plugin's tests may give a fake.
+type PodLeases interface {
+	View() *lease.View
+	PodMayJoin(lease.InstanceView) bool
+	PreferPod(available, mustInclude []lease.Unit, size int) ([]lease.Unit, error)
+	GrantPod(units []lease.Unit, pod api.LeasePod) (g lease.Grant, reused bool, err error)
+	AdoptPod(units []lease.Unit, pod api.LeasePod) (lease.Grant, error)
+	EndPod(id, reason string) bool
+	SetPod(id string, pod api.LeasePod)
+}
+
 // Config wires the plugin.
 type Config struct {
 	// Dir is the kubelet's device-plugin folder: its registration socket
@@ -64,7 +77,8 @@ type Config struct {
 	// Devices are the node's GPUs and UnitsPerGPU U.
 	Devices     []inventory.Device
 	UnitsPerGPU int
-	Leases      *lease.Manager
+	// Leases are the lease engine's pod leases (lease.Manager.Pods).
+	Leases PodLeases
 	// Conditions are what placement reads (draining, eligibility, MPS
 	// instances); nil: none.
 	Conditions func() *lease.Conditions
@@ -105,18 +119,7 @@ type Plugin struct {
 // pod-resources API. Only a plugin socket that cannot be served is an error;
 // a kubelet that is not there yet is waited for.
 func Start(cfg Config) (*Plugin, error) {
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	if cfg.Conditions == nil {
-		cfg.Conditions = func() *lease.Conditions { return nil }
-	}
-	p := &Plugin{
-		cfg: cfg, log: cfg.Logger, devs: newDevices(cfg.Devices, cfg.UnitsPerGPU),
-		errLines:  ratelog.New(cfg.Logger, "kubelet errors", 5, nil),
-		allocated: map[string]time.Time{},
-	}
-	p.ctx, p.stop = context.WithCancel(context.Background())
+	p := newPlugin(cfg)
 	p.settle()
 	reg, err := newRegistrar(p)
 	if err != nil {
@@ -133,6 +136,24 @@ func Start(cfg Config) (*Plugin, error) {
 		p.reconcileLoop()
 	}()
 	return p, nil
+}
+
+// newPlugin is the plugin as Start makes it, neither serving nor
+// registered.
+func newPlugin(cfg Config) *Plugin {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Conditions == nil {
+		cfg.Conditions = func() *lease.Conditions { return nil }
+	}
+	p := &Plugin{
+		cfg: cfg, log: cfg.Logger, devs: newDevices(cfg.Devices, cfg.UnitsPerGPU),
+		errLines:  ratelog.New(cfg.Logger, "kubelet errors", 5, nil),
+		allocated: map[string]time.Time{},
+	}
+	p.ctx, p.stop = context.WithCancel(context.Background())
+	return p
 }
 
 // Close stops serving and reconciling. Pod leases stay, for the next start

@@ -87,7 +87,7 @@ func newNodeEvery(t *testing.T, interval time.Duration) *node {
 	n.kubelet = kubelettest.Start(t)
 	n.plugin, err = Start(Config{
 		Dir: n.kubelet.Dir, PodResourcesSocket: n.kubelet.PodResourcesSocket, Interval: interval,
-		Devices: n.devs, UnitsPerGPU: model.UnitsPerGPU, Leases: n.leases, Conditions: n.cond.Load,
+		Devices: n.devs, UnitsPerGPU: model.UnitsPerGPU, Leases: n.leases.Pods(), Conditions: n.cond.Load,
 		Changed: n.store.Changed, Logger: quiet(),
 	})
 	if err != nil {
@@ -415,7 +415,7 @@ func TestRegistersAgainOnEveryKubeletSocket(t *testing.T) {
 func TestSecondPluginOnTheSameFolderIsRefused(t *testing.T) {
 	n := newNode(t)
 	_, err := Start(Config{Dir: n.kubelet.Dir, PodResourcesSocket: n.kubelet.PodResourcesSocket, Interval: time.Second,
-		Devices: n.devs, UnitsPerGPU: 16, Leases: n.leases, Changed: n.store.Changed, Logger: quiet()})
+		Devices: n.devs, UnitsPerGPU: 16, Leases: n.leases.Pods(), Changed: n.store.Changed, Logger: quiet()})
 	if err == nil || !strings.Contains(err.Error(), "another gpuletd") {
 		t.Fatalf("second plugin: %v", err)
 	}
@@ -428,7 +428,7 @@ func TestWaitsForTheKubeletAndSaysSo(t *testing.T) {
 	dir := t.TempDir()
 	var logs testutil.SyncBuffer
 	p, err := Start(Config{Dir: dir, PodResourcesSocket: n.kubelet.PodResourcesSocket, Interval: time.Second,
-		Devices: n.devs, UnitsPerGPU: 16, Leases: n.leases, Changed: n.store.Changed, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		Devices: n.devs, UnitsPerGPU: 16, Leases: n.leases.Pods(), Changed: n.store.Changed, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}

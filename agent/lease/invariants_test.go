@@ -86,7 +86,7 @@ func randomOperations(t *testing.T, seed uint64) {
 				us = append(us, Unit{g, v})
 			}
 			what = fmt.Sprintf("pod grant %v", us)
-			_, _, err := m.GrantPod(us, api.LeasePod{Devices: []string{"d"}})
+			_, _, err := m.Pods().GrantPod(us, api.LeasePod{Devices: []string{"d"}})
 			if err != nil && !errors.Is(err, api.ErrInsufficientUnits) {
 				t.Fatalf("step %d, %s: %v", step, what, err)
 			}
@@ -105,7 +105,7 @@ func randomOperations(t *testing.T, seed uint64) {
 			}
 			id := pods[rng.IntN(len(pods))]
 			what = "pod gone " + id
-			if !m.EndPod(id, "pod gone") {
+			if !m.Pods().EndPod(id, "pod gone") {
 				t.Fatalf("step %d, %s: not ended", step, what)
 			}
 		case op < 30:

@@ -22,6 +22,18 @@ import (
 // lists its devices; the kubelet plugin ends it (EndPod).
 const KindPod Kind = "pod"
 
+// Pods is the pod-lease feature: what the kubelet plugin calls. It keeps no
+// state of its own (a pod lease is a table lease bound to nothing the table
+// watches) and works on the table under its lock.
+type Pods struct{ t *Manager }
+
+// Pods is the table's pod-lease feature.
+func (m *Manager) Pods() *Pods { return &Pods{t: m} }
+
+// View is the table's published view, which the kubelet plugin reads for
+// health and to reconcile.
+func (p *Pods) View() *View { return p.t.View() }
+
 // podBinding holds nothing: no process, no timer. The kubelet plugin's
 // reconcile ends the lease.
 type podBinding struct{}
@@ -46,11 +58,11 @@ var podPeer = identity.Peer{UID: 0, GID: 0, Admin: true}
 // and with MPS on it serves no user but pods' (placement's instanceNow, which
 // refuses Allocate otherwise). The kubelet is told its free units only where
 // this holds, so that it counts no unit a pod could not be given.
-func (m *Manager) PodMayJoin(iv InstanceView) bool {
-	if iv.Clients >= m.cfg.Model.ClientsPerInstance {
+func (p *Pods) PodMayJoin(iv InstanceView) bool {
+	if iv.Clients >= p.t.cfg.Model.ClientsPerInstance {
 		return false
 	}
-	return !m.cfg.MPS || !placement.ServesOthers(iv.Users, podPeer.UID)
+	return !p.t.cfg.MPS || !placement.ServesOthers(iv.Users, podPeer.UID)
 }
 
 // PreferPod says which size units of available a container should get, and
@@ -59,8 +71,8 @@ func (m *Manager) PodMayJoin(iv InstanceView) bool {
 // free units cut down to those the kubelet offers. Units of pod leases that
 // the kubelet offers count as free: it offers only what no running container
 // holds. It commits nothing.
-func (m *Manager) PreferPod(available, mustInclude []Unit, size int) ([]Unit, error) {
-	if err := m.checkPodSize(size); err != nil {
+func (p *Pods) PreferPod(available, mustInclude []Unit, size int) ([]Unit, error) {
+	if err := p.checkPodSize(size); err != nil {
 		return nil, err
 	}
 	if len(mustInclude) > size {
@@ -68,41 +80,41 @@ func (m *Manager) PreferPod(available, mustInclude []Unit, size int) ([]Unit, er
 	}
 	offered := map[Unit]bool{}
 	for _, u := range available {
-		if err := m.checkUnit(u); err != nil {
+		if err := p.checkUnit(u); err != nil {
 			return nil, err
 		}
 		offered[u] = true
 	}
 	for _, u := range mustInclude {
-		if err := m.checkUnit(u); err != nil {
+		if err := p.checkUnit(u); err != nil {
 			return nil, err
 		}
 		offered[u] = true
 	}
 	gpu, instance := -1, -1
 	if len(mustInclude) > 0 {
-		gpu, instance = mustInclude[0].GPU, m.cfg.Model.InstanceOf(mustInclude[0].Index)
+		gpu, instance = mustInclude[0].GPU, p.t.cfg.Model.InstanceOf(mustInclude[0].Index)
 		for _, u := range mustInclude[1:] {
-			if u.GPU != gpu || m.cfg.Model.InstanceOf(u.Index) != instance {
+			if u.GPU != gpu || p.t.cfg.Model.InstanceOf(u.Index) != instance {
 				return nil, api.Errorf(api.ErrBadRequest, "the devices that must be included lie on more than one GPU or MPS instance; a container's units share one of each")
 			}
 		}
 	}
-	if !m.lockOpen() {
+	if !p.t.lockOpen() {
 		return nil, errStopping
 	}
-	defer m.unlock()
+	defer p.t.unlock()
 	for _, u := range mustInclude {
-		if !m.podMayTakeLocked(u) {
+		if !p.podMayTakeLocked(u) {
 			return nil, api.Errorf(api.ErrInsufficientUnits, "unit %d of GPU %d, which must be included, is held outside Kubernetes", u.Index, u.GPU)
 		}
 	}
-	n := m.offeredNodeLocked(offered, mustInclude, gpu, instance)
-	req := m.placementRequest(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: size}})
+	n := p.offeredNodeLocked(offered, mustInclude, gpu, instance)
+	req := p.t.placementRequest(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: size}})
 	if gpu >= 0 {
-		req.GPU = strconv.Itoa(m.gpus[gpu].dev.Index)
+		req.GPU = strconv.Itoa(p.t.gpus[gpu].dev.Index)
 	}
-	d, err := m.engine.Load().Place(n, req)
+	d, err := p.t.engine.Load().Place(n, req)
 	if err != nil {
 		return nil, err
 	}
@@ -118,8 +130,8 @@ func (m *Manager) PreferPod(available, mustInclude []Unit, size int) ([]Unit, er
 // free units cut down to those offered, the units of must first (the engine
 // takes an instance's first free units). With gpu ≥ 0 only that GPU's
 // instance is open; the others are down for the decision.
-func (m *Manager) offeredNodeLocked(offered map[Unit]bool, must []Unit, gpu, instance int) *placement.Node {
-	base := m.nodeLocked()
+func (p *Pods) offeredNodeLocked(offered map[Unit]bool, must []Unit, gpu, instance int) *placement.Node {
+	base := p.t.nodeLocked()
 	n := *base
 	n.GPUs = make([]placement.GPU, len(base.GPUs))
 	for gi := range base.GPUs {
@@ -129,14 +141,14 @@ func (m *Manager) offeredNodeLocked(offered map[Unit]bool, must []Unit, gpu, ins
 		for k, in := range base.GPUs[gi].Instances {
 			free := make([]int, 0, len(in.FreeUnits))
 			for _, u := range must {
-				if u.GPU == gi && m.cfg.Model.InstanceOf(u.Index) == k && m.podMayTakeLocked(u) {
+				if u.GPU == gi && p.t.cfg.Model.InstanceOf(u.Index) == k && p.podMayTakeLocked(u) {
 					free = append(free, u.Index)
 				}
 			}
-			start, size := m.cfg.Model.InstanceRange(k)
+			start, size := p.t.cfg.Model.InstanceRange(k)
 			for i := start; i < start+size; i++ {
 				u := Unit{gi, i}
-				if offered[u] && !slices.Contains(free, i) && m.podMayTakeLocked(u) {
+				if offered[u] && !slices.Contains(free, i) && p.podMayTakeLocked(u) {
 					free = append(free, i)
 				}
 			}
@@ -154,8 +166,8 @@ func (m *Manager) offeredNodeLocked(offered map[Unit]bool, must []Unit, gpu, ins
 
 // podMayTakeLocked says whether a pod may be given unit u: it is free, or a
 // pod lease holds it (which the kubelet, offering it, no longer counts).
-func (m *Manager) podMayTakeLocked(u Unit) bool {
-	s := &m.gpus[u.GPU].slots[u.Index]
+func (p *Pods) podMayTakeLocked(u Unit) bool {
+	s := &p.t.gpus[u.GPU].slots[u.Index]
 	return s.state == slotFree || s.state == slotLeased && s.lease.Binding == string(KindPod)
 }
 
@@ -168,11 +180,11 @@ func (m *Manager) podMayTakeLocked(u Unit) bool {
 // first. When units are exactly one pod lease's, that lease is the answer
 // (the kubelet asking again); reused says so. pod.Devices are the kubelet's
 // ids of units.
-func (m *Manager) GrantPod(units []Unit, pod api.LeasePod) (g Grant, reused bool, err error) {
-	if err := m.checkPodSize(len(units)); err != nil {
+func (p *Pods) GrantPod(units []Unit, pod api.LeasePod) (g Grant, reused bool, err error) {
+	if err := p.checkPodSize(len(units)); err != nil {
 		return Grant{}, false, err
 	}
-	return m.podLease(units, pod, false)
+	return p.podLease(units, pod, false)
 }
 
 // AdoptPod makes a pod lease for units that the kubelet lists as held by a
@@ -182,43 +194,43 @@ func (m *Manager) GrantPod(units []Unit, pod api.LeasePod) (g Grant, reused bool
 // units are exactly one pod lease's, that lease is the answer. Units held
 // otherwise (another pod lease, a lease that is not a pod's, an offline
 // claim) are refused: unlike Allocate, a listing names no new owner.
-func (m *Manager) AdoptPod(units []Unit, pod api.LeasePod) (Grant, error) {
-	g, _, err := m.podLease(units, pod, true)
+func (p *Pods) AdoptPod(units []Unit, pod api.LeasePod) (Grant, error) {
+	g, _, err := p.podLease(units, pod, true)
 	return g, err
 }
 
-func (m *Manager) checkPodSize(n int) error {
+func (p *Pods) checkPodSize(n int) error {
 	if n < 1 {
 		return api.Errorf(api.ErrBadRequest, "no devices asked for")
 	}
-	if M := m.cfg.Model.UnitsPerClient; n > M {
+	if M := p.t.cfg.Model.UnitsPerClient; n > M {
 		return api.Errorf(api.ErrBadRequest, "%d units asked for one container; one client may hold at most %d (--units-per-client)", n, M)
 	}
 	return nil
 }
 
-func (m *Manager) checkUnit(u Unit) error {
-	if u.GPU < 0 || u.GPU >= len(m.gpus) || u.Index < 0 || u.Index >= m.cfg.Model.UnitsPerGPU {
+func (p *Pods) checkUnit(u Unit) error {
+	if u.GPU < 0 || u.GPU >= len(p.t.gpus) || u.Index < 0 || u.Index >= p.t.cfg.Model.UnitsPerGPU {
 		return api.Errorf(api.ErrBadRequest, "no unit %d on GPU %d on this node", u.Index, u.GPU)
 	}
 	return nil
 }
 
 // podLease is GrantPod and AdoptPod: adopt skips the placement engine.
-func (m *Manager) podLease(units []Unit, pod api.LeasePod, adopt bool) (Grant, bool, error) {
+func (p *Pods) podLease(units []Unit, pod api.LeasePod, adopt bool) (Grant, bool, error) {
 	if len(units) == 0 {
 		return Grant{}, false, api.Errorf(api.ErrBadRequest, "no devices asked for")
 	}
 	gpu, instance := units[0].GPU, -1
 	seen := map[int]bool{}
 	for _, u := range units {
-		if err := m.checkUnit(u); err != nil {
+		if err := p.checkUnit(u); err != nil {
 			return Grant{}, false, err
 		}
 		if u.GPU != gpu {
 			return Grant{}, false, api.Errorf(api.ErrBadRequest, "the devices lie on GPUs %d and %d: a container's units must all be on one GPU", gpu, u.GPU)
 		}
-		k := m.cfg.Model.InstanceOf(u.Index)
+		k := p.t.cfg.Model.InstanceOf(u.Index)
 		if instance >= 0 && k != instance {
 			return Grant{}, false, api.Errorf(api.ErrBadRequest, "the devices lie on MPS instances %d and %d of GPU %d: a container's units must all be on one instance", instance, k, gpu)
 		}
@@ -233,54 +245,54 @@ func (m *Manager) podLease(units []Unit, pod api.LeasePod, adopt bool) (Grant, b
 		idx = append(idx, u.Index)
 	}
 	slices.Sort(idx)
-	if !m.lockOpen() {
+	if !p.t.lockOpen() {
 		return Grant{}, false, errStopping
 	}
-	if m.journal.Failed() != nil {
-		m.unlock()
-		return Grant{}, false, unrecorded("no lease is granted", m.journal.Failed())
+	if p.t.journal.Failed() != nil {
+		p.t.unlock()
+		return Grant{}, false, unrecorded("no lease is granted", p.t.journal.Failed())
 	}
-	stale, err := m.podHoldersLocked(gpu, idx)
+	stale, err := p.podHoldersLocked(gpu, idx)
 	if err != nil {
-		m.unlock()
+		p.t.unlock()
 		return Grant{}, false, err
 	}
 	if len(stale) == 1 && slices.Equal(stale[0].Units, idx) {
 		l := stale[0]
-		m.setPodLocked(l, pod)
+		p.setPodLocked(l, pod)
 		g := l.grant()
-		m.unlock()
+		p.t.unlock()
 		return g, true, nil
 	}
 	if adopt && len(stale) > 0 {
-		m.unlock()
+		p.t.unlock()
 		return Grant{}, false, api.Errorf(api.ErrInsufficientUnits, "units %v of GPU %d overlap those of pod lease %s (%v)", idx, gpu, stale[0].ID, stale[0].Units)
 	}
 	for _, l := range stale {
-		if err := m.supersedeLocked(l); err != nil {
-			m.unlock()
+		if err := p.supersedeLocked(l); err != nil {
+			p.t.unlock()
 			return Grant{}, false, unrecorded("no lease is granted", err)
 		}
 	}
-	l, err := m.grantPodLocked(gpu, instance, idx, pod, adopt)
+	l, err := p.grantPodLocked(gpu, instance, idx, pod, adopt)
 	var g Grant
 	if err == nil {
 		g = l.grant()
 	}
 	// Units a superseded lease gave back and this grant did not take.
 	if len(stale) > 0 {
-		m.serveWaitersLocked()
+		p.t.serveWaitersLocked()
 	}
-	m.unlock()
+	p.t.unlock()
 	return g, false, err
 }
 
 // podHoldersLocked returns the pod leases that hold units idx of GPU g, or
 // an error naming the first unit held otherwise.
-func (m *Manager) podHoldersLocked(g int, idx []int) ([]*lease, error) {
+func (p *Pods) podHoldersLocked(g int, idx []int) ([]*lease, error) {
 	var out []*lease
 	for _, i := range idx {
-		s := &m.gpus[g].slots[i]
+		s := &p.t.gpus[g].slots[i]
 		switch s.state {
 		case slotFree:
 		case slotLeased:
@@ -303,48 +315,48 @@ func (m *Manager) podHoldersLocked(g int, idx []int) ([]*lease, error) {
 
 // supersedeLocked ends a pod lease whose units the kubelet allocates again.
 // Unlike other ends it serves no waiter: the units are about to be taken.
-func (m *Manager) supersedeLocked(l *lease) error {
-	delete(m.leases, l.ID)
-	if err := m.recordLocked(journal.Record{Op: journal.OpEnd, ID: l.ID}); err != nil {
-		m.leases[l.ID] = l
+func (p *Pods) supersedeLocked(l *lease) error {
+	delete(p.t.leases, l.ID)
+	if err := p.t.recordLocked(journal.Record{Op: journal.OpEnd, ID: l.ID}); err != nil {
+		p.t.leases[l.ID] = l
 		return err
 	}
-	m.dropLocked(l)
-	m.ended++
-	if m.leaseLineDueLocked() {
-		m.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", "the kubelet allocated its devices again"))
+	p.t.dropLocked(l)
+	p.t.ended++
+	if p.t.leaseLineDueLocked() {
+		p.t.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", "the kubelet allocated its devices again"))
 	}
 	return nil
 }
 
 // grantPodLocked places (unless adopt) and commits a pod lease of units idx
 // of instance k of GPU g.
-func (m *Manager) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bool) (*lease, error) {
+func (p *Pods) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bool) (*lease, error) {
 	if !adopt {
-		if err := m.checkPlacementLocked(g, k, idx); err != nil {
+		if err := p.checkPlacementLocked(g, k, idx); err != nil {
 			return nil, err
 		}
 	}
 	c := placement.Choice{GPU: g, Instance: k, Units: idx}
-	retry, err := m.createFIFOsLocked(g, idx)
+	retry, err := p.t.createFIFOsLocked(g, idx)
 	if err != nil {
 		return nil, err
 	}
 	if retry {
 		return nil, api.Errorf(api.ErrInsufficientUnits, "a unit of GPU %d among %v was claimed outside Kubernetes just now", g, idx)
 	}
-	l := m.newLease(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: len(idx)}}, podBinding{}, c, nil)
+	l := p.t.newLease(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: len(idx)}}, podBinding{}, c, nil)
 	pod.Devices = slices.Clone(pod.Devices)
 	// Set in place: nothing holds the new lease's value yet.
 	l.Lease.Pod = &pod
-	m.addLocked(l)
-	if err := m.recordLocked(journal.Record{Op: journal.OpLease, Entry: l.entry(nil)}); err != nil {
-		m.dropLocked(l)
+	p.t.addLocked(l)
+	if err := p.t.recordLocked(journal.Record{Op: journal.OpLease, Entry: l.entry(nil)}); err != nil {
+		p.t.dropLocked(l)
 		return nil, unrecorded("the lease is not granted", err)
 	}
-	m.granted++
-	if m.leaseLineDueLocked() {
-		m.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", g), slog.Int("instance", k),
+	p.t.granted++
+	if p.t.leaseLineDueLocked() {
+		p.t.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", g), slog.Int("instance", k),
 			slog.Any("units", idx), slog.String("binding", string(KindPod)), slog.Bool("adopted", adopt))
 	}
 	return l, nil
@@ -353,14 +365,14 @@ func (m *Manager) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bo
 // checkPlacementLocked asks the placement engine whether a lease of exactly
 // units idx of instance k of GPU g may be made now: the same filters as any
 // lease, on a node where only those units are free.
-func (m *Manager) checkPlacementLocked(g, k int, idx []int) error {
+func (p *Pods) checkPlacementLocked(g, k int, idx []int) error {
 	offered := make(map[Unit]bool, len(idx))
 	for _, i := range idx {
 		offered[Unit{g, i}] = true
 	}
-	n := m.offeredNodeLocked(offered, nil, g, k)
-	req := m.placementRequest(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: len(idx), GPU: strconv.Itoa(m.gpus[g].dev.Index)}})
-	d, err := m.engine.Load().Place(n, req)
+	n := p.offeredNodeLocked(offered, nil, g, k)
+	req := p.t.placementRequest(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: len(idx), GPU: strconv.Itoa(p.t.gpus[g].dev.Index)}})
+	d, err := p.t.engine.Load().Place(n, req)
 	if err != nil {
 		return err
 	}
@@ -374,16 +386,16 @@ func (m *Manager) checkPlacementLocked(g, k int, idx []int) error {
 // EndPod ends pod lease id, whose devices the kubelet no longer lists, and
 // reports whether it did (false: no such pod lease). Like a holder's exit,
 // the end happens even when it cannot be recorded.
-func (m *Manager) EndPod(id, reason string) bool {
-	if !m.lockOpen() {
+func (p *Pods) EndPod(id, reason string) bool {
+	if !p.t.lockOpen() {
 		return false
 	}
-	defer m.unlock()
-	l, ok := m.leases[id]
+	defer p.t.unlock()
+	l, ok := p.t.leases[id]
 	if !ok || l.Binding != string(KindPod) {
 		return false
 	}
-	m.dropAndRecordLocked(l, reason, true)
+	p.t.dropAndRecordLocked(l, reason, true)
 	return true
 }
 
@@ -391,20 +403,20 @@ func (m *Manager) EndPod(id, reason string) bool {
 // pod-resources API lists it; the devices stay as granted. Unknown ids are
 // ignored. It is not journaled: the next start learns it from the kubelet
 // again.
-func (m *Manager) SetPod(id string, pod api.LeasePod) {
-	if !m.lockOpen() {
+func (p *Pods) SetPod(id string, pod api.LeasePod) {
+	if !p.t.lockOpen() {
 		return
 	}
-	defer m.unlock()
-	if l, ok := m.leases[id]; ok && l.Binding == string(KindPod) {
-		m.setPodLocked(l, pod)
+	defer p.t.unlock()
+	if l, ok := p.t.leases[id]; ok && l.Binding == string(KindPod) {
+		p.setPodLocked(l, pod)
 	}
 }
 
 // setPodLocked sets the container of a pod lease when it differs. The
 // lease's LeasePod is replaced, never changed in place: published copies
 // share it.
-func (m *Manager) setPodLocked(l *lease, pod api.LeasePod) {
+func (p *Pods) setPodLocked(l *lease, pod api.LeasePod) {
 	if pod.Name == "" {
 		return
 	}
@@ -417,5 +429,5 @@ func (m *Manager) setPodLocked(l *lease, pod api.LeasePod) {
 		next.Devices = cur.Devices
 	}
 	l.change(func(pub *api.Lease) { pub.Pod = &next })
-	m.touchLocked(l.GPU.Index)
+	p.t.touchLocked(l.GPU.Index)
 }

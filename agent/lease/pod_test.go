@@ -27,7 +27,7 @@ func podOf(devices ...string) api.LeasePod { return api.LeasePod{Devices: device
 func TestGrantPodLeasesExactlyTheUnitsAsked(t *testing.T) {
 	f := newFixture(t, 2, 4, 2) // M=2; 16 units per GPU, instances {0-7} and {8-15}
 	m := f.manager(t)
-	g, reused, err := m.GrantPod(unitsOf(1, 10, 9), podOf("a", "b"))
+	g, reused, err := m.Pods().GrantPod(unitsOf(1, 10, 9), podOf("a", "b"))
 	if err != nil || reused {
 		t.Fatalf("GrantPod: %v (reused %v)", err, reused)
 	}
@@ -47,7 +47,7 @@ func TestGrantPodLeasesExactlyTheUnitsAsked(t *testing.T) {
 		t.Fatalf("view leases %v", ls)
 	}
 	// The same units again are the same lease: the kubelet asking twice.
-	again, reused, err := m.GrantPod(unitsOf(1, 9, 10), podOf("a", "b"))
+	again, reused, err := m.Pods().GrantPod(unitsOf(1, 9, 10), podOf("a", "b"))
 	if err != nil || !reused || again.ID != g.ID {
 		t.Fatalf("second GrantPod: %v reused %v id %s, want %s", err, reused, again.ID, g.ID)
 	}
@@ -80,21 +80,21 @@ func TestGrantPodRefusals(t *testing.T) {
 		{"claimed offline", unitsOf(1, 0), api.ErrInsufficientUnits, "claimed offline by uid"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			_, _, err := m.GrantPod(c.units, podOf())
+			_, _, err := m.Pods().GrantPod(c.units, podOf())
 			if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.says) {
 				t.Fatalf("err = %v, want %v saying %q", err, c.want, c.says)
 			}
 		})
 	}
 	m.SetConditions(&Conditions{GPUs: []GPUCondition{{Unusable: "is 95% busy"}, {}}})
-	if _, _, err := m.GrantPod(unitsOf(0, 12), podOf()); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "95% busy") {
+	if _, _, err := m.Pods().GrantPod(unitsOf(0, 12), podOf()); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "95% busy") {
 		t.Fatalf("busy GPU: %v", err)
 	}
 	// What already runs is recorded whatever the GPU's state.
-	if _, err := m.AdoptPod(unitsOf(0, 12), podOf()); err != nil {
+	if _, err := m.Pods().AdoptPod(unitsOf(0, 12), podOf()); err != nil {
 		t.Fatalf("AdoptPod on a busy GPU: %v", err)
 	}
-	if _, err := m.AdoptPod(unitsOf(1, 0), podOf()); !errors.Is(err, api.ErrInsufficientUnits) {
+	if _, err := m.Pods().AdoptPod(unitsOf(1, 0), podOf()); !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("AdoptPod of an offline claim: %v", err)
 	}
 	if got := len(m.View().Leases()); got != 2 {
@@ -105,11 +105,11 @@ func TestGrantPodRefusals(t *testing.T) {
 func TestGrantPodSupersedesAPodLeaseTheKubeletGivesAgain(t *testing.T) {
 	f := newFixture(t, 2, 4, 1)
 	m := f.manager(t)
-	old, _, err := m.GrantPod(unitsOf(0, 2, 3), podOf())
+	old, _, err := m.Pods().GrantPod(unitsOf(0, 2, 3), podOf())
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, reused, err := m.GrantPod(unitsOf(0, 3, 4), podOf())
+	g, reused, err := m.Pods().GrantPod(unitsOf(0, 3, 4), podOf())
 	if err != nil || reused {
 		t.Fatalf("GrantPod: %v reused %v", err, reused)
 	}
@@ -133,7 +133,7 @@ func TestPreferPodAsksThePlacementEngine(t *testing.T) {
 	m := f.manager(t)
 	// GPU 1's instance 1 has one unit taken: best fit prefers the fuller
 	// GPU, and its tightest instance that fits two.
-	if _, _, err := m.GrantPod(unitsOf(1, 12), podOf()); err != nil {
+	if _, _, err := m.Pods().GrantPod(unitsOf(1, 12), podOf()); err != nil {
 		t.Fatal(err)
 	}
 	before := m.View().Version
@@ -144,7 +144,7 @@ func TestPreferPodAsksThePlacementEngine(t *testing.T) {
 			all = append(all, Unit{1, i})
 		}
 	}
-	got, err := m.PreferPod(all, nil, 2)
+	got, err := m.Pods().PreferPod(all, nil, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func TestPreferPodAsksThePlacementEngine(t *testing.T) {
 		{"offered pod units", unitsOf(1, 12, 15), nil, unitsOf(1, 12, 15)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			got, err := m.PreferPod(c.available, c.must, 2)
+			got, err := m.Pods().PreferPod(c.available, c.must, 2)
 			slices.SortFunc(c.want, func(a, b Unit) int { return a.Index - b.Index })
 			if err != nil || !slices.Equal(got, c.want) {
 				t.Fatalf("preferred %v (%v), want %v", got, err, c.want)
@@ -185,7 +185,7 @@ func TestPreferPodAsksThePlacementEngine(t *testing.T) {
 		{"unknown unit", unitsOf(0, 99), nil, 1, api.ErrBadRequest},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			if got, err := m.PreferPod(c.available, c.must, c.size); !errors.Is(err, c.want) {
+			if got, err := m.Pods().PreferPod(c.available, c.must, c.size); !errors.Is(err, c.want) {
 				t.Fatalf("preferred %v, err %v; want %v", got, err, c.want)
 			}
 		})
@@ -195,11 +195,11 @@ func TestPreferPodAsksThePlacementEngine(t *testing.T) {
 func TestPodLeaseSurvivesARestartAndEndsByEndPod(t *testing.T) {
 	f := newFixture(t, 2, 4, 1)
 	m1 := f.manager(t)
-	g, _, err := m1.GrantPod(unitsOf(0, 1, 2), podOf("d1", "d2"))
+	g, _, err := m1.Pods().GrantPod(unitsOf(0, 1, 2), podOf("d1", "d2"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m1.SetPod(g.ID, api.LeasePod{Namespace: "ns", Name: "p", Container: "c"})
+	m1.Pods().SetPod(g.ID, api.LeasePod{Namespace: "ns", Name: "p", Container: "c"})
 	if got, _ := m1.Get(root, g.ID); got.Pod.Name != "p" || !slices.Equal(got.Pod.Devices, []string{"d1", "d2"}) {
 		t.Fatalf("after SetPod: %+v", got.Pod)
 	}
@@ -217,13 +217,13 @@ func TestPodLeaseSurvivesARestartAndEndsByEndPod(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m2.EndPod(ttl.ID, "x") {
+	if m2.Pods().EndPod(ttl.ID, "x") {
 		t.Fatal("EndPod ended a lease that is not a pod's")
 	}
 	if _, err := m2.Renew(root, g.ID); !errors.Is(err, api.ErrBadRequest) || !strings.Contains(err.Error(), "pod") {
 		t.Fatalf("renewing a pod lease: %v", err)
 	}
-	if !m2.EndPod(g.ID, "its pod is gone") {
+	if !m2.Pods().EndPod(g.ID, "its pod is gone") {
 		t.Fatal("EndPod did not end the pod lease")
 	}
 	if f.ledger.Present(0, 1) || f.ledger.Present(0, 2) {
@@ -240,13 +240,13 @@ func TestPodLeaseSurvivesARestartAndEndsByEndPod(t *testing.T) {
 func TestPodsNeverTakeReservedUnits(t *testing.T) {
 	h := newResHarness(t, 2, 4, 1) // 8 units per GPU
 	h.reserve(alice, spec("wf", []int{16}))
-	if _, _, err := h.m.GrantPod(unitsOf(1, 3), podOf()); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "reservation wf") {
+	if _, _, err := h.m.Pods().GrantPod(unitsOf(1, 3), podOf()); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "reservation wf") {
 		t.Fatalf("GrantPod of a reserved unit: %v", err)
 	}
-	if _, err := h.m.AdoptPod(unitsOf(0, 0), podOf()); !errors.Is(err, api.ErrInsufficientUnits) {
+	if _, err := h.m.Pods().AdoptPod(unitsOf(0, 0), podOf()); !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("AdoptPod of a reserved unit: %v", err)
 	}
-	if got, err := h.m.PreferPod(unitsOf(0, 0, 1, 2), nil, 1); !errors.Is(err, api.ErrInsufficientUnits) {
+	if got, err := h.m.Pods().PreferPod(unitsOf(0, 0, 1, 2), nil, 1); !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("PreferPod among reserved units: %v, %v", got, err)
 	}
 	if ls := h.m.View().Leases(); len(ls) != 0 {
