@@ -48,28 +48,30 @@ func (a *Agent) Release(peer identity.Peer, id string) error { return a.leases.R
 
 // ReleaseSlurmJob ends the leases of a Slurm job.
 func (a *Agent) ReleaseSlurmJob(peer identity.Peer, job uint64) ([]string, error) {
-	return a.leases.ReleaseSlurmJob(peer, job)
+	return a.leases.SlurmJobs().ReleaseJob(peer, job)
 }
 
 // Reserve makes a workflow reservation.
 func (a *Agent) Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservation, error) {
-	return a.leases.Reserve(peer, spec)
+	return a.leases.Reservations().Reserve(peer, spec)
 }
 
 // Reservations lists the workflow reservations.
-func (a *Agent) Reservations() []api.Reservation { return a.leases.Reservations() }
+func (a *Agent) Reservations() []api.Reservation { return a.leases.Reservations().List() }
 
 // Reservation returns one workflow reservation.
-func (a *Agent) Reservation(name string) (api.Reservation, error) { return a.leases.Reservation(name) }
+func (a *Agent) Reservation(name string) (api.Reservation, error) {
+	return a.leases.Reservations().Get(name)
+}
 
 // Advance starts the next stage of a reservation.
 func (a *Agent) Advance(peer identity.Peer, name string) (api.Reservation, error) {
-	return a.leases.Advance(peer, name)
+	return a.leases.Reservations().Advance(peer, name)
 }
 
 // Unreserve ends a reservation.
 func (a *Agent) Unreserve(peer identity.Peer, name string) error {
-	return a.leases.Unreserve(peer, name)
+	return a.leases.Reservations().Unreserve(peer, name)
 }
 
 // SetDraining stops or resumes new leases.

@@ -97,7 +97,7 @@ func (a *Agent) applyRules(r *config.Rules) {
 	a.rules.Store(r)
 	a.leases.SetRules(e, quotas)
 	a.engineMu.Unlock()
-	a.leases.SetPriorityCeiling(r.UserPriorityCeiling())
+	a.leases.Reservations().SetPriorityCeiling(r.UserPriorityCeiling())
 	a.setLedgerAccess(r)
 	a.profiles.Seed(seeds)
 	a.changed()

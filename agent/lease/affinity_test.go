@@ -105,7 +105,7 @@ func TestReclaimedBorrowerReportsNoRun(t *testing.T) {
 		t.Fatalf("not a borrow: %+v", g.Lease)
 	}
 	h.clock.Advance(time.Minute)
-	if _, err := h.m.Advance(alice, "wf1"); err != nil {
+	if _, err := h.m.Reservations().Advance(alice, "wf1"); err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Equal(p.got(), []syscall.Signal{syscall.SIGTERM}) {

@@ -124,7 +124,7 @@ func (m *Manager) bindingFor(peer identity.Peer, req Request) (binding, error) {
 		return newTTLBinding(req.TTL, time.Time{}), nil
 	}
 	if req.Slurm != "" {
-		return m.slurmBindingFor(peer, req.Slurm)
+		return m.slurm.bindingFor(peer, req.Slurm)
 	}
 	pid, admin := peer.PID, peer.Admin || peer.UID == 0
 	var p Process

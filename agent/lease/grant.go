@@ -118,10 +118,12 @@ func (m *Manager) Acquire(ctx context.Context, peer identity.Peer, req Request) 
 		bind.release()
 		return Grant{}, errStopping
 	}
-	if g, found, err := m.slurmReuseLocked(peer, req, bind); found {
-		m.unlock()
-		bind.release()
-		return g, err
+	for _, f := range m.features {
+		if g, found, err := f.answerLocked(peer, req, bind); found {
+			m.unlock()
+			bind.release()
+			return g, err
+		}
 	}
 	g, err := m.tryGrantLocked(peer, req, bind)
 	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) || errors.Is(err, placement.ErrNeverFits) {
@@ -271,6 +273,30 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 	}
 }
 
+// placeLocked decides where req goes: a feature places a request that names
+// what it holds (a reservation); any other goes to ordinary free units, and,
+// when those are short, a feature may place it on units of its own (a
+// borrow from a reservation that lends to the caller).
+func (m *Manager) placeLocked(peer identity.Peer, req Request) (placement.Decision, *draw, error) {
+	eng := m.engine.Load()
+	pr := m.placementRequest(peer, req)
+	for _, f := range m.features {
+		if d, dr, ok, err := f.placeLocked(eng, peer, req, pr); ok {
+			return d, dr, err
+		}
+	}
+	d, err := eng.Place(m.nodeLocked(), pr)
+	if err == nil || !isInsufficient(err) || errors.Is(err, placement.ErrNeverFits) {
+		return d, nil, err
+	}
+	for _, f := range m.features {
+		if fd, dr, ok, ferr := f.shortLocked(eng, peer, req, pr, err); ok {
+			return fd, dr, ferr
+		}
+	}
+	return d, nil, err
+}
+
 // processCap refuses units more for a process that holds held already, past
 // what one process may hold (M, --units-per-client).
 func (m *Manager) processCap(pid, held, units int) error {
@@ -405,7 +431,9 @@ func (m *Manager) SetConditions(c *Conditions) {
 // serveWaitersLocked grants waiting requests, oldest first, while they fit.
 // Pending reservations go first: units freed while one waits are held for it.
 func (m *Manager) serveWaitersLocked() {
-	m.admitPendingLocked()
+	for _, f := range m.features {
+		f.admitLocked()
+	}
 	for i := 0; i < len(m.waiters); {
 		w := m.waiters[i]
 		g, err := m.tryGrantLocked(w.peer, w.req, w.bind)

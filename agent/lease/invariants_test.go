@@ -60,7 +60,7 @@ func randomOperations(t *testing.T, seed uint64) {
 			// Reservations, pending ones too, hold units beside the leases.
 			s := reserve.Spec{Name: fmt.Sprint("wf", rng.IntN(4)), Needs: []int{1 + rng.IntN(4)}, Wait: rng.IntN(2) == 0}
 			what = fmt.Sprintf("reserve %+v", s)
-			_, err := m.Reserve(root, s)
+			_, err := m.Reservations().Reserve(root, s)
 			if err != nil && !errors.Is(err, api.ErrInsufficientUnits) && !errors.Is(err, api.ErrConflict) {
 				t.Fatalf("step %d, %s: %v", step, what, err)
 			}
@@ -68,7 +68,7 @@ func randomOperations(t *testing.T, seed uint64) {
 			what = "unreserve"
 			for _, r := range m.View().Reservations {
 				what = "unreserve " + r.Name
-				if err := m.Unreserve(root, r.Name); err != nil {
+				if err := m.Reservations().Unreserve(root, r.Name); err != nil {
 					t.Fatalf("step %d, %s: %v", step, what, err)
 				}
 				break
@@ -212,7 +212,7 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 			t.Fatalf("%s: GPU %d's published view %+v differs from its table %+v", when, gi, pub, fresh)
 		}
 		for u, s := range g.slots {
-			if r := s.res; r != nil && (m.reservations[r.Name] != r || !slices.Contains(r.slots, slotRef{gi, u})) {
+			if r := s.res; r != nil && (m.res.byName[r.Name] != r || !slices.Contains(r.slots, slotRef{gi, u})) {
 				t.Fatalf("%s: GPU %d unit %d is marked with reservation %s, which does not hold it", when, gi, u, r.Name)
 			}
 			if s.state == slotReserved && s.res == nil {
@@ -232,7 +232,7 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 			}
 		}
 	}
-	for _, r := range m.reservations {
+	for _, r := range m.res.byName {
 		for _, ref := range r.slots {
 			if m.gpus[ref.g].slots[ref.u].res != r {
 				t.Fatalf("%s: reservation %s holds GPU %d unit %d, which the table does not mark with it", when, r.Name, ref.g, ref.u)

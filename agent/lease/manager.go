@@ -196,23 +196,11 @@ type Manager struct {
 	nodeCond  *Conditions
 	closed    bool
 
-	// reservations are the workflow reservations by name; pending counts
-	// those waiting for units, and resSeq numbers them in the order they
-	// were made (reservation.go).
-	reservations map[string]*reservation
-	pending      int
-	resSeq       uint64
-	// priorityCeiling is the highest reservation priority a caller who is
-	// not an admin may ask (reservation_quota.go).
-	priorityCeiling atomic.Int64
-	// resFailed says why the reservations file cannot be written now; nil
-	// when it can. resUnread says why the file found at start could be
-	// neither read nor set aside: then it is never written over.
-	resFailed, resUnread error
-	// scratch is the placement view of a reservation's units, and
-	// scratchFree the free-unit lists it is made of, per GPU and instance.
-	scratch     placement.Node
-	scratchFree [][]int
+	// res is the workflow-reservation feature (its state is under mu too);
+	// features are every feature, in the order their hooks run.
+	res      *Reservations
+	slurm    *SlurmJobs
+	features []feature
 }
 
 // New builds the Manager, takes back what the journal and the ledger hold, and
@@ -237,6 +225,9 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Accounts = identity.SystemDirectory{}
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, envs: map[envKey]map[string]string{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal.NewFile(cfg.JournalPath)}
+	m.res = &Reservations{t: m, byName: map[string]*reservation{}}
+	m.slurm = &SlurmJobs{t: m}
+	m.features = []feature{m.slurm, m.res}
 	m.conditions.Store(cfg.Conditions)
 	if cfg.Engine == nil {
 		cfg.Engine = placement.New(cfg.Policy)
@@ -315,7 +306,9 @@ func (m *Manager) Tick() {
 	}
 	m.rollLinesLocked()
 	m.repairJournalLocked()
-	m.repairReservationsLocked()
+	for _, f := range m.features {
+		f.tickLocked()
+	}
 	m.unlock()
 	m.probeOffline()
 	m.claimLines.Flush()

@@ -23,7 +23,7 @@ import (
 func (m *Manager) overQuotaLocked() []api.QuotaOver {
 	var out []api.QuotaOver
 	if m.quotas != nil {
-		reserved := m.reservedUseLocked()
+		reserved := m.res.reservedUseLocked()
 		if reserved == nil {
 			reserved = &quotaUse{}
 		}

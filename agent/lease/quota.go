@@ -137,10 +137,10 @@ func (m *Manager) checkQuotaLocked(peer identity.Peer, units int, reservation st
 	if peer.Admin || m.quotas == nil {
 		return nil
 	}
-	if r, ok := m.reservations[reservation]; ok && r.owner.UID == peer.UID {
+	if m.res.ownedLocked(reservation, peer.UID) {
 		return nil
 	}
-	reserved := m.reservedUseLocked()
+	reserved := m.res.reservedUseLocked()
 	return m.quotas.each(peer.UID, peer.GIDs(), &m.quotaUse, reserved, func(q QuotaUse) error {
 		return exceeds(q, units)
 	})
@@ -189,5 +189,5 @@ func (m *Manager) QuotaUse(peer identity.Peer) []QuotaUse {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.quotas.applying(peer.UID, peer.GIDs(), &m.quotaUse, m.reservedUseLocked())
+	return m.quotas.applying(peer.UID, peer.GIDs(), &m.quotaUse, m.res.reservedUseLocked())
 }

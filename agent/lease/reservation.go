@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/gpulet/gpulet/agent/reserve"
@@ -34,6 +35,34 @@ const (
 	maxReservations       = 1024
 	maxReservationsPerUID = 16
 )
+
+// Reservations is the workflow-reservation feature: the reservations, their
+// queue and their file. Its state is guarded by the table's lock; the table
+// calls it through its hooks, and counts what it sets aside against quotas
+// and shows it in the View.
+type Reservations struct {
+	noHooks
+	t *Manager
+	// byName are the workflow reservations; pending counts those waiting
+	// for units, and seq numbers them in the order they were made.
+	byName  map[string]*reservation
+	pending int
+	seq     uint64
+	// priorityCeiling is the highest reservation priority a caller who is
+	// not an admin may ask (reservation_quota.go).
+	priorityCeiling atomic.Int64
+	// failed says why the reservations file cannot be written now; nil
+	// when it can. unread says why the file found at start could be
+	// neither read nor set aside: then it is never written over.
+	failed, unread error
+	// scratch is the placement view of a reservation's units, and
+	// scratchFree the free-unit lists it is made of, per GPU and instance.
+	scratch     placement.Node
+	scratchFree [][]int
+}
+
+// Reservations is the table's workflow-reservation feature.
+func (m *Manager) Reservations() *Reservations { return m.res }
 
 type reservation struct {
 	reserve.Spec
@@ -113,10 +142,10 @@ type usage struct {
 	lentTo, keep []int
 }
 
-func (m *Manager) usageLocked(r *reservation) usage {
+func (rs *Reservations) usageLocked(r *reservation) usage {
 	u := usage{lentTo: make([]int, len(r.Share)), keep: make([]int, len(r.Share))}
 	for _, ref := range r.slots {
-		s := &m.gpus[ref.g].slots[ref.u]
+		s := &rs.t.gpus[ref.g].slots[ref.u]
 		switch {
 		case s.state == slotReserved:
 			u.idle++
@@ -148,35 +177,35 @@ func mayManage(peer identity.Peer, r *reservation) bool {
 // largest stage at once, or fails with insufficient_units; with Wait it
 // stays pending until they can be had. Pending reservations go before it
 // when their priority is higher or equal.
-func (m *Manager) Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservation, error) {
-	if err := spec.Resolve(m.cfg.Accounts); err != nil {
+func (rs *Reservations) Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservation, error) {
+	if err := spec.Resolve(rs.t.cfg.Accounts); err != nil {
 		return api.Reservation{}, err
 	}
-	if err := m.checkPriority(peer, spec.Priority); err != nil {
+	if err := rs.checkPriority(peer, spec.Priority); err != nil {
 		return api.Reservation{}, err
 	}
-	total := m.cfg.Model.UnitsPerGPU * len(m.gpus)
+	total := rs.t.cfg.Model.UnitsPerGPU * len(rs.t.gpus)
 	for i, n := range spec.Needs {
 		if n > total {
 			return api.Reservation{}, api.Errorf(api.ErrBadRequest, "stages[%d]: %d units, more than this node has (%d)", i, n, total)
 		}
 	}
-	if !m.lockOpen() {
+	if !rs.t.lockOpen() {
 		return api.Reservation{}, errStopping
 	}
-	defer m.unlock()
-	if m.resUnread != nil {
-		return api.Reservation{}, unsaved("nothing is reserved", m.resUnread)
+	defer rs.t.unlock()
+	if rs.unread != nil {
+		return api.Reservation{}, unsaved("nothing is reserved", rs.unread)
 	}
-	if _, dup := m.reservations[spec.Name]; dup {
+	if _, dup := rs.byName[spec.Name]; dup {
 		return api.Reservation{}, api.Errorf(api.ErrConflict, "name: a reservation named %q exists already", spec.Name)
 	}
-	if len(m.reservations) >= maxReservations {
+	if len(rs.byName) >= maxReservations {
 		return api.Reservation{}, api.Errorf(api.ErrTooManyRequests, "this node holds %d reservations, the most it keeps", maxReservations)
 	}
 	if !peer.Admin && peer.UID != 0 {
 		mine := 0
-		for _, r := range m.reservations {
+		for _, r := range rs.byName {
 			if r.owner.UID == peer.UID {
 				mine++
 			}
@@ -185,15 +214,15 @@ func (m *Manager) Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservatio
 			return api.Reservation{}, api.Errorf(api.ErrTooManyRequests, "you hold %d reservations, the most one user may", mine)
 		}
 	}
-	m.resSeq++
+	rs.seq++
 	r := &reservation{Spec: spec, owner: api.ReservationOwner{UID: peer.UID, GID: peer.GID},
 		groups: peer.GIDs(), admin: peer.Admin || peer.UID == 0,
-		created: m.clock.Now().UTC(), seq: m.resSeq, reclaiming: map[string]time.Time{}}
-	if err := m.reservableLocked(r); err != nil {
+		created: rs.t.clock.Now().UTC(), seq: rs.seq, reclaiming: map[string]time.Time{}}
+	if err := rs.reservableLocked(r); err != nil {
 		return api.Reservation{}, err
 	}
 	ahead := 0
-	for _, p := range m.reservations {
+	for _, p := range rs.byName {
 		if !p.active && p.first(r) {
 			ahead++
 		}
@@ -201,41 +230,41 @@ func (m *Manager) Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservatio
 	if ahead > 0 && !spec.Wait {
 		return api.Reservation{}, api.Errorf(api.ErrInsufficientUnits, "%d reservation(s) of higher or equal priority wait for units before this one; with \"wait\": true (gpulet reserve --wait) it waits too", ahead)
 	}
-	m.reservations[r.Name] = r
-	m.pending++
+	rs.byName[r.Name] = r
+	rs.pending++
 	if ahead == 0 {
-		choices, err := m.placeReservationLocked(r)
+		choices, err := rs.placeReservationLocked(r)
 		switch {
 		case err == nil:
-			m.holdLocked(r, choices)
-			if err := m.activateLocked(r); err != nil {
-				m.dropReservationLocked(r)
+			rs.holdLocked(r, choices)
+			if err := rs.activateLocked(r); err != nil {
+				rs.dropReservationLocked(r)
 				// Units this one took from a pending reservation's hold go
 				// back to it.
-				m.admitPendingLocked()
+				rs.admitLocked()
 				return api.Reservation{}, err
 			}
-			m.infoLocked("reservation made", slog.String("reservation", r.Name), slog.Uint64("uid", uint64(r.owner.UID)),
+			rs.t.infoLocked("reservation made", slog.String("reservation", r.Name), slog.Uint64("uid", uint64(r.owner.UID)),
 				slog.Int("units", len(r.slots)), slog.Any("needs", r.Needs), slog.Int("priority", r.Priority))
-			return m.reservationViewLocked(r), nil
+			return rs.reservationViewLocked(r), nil
 		case !spec.Wait || !isInsufficient(err):
-			m.dropReservationLocked(r)
+			rs.dropReservationLocked(r)
 			if isInsufficient(err) {
 				err = fmt.Errorf("reserving %d unit(s): %w; with \"wait\": true (gpulet reserve --wait) it waits for them, holding units as they free", r.Size(), err)
 			}
 			return api.Reservation{}, err
 		}
 	}
-	if err := m.saveReservationsLocked(); err != nil {
-		m.dropReservationLocked(r)
+	if err := rs.saveReservationsLocked(); err != nil {
+		rs.dropReservationLocked(r)
 		return api.Reservation{}, unsaved("nothing is reserved", err)
 	}
-	m.dirty = true
-	m.infoLocked("reservation pending", slog.String("reservation", r.Name), slog.Uint64("uid", uint64(r.owner.UID)),
+	rs.t.dirty = true
+	rs.t.infoLocked("reservation pending", slog.String("reservation", r.Name), slog.Uint64("uid", uint64(r.owner.UID)),
 		slog.Int("units", r.Size()), slog.Int("priority", r.Priority), slog.Int("ahead", ahead))
 	// First in line, it holds what frees from now on.
-	m.serveWaitersLocked()
-	return m.reservationViewLocked(r), nil
+	rs.t.serveWaitersLocked()
+	return rs.reservationViewLocked(r), nil
 }
 
 // reservableLocked refuses, wait or not, a reservation that could never be
@@ -243,9 +272,9 @@ func (m *Manager) Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservatio
 // the node's GPUs) hold, or than a quota that binds its owner, whose units
 // could never all be leased. Waiting for it would hold units from everyone
 // for nothing.
-func (m *Manager) reservableLocked(r *reservation) error {
+func (rs *Reservations) reservableLocked(r *reservation) error {
 	size := r.Size()
-	reach, err := m.engine.Load().Reachable(m.nodeLocked(), placement.Request{Units: size, UID: r.owner.UID, GIDs: r.groups, Admin: r.admin})
+	reach, err := rs.t.engine.Load().Reachable(rs.t.nodeLocked(), placement.Request{Units: size, UID: r.owner.UID, GIDs: r.groups, Admin: r.admin})
 	if err != nil {
 		return err
 	}
@@ -255,7 +284,7 @@ func (m *Manager) reservableLocked(r *reservation) error {
 	if r.admin {
 		return nil
 	}
-	for _, q := range m.quotas.applying(r.owner.UID, r.groups, &m.quotaUse, m.reservedUseLocked()) {
+	for _, q := range rs.t.quotas.applying(r.owner.UID, r.groups, &rs.t.quotaUse, rs.reservedUseLocked()) {
 		if size > q.Limit {
 			return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), less than the %d this reservation sets aside, which could never all be leased", q.Key, q.Limit, size)
 		}
@@ -278,10 +307,10 @@ func (e *neverReservable) Unwrap() error        { return e.error }
 // placeReservationLocked picks units for r from the free ones and those held
 // for pending reservations; on insufficient_units, the choices are what it
 // could have.
-func (m *Manager) placeReservationLocked(r *reservation) ([]placement.Choice, error) {
+func (rs *Reservations) placeReservationLocked(r *reservation) ([]placement.Choice, error) {
 	uid := r.owner.UID
-	n := m.restrictedNodeLocked(func(add func(g, u int)) {
-		for gi, g := range m.gpus {
+	n := rs.restrictedNodeLocked(func(add func(g, u int)) {
+		for gi, g := range rs.t.gpus {
 			for u := range g.slots {
 				if s := &g.slots[u]; s.state == slotFree || s.state == slotReserved && !s.res.active {
 					add(gi, u)
@@ -289,13 +318,13 @@ func (m *Manager) placeReservationLocked(r *reservation) ([]placement.Choice, er
 			}
 		}
 	}, &uid)
-	return m.engine.Load().Reserve(n, placement.Request{Units: r.Size(), UID: uid, GIDs: r.groups, Admin: r.admin})
+	return rs.t.engine.Load().Reserve(n, placement.Request{Units: r.Size(), UID: uid, GIDs: r.groups, Admin: r.admin})
 }
 
 // holdLocked makes the units of choices r's, and gives back to the node the
 // units held for pending reservations that choices leaves out. Only the
 // slots that change are touched.
-func (m *Manager) holdLocked(r *reservation, choices []placement.Choice) {
+func (rs *Reservations) holdLocked(r *reservation, choices []placement.Choice) {
 	var want []slotRef
 	for _, c := range choices {
 		for _, u := range c.Units {
@@ -303,7 +332,7 @@ func (m *Manager) holdLocked(r *reservation, choices []placement.Choice) {
 		}
 	}
 	slices.SortFunc(want, slotRef.compare)
-	for _, p := range m.reservations {
+	for _, p := range rs.byName {
 		if p.active {
 			continue
 		}
@@ -311,12 +340,12 @@ func (m *Manager) holdLocked(r *reservation, choices []placement.Choice) {
 			if _, keep := slices.BinarySearchFunc(want, ref, slotRef.compare); keep && p == r {
 				continue
 			}
-			m.releaseSlotLocked(ref)
+			rs.releaseSlotLocked(ref)
 		}
 		p.slots = nil
 	}
 	for _, ref := range want {
-		s := &m.gpus[ref.g].slots[ref.u]
+		s := &rs.t.gpus[ref.g].slots[ref.u]
 		if s.res == r {
 			continue
 		}
@@ -324,66 +353,66 @@ func (m *Manager) holdLocked(r *reservation, choices []placement.Choice) {
 		if s.state == slotFree {
 			s.state = slotReserved
 		}
-		m.touchLocked(ref.g)
+		rs.t.touchLocked(ref.g)
 	}
 	r.slots = want
 }
 
 // releaseSlotLocked gives a reservation's unit back to the node: free when
 // idle; what uses it keeps it.
-func (m *Manager) releaseSlotLocked(ref slotRef) {
-	s := &m.gpus[ref.g].slots[ref.u]
+func (rs *Reservations) releaseSlotLocked(ref slotRef) {
+	s := &rs.t.gpus[ref.g].slots[ref.u]
 	s.res = nil
 	if s.state == slotReserved {
 		s.state = slotFree
 	}
-	m.touchLocked(ref.g)
+	rs.t.touchLocked(ref.g)
 }
 
 // activateLocked makes pending r active and records it; when the record
 // cannot be written, r stays pending (holding its units) and the error says
 // why.
-func (m *Manager) activateLocked(r *reservation) error {
-	if m.resFailed != nil {
-		return unsaved("the reservation stays pending", m.resFailed)
+func (rs *Reservations) activateLocked(r *reservation) error {
+	if rs.failed != nil {
+		return unsaved("the reservation stays pending", rs.failed)
 	}
 	r.active = true
-	m.pending--
-	if err := m.saveReservationsLocked(); err != nil {
+	rs.pending--
+	if err := rs.saveReservationsLocked(); err != nil {
 		r.active = false
-		m.pending++
+		rs.pending++
 		return unsaved("the reservation stays pending", err)
 	}
-	m.dirty = true
+	rs.t.dirty = true
 	return nil
 }
 
 // dropReservationLocked takes r out of the table and gives its units back;
 // what its leases hold stays theirs. Its file record is the caller's.
-func (m *Manager) dropReservationLocked(r *reservation) {
+func (rs *Reservations) dropReservationLocked(r *reservation) {
 	for _, ref := range r.slots {
-		m.releaseSlotLocked(ref)
+		rs.releaseSlotLocked(ref)
 	}
 	r.slots = nil
 	// Its borrowers being taken back go on as plain leases: nobody needs
 	// their units now, so the SIGKILL at the grace's end (killReclaimed) is
 	// not sent.
 	for id := range r.reclaiming {
-		if l, ok := m.leases[id]; ok && l.reclaiming {
+		if l, ok := rs.t.leases[id]; ok && l.reclaiming {
 			l.reclaiming = false
-			m.touchLocked(l.GPU.Index)
+			rs.t.touchLocked(l.GPU.Index)
 		}
 	}
-	delete(m.reservations, r.Name)
+	delete(rs.byName, r.Name)
 	if !r.active {
-		m.pending--
+		rs.pending--
 	}
 }
 
 // queueLocked lists the pending reservations in the order they are served.
-func (m *Manager) queueLocked() []*reservation {
+func (rs *Reservations) queueLocked() []*reservation {
 	var q []*reservation
-	for _, r := range m.reservations {
+	for _, r := range rs.byName {
 		if !r.active {
 			q = append(q, r)
 		}
@@ -397,23 +426,23 @@ func (m *Manager) queueLocked() []*reservation {
 	return q
 }
 
-// admitPendingLocked admits pending reservations, first in line first, while
+// admitLocked admits pending reservations, first in line first, while
 // their units can be had, and holds for the first that cannot be admitted
 // the units it could use.
-func (m *Manager) admitPendingLocked() {
-	if m.pending == 0 {
+func (rs *Reservations) admitLocked() {
+	if rs.pending == 0 {
 		return
 	}
-	for _, r := range m.queueLocked() {
-		choices, err := m.placeReservationLocked(r)
-		m.holdLocked(r, choices)
+	for _, r := range rs.queueLocked() {
+		choices, err := rs.placeReservationLocked(r)
+		rs.holdLocked(r, choices)
 		if err != nil {
 			return
 		}
-		if err := m.activateLocked(r); err != nil {
+		if err := rs.activateLocked(r); err != nil {
 			return
 		}
-		m.infoLocked("reservation admitted: its units are set aside", slog.String("reservation", r.Name),
+		rs.t.infoLocked("reservation admitted: its units are set aside", slog.String("reservation", r.Name),
 			slog.Uint64("uid", uint64(r.owner.UID)), slog.Int("units", len(r.slots)))
 	}
 }
@@ -421,45 +450,45 @@ func (m *Manager) admitPendingLocked() {
 // Unreserve ends reservation name for peer (its owner or an admin): its
 // units go back to the node. Leases drawn on it or borrowed from it go on as
 // plain leases.
-func (m *Manager) Unreserve(peer identity.Peer, name string) error {
-	if !m.lockOpen() {
+func (rs *Reservations) Unreserve(peer identity.Peer, name string) error {
+	if !rs.t.lockOpen() {
 		return errStopping
 	}
-	defer m.unlock()
-	r, err := m.managedLocked(peer, name, "end")
+	defer rs.t.unlock()
+	r, err := rs.managedLocked(peer, name, "end")
 	if err != nil {
 		return err
 	}
-	return m.endReservationLocked(r, "ended")
+	return rs.endReservationLocked(r, "ended")
 }
 
 // managedLocked finds reservation name for peer to change.
-func (m *Manager) managedLocked(peer identity.Peer, name, what string) (*reservation, error) {
-	r, ok := m.reservations[name]
+func (rs *Reservations) managedLocked(peer identity.Peer, name, what string) (*reservation, error) {
+	r, ok := rs.byName[name]
 	if !ok {
 		return nil, api.Errorf(api.ErrNotFound, "no reservation named %q", name)
 	}
 	if !mayManage(peer, r) {
 		return nil, api.Errorf(api.ErrForbidden, "reservation %q is uid %d's: only its owner and admins may %s it", name, r.owner.UID, what)
 	}
-	if m.resUnread != nil {
-		return nil, unsaved("the reservation is left as it is", m.resUnread)
+	if rs.unread != nil {
+		return nil, unsaved("the reservation is left as it is", rs.unread)
 	}
 	return r, nil
 }
 
 // endReservationLocked records that r ends, then gives its units back.
-func (m *Manager) endReservationLocked(r *reservation, why string) error {
-	delete(m.reservations, r.Name)
-	if err := m.saveReservationsLocked(); err != nil {
-		m.reservations[r.Name] = r
+func (rs *Reservations) endReservationLocked(r *reservation, why string) error {
+	delete(rs.byName, r.Name)
+	if err := rs.saveReservationsLocked(); err != nil {
+		rs.byName[r.Name] = r
 		return unsaved("the reservation stays", err)
 	}
-	m.reservations[r.Name] = r
-	m.dropReservationLocked(r)
-	m.dirty = true
-	m.infoLocked("reservation "+why, slog.String("reservation", r.Name))
-	m.serveWaitersLocked()
+	rs.byName[r.Name] = r
+	rs.dropReservationLocked(r)
+	rs.t.dirty = true
+	rs.t.infoLocked("reservation "+why, slog.String("reservation", r.Name))
+	rs.t.serveWaitersLocked()
 	return nil
 }
 

@@ -233,7 +233,7 @@ func member(name string, weight int) reserve.Member {
 
 func (h *resHarness) reserve(peer identity.Peer, s reserve.Spec) api.Reservation {
 	h.t.Helper()
-	r, err := h.m.Reserve(peer, s)
+	r, err := h.m.Reservations().Reserve(peer, s)
 	if err != nil {
 		h.t.Fatalf("reserve %s: %v", s.Name, err)
 	}
@@ -278,7 +278,7 @@ func (h *resHarness) fill() []Grant {
 
 func (h *resHarness) get(name string) api.Reservation {
 	h.t.Helper()
-	r, err := h.m.Reservation(name)
+	r, err := h.m.Reservations().Get(name)
 	if err != nil {
 		h.t.Fatal(err)
 	}

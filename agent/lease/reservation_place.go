@@ -40,38 +40,39 @@ func (d *draw) member() string {
 
 func isInsufficient(err error) bool { return errors.Is(err, api.ErrInsufficientUnits) }
 
-// placeLocked decides where req goes. A request naming a reservation draws
-// on it (its owner, or an admin) or borrows from it (a share member); any
-// other request goes to ordinary free units, and, when those are short, a
-// share member whose request is preemptible borrows from a reservation that
-// lends it enough.
-func (m *Manager) placeLocked(peer identity.Peer, req Request) (placement.Decision, *draw, error) {
-	eng := m.engine.Load()
-	pr := m.placementRequest(peer, req)
-	if req.Reservation != "" {
-		return m.placeOnReservationLocked(eng, peer, req.Reservation, pr)
+// placeLocked places a request that names a reservation: its owner's (or
+// an admin's) draw, or a share member's borrow.
+func (rs *Reservations) placeLocked(eng *placement.Engine, peer identity.Peer, req Request, pr placement.Request) (placement.Decision, *draw, bool, error) {
+	if req.Reservation == "" {
+		return placement.Decision{}, nil, false, nil
 	}
-	d, err := eng.Place(m.nodeLocked(), pr)
+	d, dr, err := rs.placeOnReservationLocked(eng, peer, req.Reservation, pr)
+	return d, dr, true, err
+}
+
+// shortLocked lets a share member whose request is preemptible borrow,
+// when ordinary units are short, from a reservation that lends it enough.
+func (rs *Reservations) shortLocked(eng *placement.Engine, peer identity.Peer, req Request, pr placement.Request, short error) (placement.Decision, *draw, bool, error) {
 	// Whole GPUs are never borrowed: a borrow takes units, not GPUs.
-	if err == nil || pr.GPUs > 0 || len(m.reservations) == m.pending || !isInsufficient(err) || errors.Is(err, placement.ErrNeverFits) {
-		return d, nil, err
+	if pr.GPUs > 0 || len(rs.byName) == rs.pending {
+		return placement.Decision{}, nil, false, nil
 	}
-	bd, dr := m.borrowLocked(eng, peer, pr)
+	d, dr := rs.borrowLocked(eng, peer, pr)
 	switch {
 	case dr == nil:
-		return d, nil, err
+		return placement.Decision{}, nil, false, nil
 	case !req.Preemptible:
 		// Borrowing is the caller's choice: a borrowed lease may be ended
 		// and its process killed by someone else's reservation, so nobody
 		// is put in a share group's line of fire without asking.
-		return d, nil, fmt.Errorf("%w; reservation %q lends you units, which a lease that may be taken back gets: ask again with \"preemptible\":true (gpurun --preemptible)", err, dr.name())
+		return placement.Decision{}, nil, true, fmt.Errorf("%w; reservation %q lends you units, which a lease that may be taken back gets: ask again with \"preemptible\":true (gpurun --preemptible)", short, dr.name())
 	}
-	return bd, dr, nil
+	return d, dr, true, nil
 }
 
 // placeOnReservationLocked places a request that names reservation name.
-func (m *Manager) placeOnReservationLocked(eng *placement.Engine, peer identity.Peer, name string, pr placement.Request) (placement.Decision, *draw, error) {
-	r, ok := m.reservations[name]
+func (rs *Reservations) placeOnReservationLocked(eng *placement.Engine, peer identity.Peer, name string, pr placement.Request) (placement.Decision, *draw, error) {
+	r, ok := rs.byName[name]
 	if !ok {
 		return placement.Decision{}, nil, api.Errorf(api.ErrNotFound, "reservation: no reservation named %q", name)
 	}
@@ -80,7 +81,7 @@ func (m *Manager) placeOnReservationLocked(eng *placement.Engine, peer identity.
 		if i < 0 {
 			return placement.Decision{}, nil, api.Errorf(api.ErrForbidden, "reservation %q: only its owner (uid %d), admins and its share group may lease on it", name, r.owner.UID)
 		}
-		d, err := m.borrowFromLocked(eng, r, i, pr)
+		d, err := rs.borrowFromLocked(eng, r, i, pr)
 		if err != nil {
 			return d, nil, err
 		}
@@ -89,9 +90,9 @@ func (m *Manager) placeOnReservationLocked(eng *placement.Engine, peer identity.
 	if !r.active {
 		return placement.Decision{}, nil, api.Errorf(api.ErrInsufficientUnits, "reservation %q is pending: its units are not set aside yet", name)
 	}
-	d, err := eng.Place(m.reservationNodeLocked(r), pr)
+	d, err := eng.Place(rs.reservationNodeLocked(r), pr)
 	if err != nil {
-		u := m.usageLocked(r)
+		u := rs.usageLocked(r)
 		return d, nil, fmt.Errorf("reservation %q has %d idle unit(s) of %d (in use %d, lent %d): %w", name, u.idle, len(r.slots), u.inUse, u.lent, err)
 	}
 	return d, &draw{res: r}, nil
@@ -100,13 +101,13 @@ func (m *Manager) placeOnReservationLocked(eng *placement.Engine, peer identity.
 // borrowLocked looks for a reservation that lends peer enough: those that
 // list peer in their share group, the lowest priority first (it matters
 // least), then by name.
-func (m *Manager) borrowLocked(eng *placement.Engine, peer identity.Peer, pr placement.Request) (placement.Decision, *draw) {
+func (rs *Reservations) borrowLocked(eng *placement.Engine, peer identity.Peer, pr placement.Request) (placement.Decision, *draw) {
 	type lender struct {
 		r *reservation
 		i int
 	}
 	var lenders []lender
-	for _, r := range m.reservations {
+	for _, r := range rs.byName {
 		if !r.active {
 			continue
 		}
@@ -121,7 +122,7 @@ func (m *Manager) borrowLocked(eng *placement.Engine, peer identity.Peer, pr pla
 		return cmp.Compare(a.r.Name, b.r.Name)
 	})
 	for _, l := range lenders {
-		if d, err := m.borrowFromLocked(eng, l.r, l.i, pr); err == nil {
+		if d, err := rs.borrowFromLocked(eng, l.r, l.i, pr); err == nil {
 			return d, &draw{res: l.r, borrow: true, share: l.r.Share[l.i].Name}
 		}
 	}
@@ -130,18 +131,18 @@ func (m *Manager) borrowLocked(eng *placement.Engine, peer identity.Peer, pr pla
 
 // borrowFromLocked places a borrow of share member i on r's idle units,
 // within what r lends this stage and the member's share of it.
-func (m *Manager) borrowFromLocked(eng *placement.Engine, r *reservation, i int, pr placement.Request) (placement.Decision, error) {
+func (rs *Reservations) borrowFromLocked(eng *placement.Engine, r *reservation, i int, pr placement.Request) (placement.Decision, error) {
 	if !r.active {
 		return placement.Decision{}, api.Errorf(api.ErrInsufficientUnits, "reservation %q is pending: it has nothing to lend yet", r.Name)
 	}
-	u := m.usageLocked(r)
+	u := rs.usageLocked(r)
 	lendable := reserve.Lendable(len(r.slots), r.need())
 	room := min(reserve.Caps(lendable, r.Share)[i]-u.lentTo[i], lendable-u.lent)
 	if room < pr.Units {
 		return placement.Decision{}, api.Errorf(api.ErrInsufficientUnits, "reservation %q lends %s %d more unit(s) this stage (lendable %d, lent %d, %d of them to %s)",
 			r.Name, r.Share[i].Name, max(room, 0), lendable, u.lent, u.lentTo[i], r.Share[i].Name)
 	}
-	d, err := eng.Place(m.reservationNodeLocked(r), pr)
+	d, err := eng.Place(rs.reservationNodeLocked(r), pr)
 	if err != nil {
 		return d, fmt.Errorf("borrowing from reservation %q: %w", r.Name, err)
 	}
@@ -152,11 +153,11 @@ func (m *Manager) borrowFromLocked(eng *placement.Engine, r *reservation, i int,
 // it is, each instance's free units replaced by r's idle ones there. Its
 // units are for its owner's draws and its borrowers alike, so its owner
 // does not count as its instances' user for holding them.
-func (m *Manager) reservationNodeLocked(r *reservation) *placement.Node {
+func (rs *Reservations) reservationNodeLocked(r *reservation) *placement.Node {
 	owner := r.owner.UID
-	return m.restrictedNodeLocked(func(add func(g, u int)) {
+	return rs.restrictedNodeLocked(func(add func(g, u int)) {
 		for _, ref := range r.slots {
-			if m.gpus[ref.g].slots[ref.u].state == slotReserved {
+			if rs.t.gpus[ref.g].slots[ref.u].state == slotReserved {
 				add(ref.g, ref.u)
 			}
 		}
@@ -168,36 +169,36 @@ func (m *Manager) reservationNodeLocked(r *reservation) *placement.Node {
 // instance; instances' users leave out the uid except (see placementGPU).
 // It reuses one scratch view: a decision must be done with it before the
 // next call.
-func (m *Manager) restrictedNodeLocked(each func(add func(g, u int)), except *uint32) *placement.Node {
-	base := m.nodeLocked()
-	sc := &m.scratch
+func (rs *Reservations) restrictedNodeLocked(each func(add func(g, u int)), except *uint32) *placement.Node {
+	base := rs.t.nodeLocked()
+	sc := &rs.scratch
 	sc.Draining, sc.OneUserPerInstance, sc.ClientsPerInstance = base.Draining, base.OneUserPerInstance, base.ClientsPerInstance
-	if len(sc.GPUs) != len(m.gpus) {
-		sc.GPUs = make([]placement.GPU, len(m.gpus))
+	if len(sc.GPUs) != len(rs.t.gpus) {
+		sc.GPUs = make([]placement.GPU, len(rs.t.gpus))
 	}
-	k := m.cfg.Model.InstancesPerGPU
-	if len(m.scratchFree) != len(m.gpus)*k {
-		m.scratchFree = make([][]int, len(m.gpus)*k)
+	k := rs.t.cfg.Model.InstancesPerGPU
+	if len(rs.scratchFree) != len(rs.t.gpus)*k {
+		rs.scratchFree = make([][]int, len(rs.t.gpus)*k)
 	}
-	for gi, g := range m.gpus {
+	for gi, g := range rs.t.gpus {
 		var gc *GPUCondition
-		if m.nodeCond != nil && gi < len(m.nodeCond.GPUs) {
-			gc = &m.nodeCond.GPUs[gi]
+		if rs.t.nodeCond != nil && gi < len(rs.t.nodeCond.GPUs) {
+			gc = &rs.t.nodeCond.GPUs[gi]
 		}
-		m.placementGPU(&sc.GPUs[gi], g, gc, except)
+		rs.t.placementGPU(&sc.GPUs[gi], g, gc, except)
 	}
-	for i := range m.scratchFree {
-		m.scratchFree[i] = m.scratchFree[i][:0]
+	for i := range rs.scratchFree {
+		rs.scratchFree[i] = rs.scratchFree[i][:0]
 	}
 	each(func(g, u int) {
-		i := g*k + m.cfg.Model.InstanceOf(u)
-		m.scratchFree[i] = append(m.scratchFree[i], u)
+		i := g*k + rs.t.cfg.Model.InstanceOf(u)
+		rs.scratchFree[i] = append(rs.scratchFree[i], u)
 	})
 	for gi := range sc.GPUs {
 		pg := &sc.GPUs[gi]
 		pg.Free = 0
 		for ki := range pg.Instances {
-			pg.Instances[ki].FreeUnits = m.scratchFree[gi*k+ki]
+			pg.Instances[ki].FreeUnits = rs.scratchFree[gi*k+ki]
 			pg.Free += len(pg.Instances[ki].FreeUnits)
 		}
 	}

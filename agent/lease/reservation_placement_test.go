@@ -40,7 +40,7 @@ func TestOfflineClaimOnAReservedUnit(t *testing.T) {
 func TestOtherUsersKeepOutOfAReservationsInstance(t *testing.T) {
 	f := newFixture(t, 1, 4, 2) // 8 units per GPU, 2 instances of 4
 	m := f.manager(t, func(c *Config) { c.MPS, c.Accounts, c.Policy = true, accts, "first-fit" })
-	r, err := m.Reserve(alice, spec("wf", []int{2}))
+	r, err := m.Reservations().Reserve(alice, spec("wf", []int{2}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestReservationKeepsToItsOwnersPools(t *testing.T) {
 		t.Fatalf("bob cannot draw on his own reservation: %v", err)
 	}
 	// More than the GPUs bob may use have: it cannot be set aside.
-	if _, err := h.m.Reserve(bob, spec("wf2", []int{4})); !errors.Is(err, api.ErrInsufficientUnits) {
+	if _, err := h.m.Reservations().Reserve(bob, spec("wf2", []int{4})); !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("reserving beyond bob's pools: %v", err)
 	}
 	// alice, in the pool, still has GPU 0 whole.
@@ -100,7 +100,7 @@ func TestPendingReservationAdmittedAtStartKeepsToPools(t *testing.T) {
 	})
 	h.m.SetRules(pools, nil)
 	h.fill()
-	if r, err := h.m.Reserve(bob, reserve.Spec{Name: "wf1", Needs: []int{2}, Wait: true}); err != nil || r.State != api.ReservationPending {
+	if r, err := h.m.Reservations().Reserve(bob, reserve.Spec{Name: "wf1", Needs: []int{2}, Wait: true}); err != nil || r.State != api.ReservationPending {
 		t.Fatalf("reserve: %+v, %v", r, err)
 	}
 	// dave's leases run out while gpuletd is down.
@@ -133,15 +133,15 @@ func TestReservationThatCouldNeverBeUsedIsRefused(t *testing.T) {
 	}), NewQuotas([]config.Quota{{Key: "alice", Kind: identity.User, ID: alice.UID, Limit: 3}}))
 	wait := spec("big", []int{5})
 	wait.Wait = true
-	_, err := h.m.Reserve(bob, wait)
+	_, err := h.m.Reservations().Reserve(bob, wait)
 	if !errors.Is(err, api.ErrInsufficientUnits) || !errors.Is(err, placement.ErrNeverFits) || !strings.Contains(err.Error(), "the GPUs you may use hold 4") {
 		t.Fatalf("bob's 5 units where he may use 4: %v", err)
 	}
-	_, err = h.m.Reserve(alice, spec("q", []int{4}))
+	_, err = h.m.Reservations().Reserve(alice, spec("q", []int{4}))
 	if !errors.Is(err, api.ErrQuotaExceeded) || !strings.Contains(err.Error(), "quota alice: limit 3 unit(s), less than the 4") {
 		t.Fatalf("alice's 4 units over her quota of 3: %v", err)
 	}
-	if rs := h.m.Reservations(); len(rs) != 0 || h.reserved() != 0 {
+	if rs := h.m.Reservations().List(); len(rs) != 0 || h.reserved() != 0 {
 		t.Fatalf("something was set aside: %+v", rs)
 	}
 	// Within both, it is made.

@@ -12,12 +12,12 @@ import (
 // SetPriorityCeiling sets the highest reservation priority a caller who is
 // not an admin may ask (the config's reservations.max_user_priority). Until
 // it is called the ceiling is 0, the default priority.
-func (m *Manager) SetPriorityCeiling(p int) { m.priorityCeiling.Store(int64(p)) }
+func (rs *Reservations) SetPriorityCeiling(p int) { rs.priorityCeiling.Store(int64(p)) }
 
 // checkPriority refuses a priority above the ceiling from a caller who is
 // not an admin: a high priority puts a reservation in front of everyone's.
-func (m *Manager) checkPriority(peer identity.Peer, priority int) error {
-	ceiling := m.priorityCeiling.Load()
+func (rs *Reservations) checkPriority(peer identity.Peer, priority int) error {
+	ceiling := rs.priorityCeiling.Load()
 	if peer.Admin || peer.UID == 0 || int64(priority) <= ceiling {
 		return nil
 	}
@@ -32,15 +32,15 @@ func (m *Manager) checkPriority(peer identity.Peer, priority int) error {
 // it aside, and toward the borrower, who holds it. It looks at the
 // reservations' units only, never at every lease of the node: every
 // lease's check and every published view counts it.
-func (m *Manager) reservedUseLocked() *quotaUse {
-	if len(m.reservations) == 0 {
+func (rs *Reservations) reservedUseLocked() *quotaUse {
+	if len(rs.byName) == 0 {
 		return nil
 	}
 	u := newQuotaUse()
-	for _, r := range m.reservations {
+	for _, r := range rs.byName {
 		drawn := 0
 		for _, ref := range r.slots {
-			s := &m.gpus[ref.g].slots[ref.u]
+			s := &rs.t.gpus[ref.g].slots[ref.u]
 			if s.state == slotLeased && s.lease.share == "" && s.lease.Reservation == r.Name && s.lease.Owner.UID == r.owner.UID {
 				drawn++
 			}
@@ -50,4 +50,11 @@ func (m *Manager) reservedUseLocked() *quotaUse {
 		}
 	}
 	return &u
+}
+
+// ownedLocked reports whether reservation name is uid's: a draw on it adds
+// nothing to uid's quotas, which counted its units when it was made.
+func (rs *Reservations) ownedLocked(name string, uid uint32) bool {
+	r, ok := rs.byName[name]
+	return ok && r.owner.UID == uid
 }

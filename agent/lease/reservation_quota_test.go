@@ -21,7 +21,7 @@ func TestReservedUnitsCountTowardQuotas(t *testing.T) {
 	h.m.SetRules(placement.New(placement.BestFit), NewQuotas([]config.Quota{{Key: "alice", Kind: identity.User, ID: alice.UID, Limit: 4}}))
 	h.reserve(alice, spec("a", []int{2}))
 	h.reserve(alice, spec("b", []int{1, 2}))
-	_, err := h.m.Reserve(alice, spec("c", []int{1}))
+	_, err := h.m.Reservations().Reserve(alice, spec("c", []int{1}))
 	if !errors.Is(err, api.ErrQuotaExceeded) || !strings.Contains(err.Error(), "quota alice: limit 4 unit(s), you hold 0 and reservations set 4 aside") {
 		t.Fatalf("a fifth unit reserved: %v", err)
 	}
@@ -35,7 +35,7 @@ func TestReservedUnitsCountTowardQuotas(t *testing.T) {
 		t.Fatalf("QuotaUse = %+v", use)
 	}
 	// Ending a reservation gives its room back.
-	if err := h.m.Unreserve(alice, "b"); err != nil {
+	if err := h.m.Reservations().Unreserve(alice, "b"); err != nil {
 		t.Fatal(err)
 	}
 	h.reserve(alice, spec("c", []int{2}))
@@ -51,7 +51,7 @@ func TestReservedUnitsCountTowardQuotas(t *testing.T) {
 	}
 	more := spec("q", []int{2})
 	more.Wait = true
-	if _, err := h2.m.Reserve(alice, more); !errors.Is(err, api.ErrQuotaExceeded) {
+	if _, err := h2.m.Reservations().Reserve(alice, more); !errors.Is(err, api.ErrQuotaExceeded) {
 		t.Fatalf("reserved beyond the quota beside a pending reservation: %v", err)
 	}
 	// Admins are bound by no quota.
@@ -63,18 +63,18 @@ func TestPriorityCeiling(t *testing.T) {
 	h := newResHarness(t, 1, 8, 1)
 	high := spec("high", []int{1})
 	high.Priority = 1
-	if _, err := h.m.Reserve(alice, high); !errors.Is(err, api.ErrForbidden) || !strings.Contains(err.Error(), "priority: 1 is above 0") {
+	if _, err := h.m.Reservations().Reserve(alice, high); !errors.Is(err, api.ErrForbidden) || !strings.Contains(err.Error(), "priority: 1 is above 0") {
 		t.Fatalf("priority 1 under the default ceiling: %v", err)
 	}
 	low := spec("low", []int{1})
 	low.Priority = -5
 	h.reserve(alice, low)
-	h.m.SetPriorityCeiling(10)
+	h.m.Reservations().SetPriorityCeiling(10)
 	high.Priority = 10
 	h.reserve(alice, high)
 	top := spec("top", []int{1})
 	top.Priority = 11
-	if _, err := h.m.Reserve(bob, top); !errors.Is(err, api.ErrForbidden) {
+	if _, err := h.m.Reservations().Reserve(bob, top); !errors.Is(err, api.ErrForbidden) {
 		t.Fatalf("priority 11 under a ceiling of 10: %v", err)
 	}
 	top.Priority = config.MaxPriority

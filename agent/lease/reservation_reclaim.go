@@ -22,12 +22,12 @@ import (
 // and, after the reclaim grace, SIGKILL, and its units come back when it
 // exits; any other borrower's lease ends at once. Advancing past the last
 // stage ends the reservation.
-func (m *Manager) Advance(peer identity.Peer, name string) (api.Reservation, error) {
-	if !m.lockOpen() {
+func (rs *Reservations) Advance(peer identity.Peer, name string) (api.Reservation, error) {
+	if !rs.t.lockOpen() {
 		return api.Reservation{}, errStopping
 	}
-	defer m.unlock()
-	r, err := m.managedLocked(peer, name, "advance")
+	defer rs.t.unlock()
+	r, err := rs.managedLocked(peer, name, "advance")
 	if err != nil {
 		return api.Reservation{}, err
 	}
@@ -35,27 +35,27 @@ func (m *Manager) Advance(peer identity.Peer, name string) (api.Reservation, err
 		return api.Reservation{}, api.Errorf(api.ErrInsufficientUnits, "reservation %q is pending: its units are not set aside yet, so no stage runs", name)
 	}
 	if r.stage+1 == len(r.Needs) {
-		v := m.reservationViewLocked(r)
-		if err := m.endReservationLocked(r, "ended after its last stage"); err != nil {
+		v := rs.reservationViewLocked(r)
+		if err := rs.endReservationLocked(r, "ended after its last stage"); err != nil {
 			return api.Reservation{}, err
 		}
 		v.State, v.Stage, v.Need, v.InUse, v.Lendable, v.Reserved, v.Units = api.ReservationEnded, len(r.Needs), 0, 0, 0, 0, nil
 		return v, nil
 	}
-	u := m.usageLocked(r)
+	u := rs.usageLocked(r)
 	k := reserve.ToReclaim(len(r.slots), r.Needs[r.stage+1], u.lent-u.reclaiming)
-	victims := m.victimsLocked(r, reserve.Reclaim(k, u.keep, r.Share))
+	victims := rs.victimsLocked(r, reserve.Reclaim(k, u.keep, r.Share))
 	taken := 0
 	for _, l := range victims {
 		taken += len(l.Units)
 	}
 	wasStage, wasReclaimed, wasReclaiming := r.stage, r.reclaimed, r.reclaiming
-	killAt := m.clock.Now().UTC().Add(m.cfg.ReclaimGrace)
+	killAt := rs.t.clock.Now().UTC().Add(rs.t.cfg.ReclaimGrace)
 	r.stage++
 	r.reclaimed = taken
 	r.reclaiming = map[string]time.Time{}
 	for id, at := range wasReclaiming {
-		if _, live := m.leases[id]; live {
+		if _, live := rs.t.leases[id]; live {
 			r.reclaiming[id] = at
 		}
 	}
@@ -64,27 +64,27 @@ func (m *Manager) Advance(peer identity.Peer, name string) (api.Reservation, err
 			r.reclaiming[l.ID] = killAt
 		}
 	}
-	if err := m.saveReservationsLocked(); err != nil {
+	if err := rs.saveReservationsLocked(); err != nil {
 		r.stage, r.reclaimed, r.reclaiming = wasStage, wasReclaimed, wasReclaiming
 		return api.Reservation{}, unsaved("the stage is not advanced", err)
 	}
-	m.dirty = true
-	m.infoLocked("reservation advanced", slog.String("reservation", r.Name), slog.Int("stage", r.stage),
+	rs.t.dirty = true
+	rs.t.infoLocked("reservation advanced", slog.String("reservation", r.Name), slog.Int("stage", r.stage),
 		slog.Int("need", r.need()), slog.Int("reclaimed", taken))
 	for _, l := range victims {
-		m.reclaimLocked(r, l, killAt)
+		rs.reclaimLocked(r, l, killAt)
 	}
-	m.serveWaitersLocked()
-	return m.reservationViewLocked(r), nil
+	rs.t.serveWaitersLocked()
+	return rs.reservationViewLocked(r), nil
 }
 
 // victimsLocked picks the borrowed leases to take back: per share member,
 // its newest first, until plan[i] units.
-func (m *Manager) victimsLocked(r *reservation, plan []int) []*lease {
+func (rs *Reservations) victimsLocked(r *reservation, plan []int) []*lease {
 	byMember := make([][]*lease, len(r.Share))
 	seen := map[*lease]bool{}
 	for _, ref := range r.slots {
-		s := &m.gpus[ref.g].slots[ref.u]
+		s := &rs.t.gpus[ref.g].slots[ref.u]
 		if s.state != slotLeased {
 			continue
 		}
@@ -121,30 +121,30 @@ func (m *Manager) victimsLocked(r *reservation, plan []int) []*lease {
 // holder gets SIGTERM now (SIGKILL when killAt has passed) and SIGKILL at
 // killAt, through its pidfd, and the lease ends when it exits; any other
 // lease ends now, and so does one whose holder its owner may not signal.
-func (m *Manager) reclaimLocked(r *reservation, l *lease, killAt time.Time) {
-	pb, ok := m.signalledLocked(l)
+func (rs *Reservations) reclaimLocked(r *reservation, l *lease, killAt time.Time) {
+	pb, ok := rs.signalledLocked(l)
 	if !ok {
-		m.dropAndRecordLocked(l, "reclaimed for reservation "+r.Name, true)
+		rs.t.dropAndRecordLocked(l, "reclaimed for reservation "+r.Name, true)
 		return
 	}
 	if !l.reclaiming {
 		l.reclaiming = true
-		m.touchLocked(l.GPU.Index)
+		rs.t.touchLocked(l.GPU.Index)
 	}
 	sig := syscall.SIGTERM
-	if !m.clock.Now().Before(killAt) {
+	if !rs.t.clock.Now().Before(killAt) {
 		sig = syscall.SIGKILL
 	}
 	if err := pb.proc.Signal(sig); err != nil {
-		m.log.Warn("cannot signal a reclaimed borrower", "lease", l.ID, "pid", pb.pid, "signal", sig, "err", err)
+		rs.t.log.Warn("cannot signal a reclaimed borrower", "lease", l.ID, "pid", pb.pid, "signal", sig, "err", err)
 	}
-	if m.leaseLineDueLocked() {
-		m.infoLocked("borrowed lease reclaimed", slog.String("lease", l.ID), slog.String("reservation", r.Name),
+	if rs.t.leaseLineDueLocked() {
+		rs.t.infoLocked("borrowed lease reclaimed", slog.String("lease", l.ID), slog.String("reservation", r.Name),
 			slog.Int("pid", pb.pid), slog.String("signal", sig.String()), slog.Time("kill_at", killAt))
 	}
 	if sig == syscall.SIGTERM {
 		id := l.ID
-		m.clock.AfterFunc(killAt.Sub(m.clock.Now()), func() { m.killReclaimed(id) })
+		rs.t.clock.AfterFunc(killAt.Sub(rs.t.clock.Now()), func() { rs.killReclaimed(id) })
 	}
 }
 
@@ -154,7 +154,7 @@ func (m *Manager) reclaimLocked(r *reservation, l *lease, killAt time.Time) {
 // anyone's process; gpuletd runs as root and must not signal, on the
 // owner's behalf, a process the owner could not signal itself: such a lease
 // just ends, as a time-bound one does.
-func (m *Manager) signalledLocked(l *lease) (*pidBinding, bool) {
+func (rs *Reservations) signalledLocked(l *lease) (*pidBinding, bool) {
 	pb, ok := l.bind.(*pidBinding)
 	if !ok || l.Owner.UID == 0 {
 		return pb, ok
@@ -162,8 +162,8 @@ func (m *Manager) signalledLocked(l *lease) (*pidBinding, bool) {
 	uid, err := pb.proc.Owner()
 	if err != nil || uid != l.Owner.UID {
 		if err == nil {
-			if m.leaseLineDueLocked() {
-				m.infoLocked("borrowed lease reclaimed without a signal: its process is not its owner's", slog.String("lease", l.ID),
+			if rs.t.leaseLineDueLocked() {
+				rs.t.infoLocked("borrowed lease reclaimed without a signal: its process is not its owner's", slog.String("lease", l.ID),
 					slog.Int("pid", pb.pid), slog.Uint64("owner", uint64(l.Owner.UID)), slog.Uint64("process_uid", uint64(uid)))
 			}
 		}
@@ -174,26 +174,26 @@ func (m *Manager) signalledLocked(l *lease) (*pidBinding, bool) {
 
 // killReclaimed sends SIGKILL to the holder of reclaimed lease id if it still
 // runs after its grace.
-func (m *Manager) killReclaimed(id string) {
-	if !m.lockOpen() {
+func (rs *Reservations) killReclaimed(id string) {
+	if !rs.t.lockOpen() {
 		return
 	}
-	defer m.unlock()
-	l, ok := m.leases[id]
+	defer rs.t.unlock()
+	l, ok := rs.t.leases[id]
 	if !ok || !l.reclaiming {
 		return
 	}
-	pb, ok := m.signalledLocked(l)
+	pb, ok := rs.signalledLocked(l)
 	if !ok {
 		// Its holder is another's by now (it took another uid): it ends
 		// without the signal.
-		m.dropAndRecordLocked(l, "reclaimed", true)
+		rs.t.dropAndRecordLocked(l, "reclaimed", true)
 		return
 	}
 	if err := pb.proc.Signal(syscall.SIGKILL); err != nil {
-		m.log.Warn("cannot kill a reclaimed borrower", "lease", id, "pid", pb.pid, "err", err)
+		rs.t.log.Warn("cannot kill a reclaimed borrower", "lease", id, "pid", pb.pid, "err", err)
 	}
-	if m.leaseLineDueLocked() {
-		m.infoLocked("reclaimed borrower killed after its grace", slog.String("lease", id), slog.Int("pid", pb.pid))
+	if rs.t.leaseLineDueLocked() {
+		rs.t.infoLocked("reclaimed borrower killed after its grace", slog.String("lease", id), slog.Int("pid", pb.pid))
 	}
 }

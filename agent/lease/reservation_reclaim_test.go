@@ -80,7 +80,7 @@ func TestWorkedExample(t *testing.T) {
 	// those ignore SIGTERM.
 	stage(r, 2)
 	for i := range 3 {
-		r, err := h.m.Advance(alice, "wf1")
+		r, err := h.m.Reservations().Advance(alice, "wf1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,11 +119,11 @@ func TestWorkedExample(t *testing.T) {
 		}
 	}
 	// Past the last stage the reservation ends; the owner's leases go on.
-	end, err := h.m.Advance(alice, "wf1")
+	end, err := h.m.Reservations().Advance(alice, "wf1")
 	if err != nil || end.State != api.ReservationEnded {
 		t.Fatalf("advance past the last stage: %+v, %v", end.ReservationStatus, err)
 	}
-	if _, err := h.m.Reservation("wf1"); !errors.Is(err, api.ErrNotFound) {
+	if _, err := h.m.Reservations().Get("wf1"); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("ended reservation still listed: %v", err)
 	}
 	if got := len(h.m.List(alice)); got != 8 {
@@ -161,7 +161,7 @@ func TestReclaimFollowsWeights(t *testing.T) {
 	if _, _, err := h.lease(bob, "wf", false); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "lends bob 0 more unit(s)") {
 		t.Fatalf("bob past his share: %v", err)
 	}
-	r, err := h.m.Advance(alice, "wf")
+	r, err := h.m.Reservations().Advance(alice, "wf")
 	if err != nil || r.Reclaimed != 3 {
 		t.Fatalf("advance: %+v, %v", r.ReservationStatus, err)
 	}
@@ -198,7 +198,7 @@ func TestReclaimWithoutWeightsTakesFirstListedFirst(t *testing.T) {
 	if _, _, err := h.lease(carol, "", false); !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("borrowed past what is lendable: %v", err)
 	}
-	r, err := h.m.Advance(alice, "wf")
+	r, err := h.m.Reservations().Advance(alice, "wf")
 	if err != nil || r.Reclaimed != 2 {
 		t.Fatalf("advance: %+v, %v", r.ReservationStatus, err)
 	}
@@ -270,7 +270,7 @@ func TestTimeBoundBorrowersJustEnd(t *testing.T) {
 		}
 		ids = append(ids, g.ID)
 	}
-	r, err := h.m.Advance(alice, "wf")
+	r, err := h.m.Reservations().Advance(alice, "wf")
 	if err != nil || r.Reclaimed != 6 || r.Lent != 0 || r.Reclaiming != 0 {
 		t.Fatalf("advance: %+v, %v", r.ReservationStatus, err)
 	}
@@ -298,7 +298,7 @@ func TestReclaimNeverSignalsAnotherUsersProcess(t *testing.T) {
 		c.ReclaimGrace = time.Hour
 	})
 	ops := identity.Peer{UID: 1005, GID: 1005, Admin: true}
-	if _, err := m.Reserve(ops, spec("wf1", []int{1, 2}, member("1005", 0))); err != nil {
+	if _, err := m.Reservations().Reserve(ops, spec("wf1", []int{1, 2}, member("1005", 0))); err != nil {
 		t.Fatal(err)
 	}
 	for {
@@ -321,7 +321,7 @@ func TestReclaimNeverSignalsAnotherUsersProcess(t *testing.T) {
 	if !g.Preemptible {
 		t.Fatalf("not a borrow: %+v", g.Lease)
 	}
-	if _, err := m.Advance(ops, "wf1"); err != nil {
+	if _, err := m.Reservations().Advance(ops, "wf1"); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -332,7 +332,7 @@ func TestReclaimNeverSignalsAnotherUsersProcess(t *testing.T) {
 	if _, err := m.Get(root, g.ID); err == nil {
 		t.Fatalf("the borrow %s was not taken back", g.ID)
 	}
-	if r, _ := m.Reservation("wf1"); r.InUse+r.Lent != 0 || r.Reserved != 2 {
+	if r, _ := m.Reservations().Get("wf1"); r.InUse+r.Lent != 0 || r.Reserved != 2 {
 		t.Fatalf("after the reclaim: %+v", r.ReservationStatus)
 	}
 }
@@ -348,10 +348,10 @@ func TestEndedReservationStopsItsReclaims(t *testing.T) {
 	if !g.Preemptible {
 		t.Fatalf("bob's lease %+v is no borrow", g.Lease)
 	}
-	if r, err := h.m.Advance(alice, "wf"); err != nil || r.Reclaiming != 1 {
+	if r, err := h.m.Reservations().Advance(alice, "wf"); err != nil || r.Reclaiming != 1 {
 		t.Fatalf("advance: %+v, %v", r.ReservationStatus, err)
 	}
-	if err := h.m.Unreserve(alice, "wf"); err != nil {
+	if err := h.m.Reservations().Unreserve(alice, "wf"); err != nil {
 		t.Fatal(err)
 	}
 	h.clock.Advance(10 * time.Second)

@@ -23,7 +23,7 @@ import (
 func TestPriorityAdmission(t *testing.T) {
 	h := newResHarness(t, 1, 8, 1) // 16 units
 	// Users may ask any priority here, as the config allows.
-	h.m.SetPriorityCeiling(config.MaxPriority)
+	h.m.Reservations().SetPriorityCeiling(config.MaxPriority)
 	held := h.fill()
 	if len(held) != 16 {
 		t.Fatalf("filled %d", len(held))
@@ -38,7 +38,7 @@ func TestPriorityAdmission(t *testing.T) {
 	h.reserve(bob, high)
 	late := spec("late", []int{1})
 	late.Priority = 5
-	if _, err := h.m.Reserve(carol, late); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "1 reservation(s) of higher or equal priority") {
+	if _, err := h.m.Reservations().Reserve(carol, late); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "1 reservation(s) of higher or equal priority") {
 		t.Fatalf("a reservation without wait behind pending ones: %v", err)
 	}
 	// A lease waiting for a unit, from before any unit frees.
@@ -143,7 +143,7 @@ func TestPendingOwnerLeaseWaitsForAdmission(t *testing.T) {
 	if _, _, err := h.lease(alice, "wf", false); !errors.Is(err, api.ErrInsufficientUnits) || !strings.Contains(err.Error(), "pending") {
 		t.Fatalf("drawing on a pending reservation: %v", err)
 	}
-	if _, err := h.m.Advance(alice, "wf"); !errors.Is(err, api.ErrInsufficientUnits) {
+	if _, err := h.m.Reservations().Advance(alice, "wf"); !errors.Is(err, api.ErrInsufficientUnits) {
 		t.Fatalf("advancing a pending reservation: %v", err)
 	}
 	got := make(chan error, 1)
@@ -178,20 +178,20 @@ func TestReservationRefusals(t *testing.T) {
 		want error
 		msg  string
 	}{
-		{"stage larger than the node", func() error { _, err := h.m.Reserve(alice, spec("x", []int{2, 17})); return err }, api.ErrBadRequest, "stages[1]: 17 units, more than this node has (16)"},
-		{"more than is free", func() error { _, err := h.m.Reserve(alice, spec("x", []int{13})); return err }, api.ErrInsufficientUnits, "only 12 of the 13 unit(s)"},
-		{"duplicate name", func() error { _, err := h.m.Reserve(bob, spec("wf", []int{1})); return err }, api.ErrConflict, "exists already"},
+		{"stage larger than the node", func() error { _, err := h.m.Reservations().Reserve(alice, spec("x", []int{2, 17})); return err }, api.ErrBadRequest, "stages[1]: 17 units, more than this node has (16)"},
+		{"more than is free", func() error { _, err := h.m.Reservations().Reserve(alice, spec("x", []int{13})); return err }, api.ErrInsufficientUnits, "only 12 of the 13 unit(s)"},
+		{"duplicate name", func() error { _, err := h.m.Reservations().Reserve(bob, spec("wf", []int{1})); return err }, api.ErrConflict, "exists already"},
 		{"unknown user", func() error {
-			_, err := h.m.Reserve(alice, spec("x", []int{1}, member("mallory", 0)))
+			_, err := h.m.Reservations().Reserve(alice, spec("x", []int{1}, member("mallory", 0)))
 			return err
 		}, api.ErrBadRequest, `no user "mallory"`},
 		{"unknown group", func() error {
-			_, err := h.m.Reserve(alice, spec("x", []int{1}, member("group:ops", 0)))
+			_, err := h.m.Reservations().Reserve(alice, spec("x", []int{1}, member("group:ops", 0)))
 			return err
 		}, api.ErrBadRequest, `no group "ops"`},
-		{"another user advances", func() error { _, err := h.m.Advance(bob, "wf"); return err }, api.ErrForbidden, "only its owner and admins"},
-		{"another user ends it", func() error { return h.m.Unreserve(carol, "wf") }, api.ErrForbidden, "only its owner and admins"},
-		{"unknown reservation", func() error { _, err := h.m.Advance(alice, "nope"); return err }, api.ErrNotFound, `no reservation named "nope"`},
+		{"another user advances", func() error { _, err := h.m.Reservations().Advance(bob, "wf"); return err }, api.ErrForbidden, "only its owner and admins"},
+		{"another user ends it", func() error { return h.m.Reservations().Unreserve(carol, "wf") }, api.ErrForbidden, "only its owner and admins"},
+		{"unknown reservation", func() error { _, err := h.m.Reservations().Advance(alice, "nope"); return err }, api.ErrNotFound, `no reservation named "nope"`},
 		{"lease on an unknown reservation", func() error { _, _, err := h.lease(alice, "nope", false); return err }, api.ErrNotFound, `reservation: no reservation named "nope"`},
 		{"draw more than reserved", func() error {
 			for range 5 {
@@ -208,20 +208,20 @@ func TestReservationRefusals(t *testing.T) {
 			}
 		})
 	}
-	if rs := h.m.Reservations(); len(rs) != 1 || rs[0].Reserved != 4 || rs[0].Stage != 0 {
+	if rs := h.m.Reservations().List(); len(rs) != 1 || rs[0].Reserved != 4 || rs[0].Stage != 0 {
 		t.Fatalf("reservations after the refusals: %+v", rs)
 	}
 	if after, _ := os.ReadFile(h.path); string(after) != string(before) {
 		t.Fatalf("a refusal changed the file:\n%s\nthen\n%s", before, after)
 	}
 	// An admin may advance and end anyone's.
-	if _, err := h.m.Advance(root, "wf"); err != nil {
+	if _, err := h.m.Reservations().Advance(root, "wf"); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.m.Unreserve(root, "wf"); err != nil {
+	if err := h.m.Reservations().Unreserve(root, "wf"); err != nil {
 		t.Fatal(err)
 	}
-	if h.reserved() != 0 || len(h.m.Reservations()) != 0 {
+	if h.reserved() != 0 || len(h.m.Reservations().List()) != 0 {
 		t.Fatal("ended reservation left units set aside")
 	}
 }
@@ -233,16 +233,16 @@ func TestReservationsPerUserAreBounded(t *testing.T) {
 	for i := range maxReservationsPerUID {
 		s := spec("r"+string(rune('a'+i)), []int{20 - 4})
 		s.Wait = true
-		if _, err := h.m.Reserve(bob, s); err != nil {
+		if _, err := h.m.Reservations().Reserve(bob, s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	s := spec("one-more", []int{1})
 	s.Wait = true
-	if _, err := h.m.Reserve(bob, s); !errors.Is(err, api.ErrTooManyRequests) {
+	if _, err := h.m.Reservations().Reserve(bob, s); !errors.Is(err, api.ErrTooManyRequests) {
 		t.Fatalf("reservation past the cap: %v", err)
 	}
-	if _, err := h.m.Reserve(alice, s); err != nil {
+	if _, err := h.m.Reservations().Reserve(alice, s); err != nil {
 		t.Fatalf("another user's reservation: %v", err)
 	}
 }
@@ -271,7 +271,7 @@ func TestReservationsSurviveRestarts(t *testing.T) {
 		t.Fatalf("after a restart: %+v, units %v (were %v)", r.ReservationStatus, r.Units, units)
 	}
 	// Stage 1 takes back 4: the four newest, two of which ignore SIGTERM.
-	r, err := h.m.Advance(alice, "wf")
+	r, err := h.m.Reservations().Advance(alice, "wf")
 	if err != nil || r.Reclaimed != 4 || r.Reclaiming != 4 {
 		t.Fatalf("advance: %+v, %v", r.ReservationStatus, err)
 	}
@@ -326,7 +326,7 @@ func TestReservationsSurviveRestarts(t *testing.T) {
 // at start holds again what frees for it.
 func TestPendingReservationSurvivesRestart(t *testing.T) {
 	h := newResHarness(t, 1, 8, 1)
-	h.m.SetPriorityCeiling(config.MaxPriority)
+	h.m.Reservations().SetPriorityCeiling(config.MaxPriority)
 	held := h.fill()
 	s := spec("wf", []int{3})
 	s.Wait, s.Priority = true, 7
@@ -353,8 +353,8 @@ func TestDamagedReservationsFileIsSetAside(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.start()
-	if len(h.m.Reservations()) != 0 || h.reserved() != 0 {
-		t.Fatalf("started with %+v", h.m.Reservations())
+	if len(h.m.Reservations().List()) != 0 || h.reserved() != 0 {
+		t.Fatalf("started with %+v", h.m.Reservations().List())
 	}
 	b, err := os.ReadFile(h.path + ".damaged")
 	if err != nil || !strings.HasSuffix(string(b), `{"name":`) {
@@ -377,16 +377,16 @@ func TestUnwritableFileRefusesChanges(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.m.Reserve(alice, spec("x", []int{1})); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "cannot be written") {
+	if _, err := h.m.Reservations().Reserve(alice, spec("x", []int{1})); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "cannot be written") {
 		t.Fatalf("reserve with no file: %v", err)
 	}
-	if _, err := h.m.Advance(alice, "wf"); !errors.Is(err, api.ErrUnavailable) {
+	if _, err := h.m.Reservations().Advance(alice, "wf"); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("advance with no file: %v", err)
 	}
-	if err := h.m.Unreserve(alice, "wf"); !errors.Is(err, api.ErrUnavailable) {
+	if err := h.m.Reservations().Unreserve(alice, "wf"); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("unreserve with no file: %v", err)
 	}
-	if rs := h.m.Reservations(); len(rs) != 1 || rs[0].Stage != 0 || h.reserved() != 4 {
+	if rs := h.m.Reservations().List(); len(rs) != 1 || rs[0].Stage != 0 || h.reserved() != 4 {
 		t.Fatalf("a refused change changed something: %+v", rs)
 	}
 	os.MkdirAll(dir, 0o700)
@@ -394,7 +394,7 @@ func TestUnwritableFileRefusesChanges(t *testing.T) {
 	if _, err := os.Stat(h.path); err != nil {
 		t.Fatalf("tick did not write the file again: %v", err)
 	}
-	if _, err := h.m.Advance(alice, "wf"); err != nil {
+	if _, err := h.m.Reservations().Advance(alice, "wf"); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -51,7 +51,9 @@ func (m *Manager) restore() {
 			m.infoLocked("lease kept across daemon restart", slog.String("lease", l.ID), slog.Int("gpu", l.GPU.Index), slog.Any("units", l.Units))
 		}
 	}
-	m.restoreReservationsLocked()
+	for _, f := range m.features {
+		f.restoreLocked()
+	}
 	m.rescanLocked()
 	if err := m.journal.Rewrite(m.entriesLocked()); err != nil {
 		m.log.Error("cannot write the lease journal: the old one is kept, and no lease is granted, released or renewed until it can be written", "err", err)

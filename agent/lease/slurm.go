@@ -68,6 +68,17 @@ func readProcCgroup(pid int, startTime uint64) ([]byte, error) {
 
 // slurmBinding ends a lease when the job's (or step's) cgroup has no process
 // left or is gone.
+// SlurmJobs is the Slurm feature: leases bound to a Slurm job (or step),
+// which every task and step of the job shares, ended when the job leaves the
+// node or by its epilog. Its state is the table's leases of kind slurm.
+type SlurmJobs struct {
+	noHooks
+	t *Manager
+}
+
+// SlurmJobs is the table's Slurm feature.
+func (m *Manager) SlurmJobs() *SlurmJobs { return m.slurm }
+
 type slurmBinding struct {
 	job  api.LeaseSlurm
 	dir  string
@@ -111,24 +122,24 @@ func (b *slurmBinding) armLocked(m *Manager, l *lease) {
 
 func (b *slurmBinding) release() { b.once.Do(func() { close(b.stop) }) }
 
-// slurmBindingFor binds a lease to the Slurm job (or step) of the process
+// bindingFor binds a lease to the Slurm job (or step) of the process
 // that connected, read from its cgroup through the pidfd the connection gave
 // (or, on kernels without SO_PEERPIDFD, a process of the caller's user with
 // its pid).
-func (m *Manager) slurmBindingFor(peer identity.Peer, scope string) (binding, error) {
+func (sj *SlurmJobs) bindingFor(peer identity.Peer, scope string) (binding, error) {
 	var p Process
 	var st uint64
 	var err error
 	if peer.PIDFD != nil {
-		p, st, err = m.cfg.Processes.Adopt(peer.PIDFD, peer.PID)
+		p, st, err = sj.t.cfg.Processes.Adopt(peer.PIDFD, peer.PID)
 	} else {
-		p, st, err = m.cfg.Processes.OpenOwned(peer.PID, peer.UID)
+		p, st, err = sj.t.cfg.Processes.OpenOwned(peer.PID, peer.UID)
 	}
 	if err != nil {
 		return nil, pidError(peer.PID, false, false, err)
 	}
 	p.Close()
-	read := m.cfg.Slurm.ReadCgroup
+	read := sj.t.cfg.Slurm.ReadCgroup
 	if read == nil {
 		read = readProcCgroup
 	}
@@ -146,7 +157,7 @@ func (m *Manager) slurmBindingFor(peer identity.Peer, scope string) (binding, er
 	if job.UID >= 0 && uint32(job.UID) != peer.UID && peer.UID != 0 {
 		return nil, api.Errorf(api.ErrForbidden, "slurm: job %d is uid %d's, not yours", job.ID, job.UID)
 	}
-	root := m.cfg.Slurm.root()
+	root := sj.t.cfg.Slurm.root()
 	ls, dir := api.LeaseSlurm{JobID: job.ID}, job.Dir(root)
 	if scope == api.SlurmScopeStep {
 		if job.Step == "" {
@@ -160,16 +171,16 @@ func (m *Manager) slurmBindingFor(peer identity.Peer, scope string) (binding, er
 	return newSlurmBinding(ls, dir), nil
 }
 
-// slurmReuseLocked answers a Slurm request with the lease its job (or step)
+// answerLocked answers a Slurm request with the lease its job (or step)
 // holds already, when it is the caller's and has units enough: every task
 // and step of a job asks, and the job holds one lease. found is false when
 // there is none.
-func (m *Manager) slurmReuseLocked(peer identity.Peer, req Request, bind binding) (g Grant, found bool, err error) {
+func (sj *SlurmJobs) answerLocked(peer identity.Peer, req Request, bind binding) (g Grant, found bool, err error) {
 	sb, ok := bind.(*slurmBinding)
 	if !ok {
 		return Grant{}, false, nil
 	}
-	for _, l := range m.leases {
+	for _, l := range sj.t.leases {
 		if l.Slurm == nil || *l.Slurm != sb.job || l.Owner.UID != peer.UID {
 			continue
 		}
@@ -198,26 +209,26 @@ func rebindSlurm(e journal.Entry) (binding, string) {
 	return newSlurmBinding(*e.Lease.Slurm, e.SlurmCgroup), ""
 }
 
-// ReleaseSlurmJob ends every lease of Slurm job id (an epilog's safety net,
+// ReleaseJob ends every lease of Slurm job id (an epilog's safety net,
 // for root and admins) and returns their ids. Like a holder's exit, an end
 // happens even when it cannot be recorded.
-func (m *Manager) ReleaseSlurmJob(peer identity.Peer, id uint64) ([]string, error) {
+func (sj *SlurmJobs) ReleaseJob(peer identity.Peer, id uint64) ([]string, error) {
 	if !peer.Admin && peer.UID != 0 {
 		return nil, api.Errorf(api.ErrForbidden, "releasing a Slurm job's leases is for root and the admin group")
 	}
-	if !m.lockOpen() {
+	if !sj.t.lockOpen() {
 		return nil, errStopping
 	}
-	defer m.unlock()
+	defer sj.t.unlock()
 	ended := []string{}
-	for _, l := range m.leases {
+	for _, l := range sj.t.leases {
 		if l.Slurm != nil && l.Slurm.JobID == id {
 			ended = append(ended, l.ID)
 		}
 	}
 	slices.Sort(ended)
 	for _, lid := range ended {
-		m.dropAndRecordLocked(m.leases[lid], fmt.Sprintf("Slurm job %d released by its epilog", id), true)
+		sj.t.dropAndRecordLocked(sj.t.leases[lid], fmt.Sprintf("Slurm job %d released by its epilog", id), true)
 	}
 	return ended, nil
 }

@@ -241,17 +241,17 @@ func TestReleaseSlurmJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := m.ReleaseSlurmJob(identity.Peer{UID: 1000}, 30); !errors.Is(err, api.ErrForbidden) {
+	if _, err := m.SlurmJobs().ReleaseJob(identity.Peer{UID: 1000}, 30); !errors.Is(err, api.ErrForbidden) {
 		t.Fatalf("the job's user releasing by job: %v, want forbidden", err)
 	}
-	ids, err := m.ReleaseSlurmJob(identity.Peer{UID: 0}, 30)
+	ids, err := m.SlurmJobs().ReleaseJob(identity.Peer{UID: 0}, 30)
 	if err != nil || len(ids) != 1 || ids[0] != g.ID {
 		t.Fatalf("release job 30: %v, %v; want [%s]", ids, err, g.ID)
 	}
 	if ls := m.View().Leases(); len(ls) != 1 || ls[0].ID != keep.ID {
 		t.Fatalf("after the release: %+v, want only %s", ls, keep.ID)
 	}
-	if ids, err := m.ReleaseSlurmJob(identity.Peer{UID: 0}, 30); err != nil || len(ids) != 0 {
+	if ids, err := m.SlurmJobs().ReleaseJob(identity.Peer{UID: 0}, 30); err != nil || len(ids) != 0 {
 		t.Fatalf("releasing again: %v, %v; want nothing", ids, err)
 	}
 }

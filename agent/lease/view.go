@@ -1,13 +1,10 @@
 package lease
 
 import (
-	"cmp"
-	"slices"
 	"sort"
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/ledger"
-	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
@@ -168,7 +165,7 @@ func (m *Manager) publishLocked() bool {
 	m.dirty = false
 	m.version++
 	v := &View{Version: m.version, GPUs: make([]GPUView, len(m.gpus)), Granted: m.granted, Ended: m.ended, Unrecorded: m.unrecordedLocked(),
-		Reservations: m.reservationViewsLocked(), OverQuota: m.overQuotaLocked()}
+		Reservations: m.res.reservationViewsLocked(), OverQuota: m.overQuotaLocked()}
 	for gi, g := range m.gpus {
 		if g.dirty {
 			g.view = m.buildGPUViewLocked(gi, g)
@@ -353,67 +350,4 @@ func (m *Manager) List(peer identity.Peer) []api.Lease {
 	m.mu.Unlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
-}
-
-// Reservations lists the reservations as last published, by name.
-func (m *Manager) Reservations() []api.Reservation {
-	return m.View().Reservations
-}
-
-// Reservation returns reservation name as last published.
-func (m *Manager) Reservation(name string) (api.Reservation, error) {
-	for _, r := range m.View().Reservations {
-		if r.Name == name {
-			return r, nil
-		}
-	}
-	return api.Reservation{}, api.Errorf(api.ErrNotFound, "no reservation named %q", name)
-}
-
-// reservationViewsLocked is what the View shows of the reservations.
-func (m *Manager) reservationViewsLocked() []api.Reservation {
-	if len(m.reservations) == 0 {
-		return nil
-	}
-	out := make([]api.Reservation, 0, len(m.reservations))
-	for _, r := range m.reservations {
-		out = append(out, m.reservationViewLocked(r))
-	}
-	slices.SortFunc(out, func(a, b api.Reservation) int { return cmp.Compare(a.Name, b.Name) })
-	return out
-}
-
-func (m *Manager) reservationViewLocked(r *reservation) api.Reservation {
-	u := m.usageLocked(r)
-	v := api.Reservation{
-		ReservationStatus: api.ReservationStatus{
-			Name: r.Name, State: api.ReservationPending, Priority: r.Priority,
-			Stage: r.stage, Stages: len(r.Needs), Need: r.need(), InUse: u.inUse,
-			Lent: u.lent, Reclaiming: u.reclaiming, Reclaimed: r.reclaimed,
-		},
-		Owner: r.owner, Needs: r.Needs, Created: r.created,
-	}
-	if r.active {
-		v.State, v.Reserved = api.ReservationActive, len(r.slots)
-		v.Lendable = reserve.Lendable(v.Reserved, r.need())
-	} else {
-		v.Held = len(r.slots)
-	}
-	for i, mb := range r.Share {
-		v.Share = append(v.Share, api.ShareMember{User: mb.Name, Weight: mb.Weight})
-		if u.lentTo[i] > 0 {
-			if v.LentTo == nil {
-				v.LentTo = map[string]int{}
-			}
-			v.LentTo[mb.Name] = u.lentTo[i]
-		}
-	}
-	for _, ref := range r.slots {
-		if n := len(v.Units); n == 0 || v.Units[n-1].GPU != m.gpus[ref.g].dev.Index {
-			v.Units = append(v.Units, api.ReservationUnits{GPU: m.gpus[ref.g].dev.Index, UUID: m.gpus[ref.g].dev.UUID})
-		}
-		last := &v.Units[len(v.Units)-1]
-		last.Units = append(last.Units, ref.u)
-	}
-	return v
 }
