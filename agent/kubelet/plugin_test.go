@@ -208,6 +208,10 @@ func TestUnitsTakenOutsideKubernetesTurnUnhealthy(t *testing.T) {
 func TestAllocateMakesAPodLease(t *testing.T) {
 	n := newNode(t)
 	ids := n.ids(1, 9, 10)
+	// The kubelet lists the pod that holds the units, as it does once the
+	// container runs: else the reconcile would end the lease two intervals
+	// on, midway through the checks below on a loaded machine.
+	n.kubelet.SetPods(kubelettest.Pod("ns", "train", "main", ResourceName, ids...))
 	resp, err := n.allocate(t, ids)
 	if err != nil {
 		t.Fatal(err)

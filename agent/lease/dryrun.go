@@ -44,7 +44,7 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 			return api.Placement{}, err
 		}
 	}
-	if err := m.checkQuotaLocked(peer, m.requestUnits(req), req.Reservation); err != nil {
+	if err := m.checkQuotaLocked(peer, requestUnits(m.cfg.Model, req), req.Reservation); err != nil {
 		return api.Placement{}, err
 	}
 	// The decision the lease would get, borrowing or drawing on a
@@ -55,7 +55,7 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 		return api.Placement{}, err
 	}
 	if dr == nil {
-		if ex, err := m.engine.Load().Explain(m.nodeLocked(), m.placementRequest(peer, req)); err == nil {
+		if ex, err := m.engine.Load().Explain(m.pub.nodeLocked(), m.placementRequest(peer, req)); err == nil {
 			d.Verdicts = ex.Verdicts
 		}
 	}
@@ -69,7 +69,7 @@ func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error
 		Candidates:  make([]api.Candidate, len(d.Verdicts)),
 	}
 	if len(d.Choice.GPUs) > 0 {
-		p.Units = m.allUnits()
+		p.Units = allUnits(m.cfg.Model)
 		for _, g := range d.Choice.GPUs {
 			p.GPUs = append(p.GPUs, api.LeaseGPU{Index: g, UUID: m.gpus[g].dev.UUID})
 		}

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 
 	"github.com/gpulet/gpulet/agent/journal"
+	accounting "github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 )
@@ -69,7 +70,7 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 	exp := now.Add(b.ttl)
 	b.deadline = exp
 	l.change(func(pub *api.Lease) { pub.Expires = &exp })
-	if err := m.recordLocked(journal.Record{Op: journal.OpRenew, ID: l.ID, Deadline: &exp}); err != nil {
+	if err := m.rec.recordLocked(journal.Record{Op: journal.OpRenew, ID: l.ID, Deadline: &exp}); err != nil {
 		b.deadline, l.Lease = was, wasLease
 		return api.Lease{}, unrecorded("the lease is not renewed", err)
 	}
@@ -89,8 +90,8 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error {
 	// Out of the table first: a rewrite due after this record must not hold it.
 	delete(m.leases, l.ID)
-	peak, measured := m.measuredPeak(l.ID)
-	if err := m.recordLocked(journal.Record{Op: journal.OpEnd, ID: l.ID, PeakMemoryMiB: peak}); err != nil {
+	peak, measured := measuredPeak(m.cfg.Usage, l.ID)
+	if err := m.rec.recordLocked(journal.Record{Op: journal.OpEnd, ID: l.ID, PeakMemoryMiB: peak}); err != nil {
 		if !force {
 			m.leases[l.ID] = l
 			return err
@@ -99,7 +100,7 @@ func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error
 	}
 	m.dropLocked(l)
 	m.ended++
-	if m.leaseLineDueLocked() {
+	if m.lines.due() {
 		if measured {
 			m.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", reason), slog.Uint64("peak_memory_mib", peak))
 		} else {
@@ -110,12 +111,13 @@ func (m *Manager) dropAndRecordLocked(l *lease, reason string, force bool) error
 	return nil
 }
 
-// measuredPeak is the peak memory measured for lease id, if any was.
-func (m *Manager) measuredPeak(id string) (uint64, bool) {
-	if m.cfg.Usage == nil {
+// measuredPeak is the peak memory the accountant (nil: off) measured for
+// lease id, if it did.
+func measuredPeak(usage *accounting.Accountant, id string) (uint64, bool) {
+	if usage == nil {
 		return 0, false
 	}
-	return m.cfg.Usage.Peak(id)
+	return usage.Peak(id)
 }
 
 // dropLocked removes a lease from the table and the ledger and lets go of its
@@ -136,38 +138,8 @@ func (m *Manager) dropLocked(l *lease) {
 			delete(m.held, *l.holder)
 		}
 	}
-	m.removeFIFOsLocked(l)
+	m.fifos.removeLeaseLocked(l)
 	if l.bind != nil {
 		l.bind.release()
 	}
-}
-
-func (m *Manager) removeFIFOsLocked(l *lease) {
-	for _, g := range gpusOf(l.Lease) {
-		for _, u := range l.Units {
-			if _, err := m.removeFIFOLocked(g, u); err != nil {
-				m.log.Error("cannot remove pipe file", "lease", l.ID, "err", err)
-			}
-		}
-	}
-}
-
-// createFIFOLocked makes the FIFO of unit u of GPU g and counts the watch
-// event that this causes as the daemon's own.
-func (m *Manager) createFIFOLocked(g, u int) error {
-	err := m.cfg.Ledger.Create(g, u)
-	if err == nil {
-		m.gpus[g].slots[u].own++
-	}
-	return err
-}
-
-// removeFIFOLocked removes the FIFO of unit u of GPU g, counting the watch
-// event of a removal as the daemon's own.
-func (m *Manager) removeFIFOLocked(g, u int) (bool, error) {
-	removed, err := m.cfg.Ledger.Remove(g, u)
-	if removed {
-		m.gpus[g].slots[u].own++
-	}
-	return removed, err
 }

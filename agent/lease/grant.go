@@ -13,7 +13,6 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/journal"
-	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/placement"
@@ -205,7 +204,7 @@ func (m *Manager) served(ctx context.Context, g *Grant) (Grant, error) {
 // publishes before it lets go of it.
 func (m *Manager) settle() {
 	m.mu.Lock()
-	m.publishLocked()
+	m.pub.publishLocked()
 	m.mu.Unlock()
 	m.cfg.OnChange()
 }
@@ -234,7 +233,7 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 			return Grant{}, err
 		}
 	}
-	if err := m.checkQuotaLocked(peer, m.requestUnits(req), req.Reservation); err != nil {
+	if err := m.checkQuotaLocked(peer, requestUnits(m.cfg.Model, req), req.Reservation); err != nil {
 		return Grant{}, err
 	}
 	for {
@@ -244,7 +243,7 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 			return Grant{}, err
 		}
 		c := d.Choice
-		if retry, err := m.createChoiceFIFOsLocked(c); err != nil {
+		if retry, err := m.fifos.createChoiceLocked(c); err != nil {
 			return Grant{}, err
 		} else if retry {
 			continue
@@ -252,7 +251,7 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 		l := m.newLease(peer, req, bind, c, dr)
 		m.addLocked(l)
 		enc := encodeLease(l.Lease)
-		if err := m.recordLocked(journal.Record{Op: journal.OpLease, Entry: l.entry(enc)}); err != nil {
+		if err := m.rec.recordLocked(journal.Record{Op: journal.OpLease, Entry: l.entry(enc)}); err != nil {
 			// The binding stays its caller's (Acquire, or a waiter that may be
 			// served later): dropping the lease must not release it.
 			l.bind = nil
@@ -261,7 +260,7 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 		}
 		bind.armLocked(m, l)
 		m.granted++
-		if m.leaseLineDueLocked() {
+		if m.lines.due() {
 			attrs := []slog.Attr{slog.String("lease", l.ID), slog.Int("gpu", c.GPU), slog.Int("instance", c.Instance),
 				slog.Any("units", l.Units), slog.Uint64("uid", uint64(peer.UID)), slog.Int("pid", l.Owner.PID), slog.String("ttl", l.TTL)}
 			if len(c.GPUs) > 0 {
@@ -285,7 +284,7 @@ func (m *Manager) placeLocked(peer identity.Peer, req Request) (placement.Decisi
 			return d, dr, err
 		}
 	}
-	d, err := eng.Place(m.nodeLocked(), pr)
+	d, err := eng.Place(m.pub.nodeLocked(), pr)
 	if err == nil || !isInsufficient(err) || errors.Is(err, placement.ErrNeverFits) {
 		return d, nil, err
 	}
@@ -304,46 +303,6 @@ func (m *Manager) processCap(pid, held, units int) error {
 		return api.Errorf(api.ErrBadRequest, "units: process %d holds %d unit(s) already; one process may hold at most %d (--units-per-client)", pid, held, m.cfg.Model.UnitsPerClient)
 	}
 	return nil
-}
-
-// createChoiceFIFOsLocked makes the FIFOs of the units that c takes.
-func (m *Manager) createChoiceFIFOsLocked(c placement.Choice) (retry bool, err error) {
-	if len(c.GPUs) > 0 {
-		return m.createWholeFIFOsLocked(c.GPUs)
-	}
-	return m.createFIFOsLocked(c.GPU, c.Units)
-}
-
-// createFIFOsLocked makes the FIFOs of units of GPU g. When one is there
-// already it undoes the others, counts what is there, and reports retry: the
-// table changed, so place again.
-func (m *Manager) createFIFOsLocked(g int, units []int) (retry bool, err error) {
-	for n, u := range units {
-		err := m.createFIFOLocked(g, u)
-		if err == nil {
-			continue
-		}
-		for _, v := range units[:n] {
-			m.removeFIFOLocked(g, v)
-		}
-		if !errors.Is(err, ledger.ErrTaken) {
-			return false, err
-		}
-		if m.cfg.Ledger.Present(g, u) {
-			// An offline claimer was first.
-			m.applyLocked(g, u, true)
-			return true, nil
-		}
-		// Something that is no FIFO sits at the unit's name: no claim, but the
-		// unit cannot be leased until the ledger's sweep (every sample
-		// interval) has removed it, so it is left out meanwhile. Each retry
-		// blocks one more unit, so the placement loop ends.
-		s := &m.gpus[g].slots[u]
-		s.state = slotBlocked
-		m.touchLocked(g)
-		return true, nil
-	}
-	return false, nil
 }
 
 // addLocked puts a new or restored lease in the table.
@@ -395,7 +354,7 @@ func (m *Manager) newLease(peer identity.Peer, req Request, bind binding, c plac
 		pub.Slurm = &job
 	}
 	if len(c.GPUs) > 0 {
-		pub.Units = m.allUnits()
+		pub.Units = allUnits(m.cfg.Model)
 		devs := make([]inventory.Device, len(c.GPUs))
 		for i, g := range c.GPUs {
 			devs[i] = m.gpus[g].dev

@@ -201,11 +201,11 @@ func checkInvariants(t *testing.T, m *Manager, when string) {
 	t.Helper()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.publishLocked()
+	m.pub.publishLocked()
 	v := m.view.Load()
 	held := map[procKey]int{}
 	for gi, g := range m.gpus {
-		fresh := m.buildGPUViewLocked(gi, g)
+		fresh := m.pub.buildGPUViewLocked(gi, g)
 		pub := v.GPUs[gi]
 		if fresh.Used != pub.Used || fresh.Reserved != pub.Reserved || fresh.Offline != pub.Offline || fresh.LeasesHere != pub.LeasesHere || fmt.Sprint(fresh.OfflineByUID) != fmt.Sprint(pub.OfflineByUID) ||
 			instancesOf(fresh.Instances) != instancesOf(pub.Instances) || fmt.Sprint(leaseIDsOf(fresh.Leases)) != fmt.Sprint(leaseIDsOf(pub.Leases)) {

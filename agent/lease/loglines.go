@@ -3,6 +3,8 @@ package lease
 import (
 	"log/slog"
 	"time"
+
+	"github.com/gpulet/gpulet/internal/clock"
 )
 
 // leaseLinesPerSecond bounds the "lease granted" and "lease ended" lines.
@@ -15,35 +17,38 @@ import (
 const leaseLinesPerSecond = 100
 
 type lineBudget struct {
+	clock clock.Clock
+	// info queues a line for the table's unlock to write.
+	info    func(msg string, attrs ...slog.Attr)
 	window  time.Time // start of the current second
 	used    int
 	skipped int
 }
 
-// leaseLineDueLocked says whether a per-lease info line may be queued within
+// due says whether a per-lease info line may be queued within
 // the budget of leaseLinesPerSecond, and counts it as left out when not. The
 // caller builds the line only when it may: under churn nearly every line is
 // left out, and its attributes would cost more than the check.
-func (m *Manager) leaseLineDueLocked() bool {
-	m.rollLinesLocked()
-	if m.lines.used >= leaseLinesPerSecond {
-		m.lines.skipped++
+func (b *lineBudget) due() bool {
+	b.roll()
+	if b.used >= leaseLinesPerSecond {
+		b.skipped++
 		return false
 	}
-	m.lines.used++
+	b.used++
 	return true
 }
 
-// rollLinesLocked starts a new second of the line budget once the current
+// roll starts a new second of the line budget once the current
 // one is over, saying first how many lines it left out.
-func (m *Manager) rollLinesLocked() {
-	now := m.clock.Now()
-	if d := now.Sub(m.lines.window); d >= 0 && d < time.Second {
+func (b *lineBudget) roll() {
+	now := b.clock.Now()
+	if d := now.Sub(b.window); d >= 0 && d < time.Second {
 		return
 	}
-	if m.lines.skipped > 0 {
-		m.infoLocked("lease lines left out: more than the budget a second", slog.Int("left_out", m.lines.skipped),
-			slog.Int("budget", leaseLinesPerSecond), slog.Time("since", m.lines.window))
+	if b.skipped > 0 {
+		b.info("lease lines left out: more than the budget a second", slog.Int("left_out", b.skipped),
+			slog.Int("budget", leaseLinesPerSecond), slog.Time("since", b.window))
 	}
-	m.lines = lineBudget{window: now}
+	b.window, b.used, b.skipped = now, 0, 0
 }

@@ -196,6 +196,11 @@ type Manager struct {
 	nodeCond  *Conditions
 	closed    bool
 
+	// fifos makes and removes the FIFOs of leased units; rec records the
+	// table's changes in the journal; pub publishes the View.
+	fifos fifoKeeper
+	rec   journalKeeper
+	pub   publisher
 	// res is the workflow-reservation feature (its state is under mu too);
 	// features are every feature, in the order their hooks run.
 	res      *Reservations
@@ -225,6 +230,8 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Accounts = identity.SystemDirectory{}
 	}
 	m := &Manager{cfg: cfg, log: cfg.Logger, clock: cfg.Clock, leases: map[string]*lease{}, envs: map[envKey]map[string]string{}, held: map[procKey]int{}, quotaUse: newQuotaUse(), journal: journal.NewFile(cfg.JournalPath)}
+	m.fifos, m.rec, m.pub = fifoKeeper{t: m}, journalKeeper{t: m}, publisher{t: m}
+	m.expiries.t = m
 	m.res = &Reservations{t: m, byName: map[string]*reservation{}}
 	m.slurm = &SlurmJobs{t: m}
 	m.features = []feature{m.slurm, m.res}
@@ -233,6 +240,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Engine = placement.New(cfg.Policy)
 	}
 	m.engine.Store(cfg.Engine)
+	m.lines = lineBudget{clock: cfg.Clock, info: m.infoLocked}
 	m.claimLines = ratelog.New(cfg.Logger, "offline claims", claimLinesPerSecond, cfg.Clock.Now)
 	for _, d := range cfg.Devices {
 		m.gpus = append(m.gpus, &gpuTable{dev: d, slots: make([]slot, cfg.Model.UnitsPerGPU), dirty: true})
@@ -274,7 +282,7 @@ func (m *Manager) infoLocked(msg string, attrs ...slog.Attr) {
 // directly, as records without a caller's pc: slog.Logger would walk the stack
 // for one on every line, and these lines name their lease instead.
 func (m *Manager) unlock() {
-	m.publishLocked()
+	m.pub.publishLocked()
 	// A view may have been published under this lock before now (a decision
 	// publishes what it decides on), so compare with what was last told.
 	changed := m.version != m.told
@@ -304,8 +312,8 @@ func (m *Manager) Tick() {
 	if !m.lockOpen() {
 		return
 	}
-	m.rollLinesLocked()
-	m.repairJournalLocked()
+	m.lines.roll()
+	m.rec.repairJournalLocked()
 	for _, f := range m.features {
 		f.tickLocked()
 	}
@@ -332,6 +340,6 @@ func (m *Manager) Close() error {
 	for _, l := range m.leases {
 		l.bind.release()
 	}
-	m.stopExpiryLocked()
+	m.expiries.stopLocked()
 	return nil
 }

@@ -131,7 +131,7 @@ func (p *Pods) PreferPod(available, mustInclude []Unit, size int) ([]Unit, error
 // takes an instance's first free units). With gpu ≥ 0 only that GPU's
 // instance is open; the others are down for the decision.
 func (p *Pods) offeredNodeLocked(offered map[Unit]bool, must []Unit, gpu, instance int) *placement.Node {
-	base := p.t.nodeLocked()
+	base := p.t.pub.nodeLocked()
 	n := *base
 	n.GPUs = make([]placement.GPU, len(base.GPUs))
 	for gi := range base.GPUs {
@@ -317,13 +317,13 @@ func (p *Pods) podHoldersLocked(g int, idx []int) ([]*lease, error) {
 // Unlike other ends it serves no waiter: the units are about to be taken.
 func (p *Pods) supersedeLocked(l *lease) error {
 	delete(p.t.leases, l.ID)
-	if err := p.t.recordLocked(journal.Record{Op: journal.OpEnd, ID: l.ID}); err != nil {
+	if err := p.t.rec.recordLocked(journal.Record{Op: journal.OpEnd, ID: l.ID}); err != nil {
 		p.t.leases[l.ID] = l
 		return err
 	}
 	p.t.dropLocked(l)
 	p.t.ended++
-	if p.t.leaseLineDueLocked() {
+	if p.t.lines.due() {
 		p.t.infoLocked("lease ended", slog.String("lease", l.ID), slog.String("reason", "the kubelet allocated its devices again"))
 	}
 	return nil
@@ -338,7 +338,7 @@ func (p *Pods) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bool)
 		}
 	}
 	c := placement.Choice{GPU: g, Instance: k, Units: idx}
-	retry, err := p.t.createFIFOsLocked(g, idx)
+	retry, err := p.t.fifos.createUnitsLocked(g, idx)
 	if err != nil {
 		return nil, err
 	}
@@ -350,12 +350,12 @@ func (p *Pods) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bool)
 	// Set in place: nothing holds the new lease's value yet.
 	l.Lease.Pod = &pod
 	p.t.addLocked(l)
-	if err := p.t.recordLocked(journal.Record{Op: journal.OpLease, Entry: l.entry(nil)}); err != nil {
+	if err := p.t.rec.recordLocked(journal.Record{Op: journal.OpLease, Entry: l.entry(nil)}); err != nil {
 		p.t.dropLocked(l)
 		return nil, unrecorded("the lease is not granted", err)
 	}
 	p.t.granted++
-	if p.t.leaseLineDueLocked() {
+	if p.t.lines.due() {
 		p.t.infoLocked("lease granted", slog.String("lease", l.ID), slog.Int("gpu", g), slog.Int("instance", k),
 			slog.Any("units", idx), slog.String("binding", string(KindPod)), slog.Bool("adopted", adopt))
 	}

@@ -115,7 +115,7 @@ func (m *Manager) applyLocked(g, i int, present bool) {
 		// Someone removed a lease's pipe file; the lease still holds the unit,
 		// so the file comes back and the count stays right.
 		m.log.Warn("pipe file of a live lease was removed; recreating it", "lease", s.lease.ID, "gpu", g, "unit", i)
-		if err := m.createFIFOLocked(g, i); err != nil && err != ledger.ErrTaken {
+		if err := m.fifos.createLocked(g, i); err != nil && err != ledger.ErrTaken {
 			m.log.Error("cannot recreate pipe file", "err", err)
 		}
 	}

@@ -6,6 +6,11 @@ import (
 	"github.com/gpulet/gpulet/agent/journal"
 )
 
+// journalKeeper records the table's changes in the lease journal, writes it
+// anew when it has grown or after it failed, and replays it at start. It
+// works on the table under its lock; the table's journal field is the file.
+type journalKeeper struct{ t *Manager }
+
 // rewriteSlack is how many records beyond twice the live leases the journal
 // takes before it is written anew. A rewrite is half a dozen syscalls under
 // the lease lock; at 2,048 its share of a lease under churn is a few
@@ -17,18 +22,18 @@ const rewriteSlack = 2048
 // table holds the change already. When r cannot be recorded, the caller undoes
 // the change or, for an end, keeps the lease out of the table for the repair
 // (repairJournalLocked) to leave out of the journal.
-func (m *Manager) recordLocked(r journal.Record) error {
-	first := m.journal.Failed() == nil
-	if err := m.journal.Append(r); err != nil {
+func (j *journalKeeper) recordLocked(r journal.Record) error {
+	first := j.t.journal.Failed() == nil
+	if err := j.t.journal.Append(r); err != nil {
 		if first {
-			m.log.Error("cannot record leases: no grants, releases or renewals until the lease journal can be written again", "err", err)
-			m.dirty = true
+			j.t.log.Error("cannot record leases: no grants, releases or renewals until the lease journal can be written again", "err", err)
+			j.t.dirty = true
 		}
 		return err
 	}
-	if m.journal.Records() > rewriteSlack+2*len(m.leases) {
-		if err := m.journal.Rewrite(m.entriesLocked()); err != nil {
-			m.log.Error("cannot rewrite lease journal", "err", err)
+	if j.t.journal.Records() > rewriteSlack+2*len(j.t.leases) {
+		if err := j.t.journal.Rewrite(j.entriesLocked()); err != nil {
+			j.t.log.Error("cannot rewrite lease journal", "err", err)
 		}
 	}
 	return nil
@@ -52,9 +57,9 @@ func (l *lease) entry(enc []byte) *journal.Entry {
 }
 
 // entriesLocked lists every live lease's journal entry, by id.
-func (m *Manager) entriesLocked() []journal.Entry {
-	out := make([]journal.Entry, 0, len(m.leases))
-	for _, l := range m.leases {
+func (j *journalKeeper) entriesLocked() []journal.Entry {
+	out := make([]journal.Entry, 0, len(j.t.leases))
+	for _, l := range j.t.leases {
 		out = append(out, *l.entry(nil))
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Lease.ID < out[b].Lease.ID })

@@ -25,11 +25,11 @@ func (m *Manager) JournalError() error {
 
 // unrecordedLocked says why leases cannot be recorded, for the view; empty
 // when they can.
-func (m *Manager) unrecordedLocked() string {
-	if m.journal.Failed() == nil {
+func (j *journalKeeper) unrecordedLocked() string {
+	if j.t.journal.Failed() == nil {
 		return ""
 	}
-	return fmt.Sprintf("cannot record leases (%v): no grants, releases or renewals until the lease journal can be written", m.journal.Failed())
+	return fmt.Sprintf("cannot record leases (%v): no grants, releases or renewals until the lease journal can be written", j.t.journal.Failed())
 }
 
 // unrecorded is the answer to a change that was not made because it could
@@ -40,25 +40,25 @@ func unrecorded(what string, err error) error {
 
 // repairJournalLocked writes a failed journal anew from the table, and once
 // that works serves the waiting requests; it reports whether it repaired it.
-func (m *Manager) repairJournalLocked() bool {
-	if m.journal.Failed() == nil {
+func (j *journalKeeper) repairJournalLocked() bool {
+	if j.t.journal.Failed() == nil {
 		return false
 	}
-	if m.journal.Rewrite(m.entriesLocked()) != nil {
+	if j.t.journal.Rewrite(j.entriesLocked()) != nil {
 		return false
 	}
-	m.log.Warn("lease journal written again: grants, releases and renewals resume", "leases", len(m.leases))
-	m.dirty = true
-	m.serveWaitersLocked()
+	j.t.log.Warn("lease journal written again: grants, releases and renewals resume", "leases", len(j.t.leases))
+	j.t.dirty = true
+	j.t.serveWaitersLocked()
 	return true
 }
 
 // replayLocked decodes the journal b and logs every record it skipped and
 // every lease it dropped, by name and why; it returns the leases to take back.
-func (m *Manager) replayLocked(b []byte) []journal.Entry {
-	rep, err := journal.Decode(b, m.shapes())
+func (j *journalKeeper) replayLocked(b []byte) []journal.Entry {
+	rep, err := journal.Decode(b, j.t.shapes())
 	if err != nil {
-		m.log.Error("lease journal not replayed: rebuilding from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err)
+		j.t.log.Error("lease journal not replayed: rebuilding from the pipe-file ledger", "path", j.t.cfg.JournalPath, "err", err)
 		return nil
 	}
 	for _, n := range rep.Skipped {
@@ -66,29 +66,13 @@ func (m *Manager) replayLocked(b []byte) []journal.Entry {
 		if n.Lease != "" {
 			attrs = append(attrs, "names_lease", n.Lease)
 		}
-		m.log.Warn("lease journal record skipped; the records after it still count", attrs...)
+		j.t.log.Warn("lease journal record skipped; the records after it still count", attrs...)
 	}
 	if rep.SkippedMore > 0 {
-		m.log.Warn("more lease journal records skipped than are listed", "not_listed", rep.SkippedMore)
+		j.t.log.Warn("more lease journal records skipped than are listed", "not_listed", rep.SkippedMore)
 	}
 	for _, n := range rep.Dropped {
-		m.log.Warn("lease dropped at replay", "lease", n.Lease, "line", n.Record, "why", n.Why)
+		j.t.log.Warn("lease dropped at replay", "lease", n.Lease, "line", n.Record, "why", n.Why)
 	}
 	return rep.Entries
-}
-
-// removeUnheldFIFOsLocked removes the FIFOs of a lease that restore drops,
-// but not one an offline claimer holds: when the lease's end could not be
-// recorded before a crash, its units may have been claimed since.
-func (m *Manager) removeUnheldFIFOsLocked(l *lease) {
-	for _, g := range gpusOf(l.Lease) {
-		for _, u := range l.Units {
-			if m.cfg.Ledger.Held(g, u) {
-				continue
-			}
-			if _, err := m.removeFIFOLocked(g, u); err != nil {
-				m.log.Error("cannot remove pipe file", "lease", l.ID, "err", err)
-			}
-		}
-	}
 }

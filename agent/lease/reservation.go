@@ -274,7 +274,7 @@ func (rs *Reservations) Reserve(peer identity.Peer, spec reserve.Spec) (api.Rese
 // for nothing.
 func (rs *Reservations) reservableLocked(r *reservation) error {
 	size := r.Size()
-	reach, err := rs.t.engine.Load().Reachable(rs.t.nodeLocked(), placement.Request{Units: size, UID: r.owner.UID, GIDs: r.groups, Admin: r.admin})
+	reach, err := rs.t.engine.Load().Reachable(rs.t.pub.nodeLocked(), placement.Request{Units: size, UID: r.owner.UID, GIDs: r.groups, Admin: r.admin})
 	if err != nil {
 		return err
 	}

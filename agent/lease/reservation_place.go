@@ -170,7 +170,7 @@ func (rs *Reservations) reservationNodeLocked(r *reservation) *placement.Node {
 // It reuses one scratch view: a decision must be done with it before the
 // next call.
 func (rs *Reservations) restrictedNodeLocked(each func(add func(g, u int)), except *uint32) *placement.Node {
-	base := rs.t.nodeLocked()
+	base := rs.t.pub.nodeLocked()
 	sc := &rs.scratch
 	sc.Draining, sc.OneUserPerInstance, sc.ClientsPerInstance = base.Draining, base.OneUserPerInstance, base.ClientsPerInstance
 	if len(sc.GPUs) != len(rs.t.gpus) {
@@ -185,7 +185,7 @@ func (rs *Reservations) restrictedNodeLocked(each func(add func(g, u int)), exce
 		if rs.t.nodeCond != nil && gi < len(rs.t.nodeCond.GPUs) {
 			gc = &rs.t.nodeCond.GPUs[gi]
 		}
-		rs.t.placementGPU(&sc.GPUs[gi], g, gc, except)
+		rs.t.pub.placementGPU(&sc.GPUs[gi], g, gc, except)
 	}
 	for i := range rs.scratchFree {
 		rs.scratchFree[i] = rs.scratchFree[i][:0]

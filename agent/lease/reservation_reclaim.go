@@ -138,7 +138,7 @@ func (rs *Reservations) reclaimLocked(r *reservation, l *lease, killAt time.Time
 	if err := pb.proc.Signal(sig); err != nil {
 		rs.t.log.Warn("cannot signal a reclaimed borrower", "lease", l.ID, "pid", pb.pid, "signal", sig, "err", err)
 	}
-	if rs.t.leaseLineDueLocked() {
+	if rs.t.lines.due() {
 		rs.t.infoLocked("borrowed lease reclaimed", slog.String("lease", l.ID), slog.String("reservation", r.Name),
 			slog.Int("pid", pb.pid), slog.String("signal", sig.String()), slog.Time("kill_at", killAt))
 	}
@@ -162,7 +162,7 @@ func (rs *Reservations) signalledLocked(l *lease) (*pidBinding, bool) {
 	uid, err := pb.proc.Owner()
 	if err != nil || uid != l.Owner.UID {
 		if err == nil {
-			if rs.t.leaseLineDueLocked() {
+			if rs.t.lines.due() {
 				rs.t.infoLocked("borrowed lease reclaimed without a signal: its process is not its owner's", slog.String("lease", l.ID),
 					slog.Int("pid", pb.pid), slog.Uint64("owner", uint64(l.Owner.UID)), slog.Uint64("process_uid", uint64(uid)))
 			}
@@ -193,7 +193,7 @@ func (rs *Reservations) killReclaimed(id string) {
 	if err := pb.proc.Signal(syscall.SIGKILL); err != nil {
 		rs.t.log.Warn("cannot kill a reclaimed borrower", "lease", id, "pid", pb.pid, "err", err)
 	}
-	if rs.t.leaseLineDueLocked() {
+	if rs.t.lines.due() {
 		rs.t.infoLocked("reclaimed borrower killed after its grace", slog.String("lease", id), slog.Int("pid", pb.pid))
 	}
 }

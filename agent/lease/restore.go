@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/agent/journal"
-	"github.com/gpulet/gpulet/agent/ledger"
 )
 
 // restore takes back the journal's leases whose holder still lives or whose
@@ -23,7 +22,7 @@ func (m *Manager) restore() {
 	case err != nil:
 		m.log.Error("lease journal unreadable; rebuilding from the pipe-file ledger", "path", m.cfg.JournalPath, "err", err)
 	default:
-		entries = m.replayLocked(b)
+		entries = m.rec.replayLocked(b)
 	}
 	for _, e := range entries {
 		// Its own copy: a pointer into entries would keep them all.
@@ -32,13 +31,13 @@ func (m *Manager) restore() {
 		bind, why := m.rebind(e)
 		if bind == nil {
 			m.log.Info(why, "lease", l.ID, "pid", l.Owner.PID)
-			m.removeUnheldFIFOsLocked(l)
+			m.fifos.removeUnheldLocked(l)
 			continue
 		}
 		l.bind = bind
 		pub.Binding = string(bind.kind())
 		pub.Env = m.sharedEnvLocked(&pub, pub.Env)
-		if taken := m.recreateFIFOsLocked(l); taken >= 0 {
+		if taken := m.fifos.recreateLocked(l); taken >= 0 {
 			m.log.Warn("lease dropped: while the daemon was down its pipe file was removed and the unit claimed offline", "lease", l.ID, "unit", taken)
 			bind.release()
 			continue
@@ -47,7 +46,7 @@ func (m *Manager) restore() {
 		bind.armLocked(m, l)
 		// Within the per-lease line budget, as grants are: thousands of
 		// lines would hold up the start.
-		if m.leaseLineDueLocked() {
+		if m.lines.due() {
 			m.infoLocked("lease kept across daemon restart", slog.String("lease", l.ID), slog.Int("gpu", l.GPU.Index), slog.Any("units", l.Units))
 		}
 	}
@@ -55,7 +54,7 @@ func (m *Manager) restore() {
 		f.restoreLocked()
 	}
 	m.rescanLocked()
-	if err := m.journal.Rewrite(m.entriesLocked()); err != nil {
+	if err := m.journal.Rewrite(m.rec.entriesLocked()); err != nil {
 		m.log.Error("cannot write the lease journal: the old one is kept, and no lease is granted, released or renewed until it can be written", "err", err)
 	}
 }
@@ -91,40 +90,6 @@ func (m *Manager) rebind(e journal.Entry) (binding, string) {
 		return podBinding{}, ""
 	}
 	return nil, "lease of an unknown binding kind dropped"
-}
-
-// recreateFIFOsLocked makes the missing FIFOs of a lease kept from the
-// journal. When an offline claimer holds one of its units now, it removes the
-// FIFOs it made again, leaves every other (a claimer may hold more than one of
-// the lease's units), and returns that unit; else -1.
-func (m *Manager) recreateFIFOsLocked(l *lease) int {
-	var made [][2]int // GPU, unit
-	for _, g := range gpusOf(l.Lease) {
-		for _, u := range l.Units {
-			var err error
-			switch {
-			case m.cfg.Ledger.Present(g, u) && m.cfg.Ledger.Held(g, u):
-				// The daemon never locks its own FIFOs: this one is a claimer's.
-				err = ledger.ErrTaken
-			case m.cfg.Ledger.Present(g, u):
-				continue
-			default:
-				if err = m.createFIFOLocked(g, u); err == nil {
-					made = append(made, [2]int{g, u})
-				}
-			}
-			if errors.Is(err, ledger.ErrTaken) {
-				for _, v := range made {
-					m.removeFIFOLocked(v[0], v[1])
-				}
-				return u
-			}
-			if err != nil {
-				m.log.Error("cannot recreate pipe file of a kept lease", "lease", l.ID, "err", err)
-			}
-		}
-	}
-	return -1
 }
 
 func (m *Manager) shapes() []journal.GPUShape {

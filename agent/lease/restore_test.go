@@ -169,7 +169,7 @@ func TestClosedManagerLeavesLeasesToTheNextStart(t *testing.T) {
 	m.mu.Lock()
 	timer := m.expiries.gen
 	m.mu.Unlock()
-	m.expireDue(timer)
+	m.expiries.expireDue(timer)
 	if err := m.Release(root, kept.ID); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("release after Close: %v", err)
 	}

@@ -35,7 +35,7 @@ func (b *ttlBinding) armLocked(m *Manager, l *lease) {
 	} else {
 		heap.Fix(q, b.index)
 	}
-	m.armExpiryLocked()
+	m.expiries.armLocked()
 }
 
 // release takes the lease out of its expiry queue. Like any binding's once
@@ -50,6 +50,8 @@ func (b *ttlBinding) release() {
 // timer set for the soonest: a timer a lease would cost more memory than the
 // rest of the lease. The Manager's lock guards it.
 type expiryQueue struct {
+	// t is the table whose leases expire.
+	t      *Manager
 	leases []*ttlBinding
 	// timer, when set, fires at at; gen numbers the timers set, so that one
 	// that fired as it was replaced does nothing.
@@ -82,11 +84,10 @@ func (q *expiryQueue) Pop() any {
 	return b
 }
 
-// armExpiryLocked sets the timer for the soonest deadline, unless it is set
+// armLocked sets the timer for the soonest deadline, unless it is set
 // for that or sooner already. A timer that fires early (its lease was
 // renewed or released) finds nothing due and sets the next.
-func (m *Manager) armExpiryLocked() {
-	q := &m.expiries
+func (q *expiryQueue) armLocked() {
 	if len(q.leases) == 0 {
 		return
 	}
@@ -100,35 +101,34 @@ func (m *Manager) armExpiryLocked() {
 	q.gen++
 	gen := q.gen
 	q.at = next
-	q.timer = m.clock.AfterFunc(next.Sub(m.clock.Now()), func() { m.expireDue(gen) })
+	q.timer = q.t.clock.AfterFunc(next.Sub(q.t.clock.Now()), func() { q.expireDue(gen) })
 }
 
 // expireDue ends the leases whose deadline has passed, when timer gen fires,
 // and sets the timer for the next. A wall clock stepped back since the
 // timer was set leaves them to a later timer.
-func (m *Manager) expireDue(gen uint64) {
-	if !m.lockOpen() {
+func (q *expiryQueue) expireDue(gen uint64) {
+	if !q.t.lockOpen() {
 		return
 	}
-	defer m.unlock()
-	q := &m.expiries
+	defer q.t.unlock()
 	if gen != q.gen {
 		return
 	}
 	q.timer = nil
-	now := m.clock.Now()
+	now := q.t.clock.Now()
 	for len(q.leases) > 0 && !now.Before(q.leases[0].deadline) {
 		b := heap.Pop(q).(*ttlBinding)
-		if l, ok := m.leases[b.id]; ok && l.bind == b {
-			m.dropAndRecordLocked(l, "ttl expired", true)
+		if l, ok := q.t.leases[b.id]; ok && l.bind == b {
+			q.t.dropAndRecordLocked(l, "ttl expired", true)
 		}
 	}
-	m.armExpiryLocked()
+	q.armLocked()
 }
 
-// stopExpiryLocked stops the timer: a closed Manager ends nothing.
-func (m *Manager) stopExpiryLocked() {
-	if q := &m.expiries; q.timer != nil {
+// stopLocked stops the timer: a closed Manager ends nothing.
+func (q *expiryQueue) stopLocked() {
+	if q.timer != nil {
 		q.timer.Stop()
 		q.timer = nil
 	}

@@ -155,43 +155,49 @@ func (m *Manager) touchLocked(g int) {
 	m.dirty = true
 }
 
+// publisher builds the View from the table and publishes it, and keeps the
+// placement engine's view of the node (nodeLocked). It works on the table
+// under its lock: the version, dirty marks and node it keeps are the
+// table's fields.
+type publisher struct{ t *Manager }
+
 // publishLocked builds the parts of the view that changed and publishes a new
 // View; it reports whether it did. Only changed GPUs are built again, each in
 // time proportional to its units, never to the leases of the node.
-func (m *Manager) publishLocked() bool {
-	if !m.dirty {
+func (p *publisher) publishLocked() bool {
+	if !p.t.dirty {
 		return false
 	}
-	m.dirty = false
-	m.version++
-	v := &View{Version: m.version, GPUs: make([]GPUView, len(m.gpus)), Granted: m.granted, Ended: m.ended, Unrecorded: m.unrecordedLocked(),
-		Reservations: m.res.reservationViewsLocked(), OverQuota: m.overQuotaLocked()}
-	for gi, g := range m.gpus {
+	p.t.dirty = false
+	p.t.version++
+	v := &View{Version: p.t.version, GPUs: make([]GPUView, len(p.t.gpus)), Granted: p.t.granted, Ended: p.t.ended, Unrecorded: p.t.rec.unrecordedLocked(),
+		Reservations: p.t.res.reservationViewsLocked(), OverQuota: p.t.overQuotaLocked()}
+	for gi, g := range p.t.gpus {
 		if g.dirty {
-			g.view = m.buildGPUViewLocked(gi, g)
+			g.view = p.buildGPUViewLocked(gi, g)
 			g.dirty = false
 			g.built++
 			g.view.Built = g.built
 		}
 		v.GPUs[gi] = g.view
 	}
-	m.view.Store(v)
+	p.t.view.Store(v)
 	return true
 }
 
-func (m *Manager) buildGPUViewLocked(gi int, g *gpuTable) GPUView {
+func (p *publisher) buildGPUViewLocked(gi int, g *gpuTable) GPUView {
 	// A view is built on every change, so it is built in few allocations:
 	// the instances' free units share one array, and both it and the leases'
 	// list are as long as the last build's to begin with, and a unit more: a
 	// change is mostly one lease of one unit, and on a full GPU an array for
 	// every unit was most of the garbage.
-	gv := GPUView{Instances: make([]InstanceView, 0, m.cfg.Model.InstancesPerGPU), Leases: make([]*api.Lease, 0, len(g.view.Leases)+1)}
+	gv := GPUView{Instances: make([]InstanceView, 0, p.t.cfg.Model.InstancesPerGPU), Leases: make([]*api.Lease, 0, len(g.view.Leases)+1)}
 	free := make([]int, 0, min(freeUnits(g.view)+1, len(g.slots)))
 	// A lease of several units is counted once: marked with this build's
 	// number the first time it is met.
-	m.builds++
-	for k := 0; k < m.cfg.Model.InstancesPerGPU; k++ {
-		start, n := m.cfg.Model.InstanceRange(k)
+	p.t.builds++
+	for k := 0; k < p.t.cfg.Model.InstancesPerGPU; k++ {
+		start, n := p.t.cfg.Model.InstanceRange(k)
 		iv := InstanceView{Size: n}
 		first := len(free)
 		for u := start; u < start+n; u++ {
@@ -218,8 +224,8 @@ func (m *Manager) buildGPUViewLocked(gi int, g *gpuTable) GPUView {
 				gv.Used++
 			case slotLeased:
 				gv.Used++
-				if s.lease.seen != m.builds {
-					s.lease.seen = m.builds
+				if s.lease.seen != p.t.builds {
+					s.lease.seen = p.t.builds
 					iv.Clients++
 					gv.Leases = append(gv.Leases, s.lease.Lease)
 					if s.lease.gpu == gi {
@@ -267,27 +273,27 @@ func addUser(users []uint32, uid uint32) []uint32 {
 // and the agent's conditions. Only the manager decides under the lock, so it
 // keeps one Node and brings up to date the GPUs whose part of the view, or
 // whose conditions, changed since; nothing changes it during a decision.
-func (m *Manager) nodeLocked() *placement.Node {
-	m.publishLocked()
-	cond := m.conditions.Load()
-	if m.node == nil {
-		m.node = &placement.Node{ClientsPerInstance: m.cfg.Model.ClientsPerInstance, OneUserPerInstance: m.cfg.MPS, GPUs: make([]placement.GPU, len(m.gpus))}
-		m.nodeBuilt = make([]uint64, len(m.gpus))
+func (p *publisher) nodeLocked() *placement.Node {
+	p.publishLocked()
+	cond := p.t.conditions.Load()
+	if p.t.node == nil {
+		p.t.node = &placement.Node{ClientsPerInstance: p.t.cfg.Model.ClientsPerInstance, OneUserPerInstance: p.t.cfg.MPS, GPUs: make([]placement.GPU, len(p.t.gpus))}
+		p.t.nodeBuilt = make([]uint64, len(p.t.gpus))
 	}
-	n := m.node
-	all := cond != m.nodeCond
-	m.nodeCond = cond
+	n := p.t.node
+	all := cond != p.t.nodeCond
+	p.t.nodeCond = cond
 	n.Draining = cond != nil && cond.Draining
-	for gi, g := range m.gpus {
-		if !all && m.nodeBuilt[gi] == g.built {
+	for gi, g := range p.t.gpus {
+		if !all && p.t.nodeBuilt[gi] == g.built {
 			continue
 		}
-		m.nodeBuilt[gi] = g.built
+		p.t.nodeBuilt[gi] = g.built
 		var gc *GPUCondition
 		if cond != nil && gi < len(cond.GPUs) {
 			gc = &cond.GPUs[gi]
 		}
-		m.placementGPU(&n.GPUs[gi], g, gc, nil)
+		p.placementGPU(&n.GPUs[gi], g, gc, nil)
 	}
 	return n
 }
@@ -297,12 +303,12 @@ func (m *Manager) nodeLocked() *placement.Node {
 // reservation's owner among its users (but not the uid except, when set):
 // other users' leases keep out of it, so that the owner's draws find it
 // theirs.
-func (m *Manager) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUCondition, except *uint32) {
+func (p *publisher) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUCondition, except *uint32) {
 	gv := &g.view
 	*pg = placement.GPU{
 		Index: g.dev.Index, UUID: g.dev.UUID, Name: g.dev.Name,
 		MemoryTotalMiB: g.dev.MemoryTotalMiB, MemoryFreeMiB: g.dev.MemoryTotalMiB,
-		Free: m.cfg.Model.UnitsPerGPU - gv.Used - gv.Reserved, Units: m.cfg.Model.UnitsPerGPU, Instances: pg.Instances[:0],
+		Free: p.t.cfg.Model.UnitsPerGPU - gv.Used - gv.Reserved, Units: p.t.cfg.Model.UnitsPerGPU, Instances: pg.Instances[:0],
 		Card: placement.Card{CC: g.dev.CC(), MemoryBandwidthGBps: g.dev.MemoryBandwidthGBps(), SMClockMHz: g.dev.MaxSMClockMHz},
 	}
 	if gc != nil {
@@ -316,7 +322,7 @@ func (m *Manager) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUCondition,
 		if gc != nil && k < len(gc.ServerUID) && gc.ServerUID[k] != nil {
 			in.Users = addUser(append([]uint32(nil), iv.Users...), *gc.ServerUID[k])
 		}
-		if m.cfg.MPS {
+		if p.t.cfg.MPS {
 			in.Users = withReservers(in.Users, iv.Reservers, except)
 		}
 		pg.Instances = append(pg.Instances, in)

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/gpulet/gpulet/agent/inventory"
+	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/pipefile"
 )
@@ -30,16 +31,16 @@ func unitsHeld(pub *api.Lease) int {
 }
 
 // requestUnits is the units req would hold.
-func (m *Manager) requestUnits(req Request) int {
+func requestUnits(model units.Model, req Request) int {
 	if req.GPUs > 0 {
-		return req.GPUs * m.cfg.Model.UnitsPerGPU
+		return req.GPUs * model.UnitsPerGPU
 	}
 	return req.Units
 }
 
 // allUnits is every unit index of one GPU.
-func (m *Manager) allUnits() []int {
-	out := make([]int, m.cfg.Model.UnitsPerGPU)
+func allUnits(model units.Model) []int {
+	out := make([]int, model.UnitsPerGPU)
 	for u := range out {
 		out[u] = u
 	}
@@ -54,23 +55,4 @@ func WholeEnv(devs []inventory.Device) map[string]string {
 		uuids[i] = d.UUID
 	}
 	return map[string]string{pipefile.EnvVisibleDevices: strings.Join(uuids, ",")}
-}
-
-// createWholeFIFOsLocked makes the FIFOs of every unit of the GPUs gpus, or
-// none of them (retry: the table changed, place again).
-func (m *Manager) createWholeFIFOsLocked(gpus []int) (retry bool, err error) {
-	units := m.allUnits()
-	for n, g := range gpus {
-		retry, err := m.createFIFOsLocked(g, units)
-		if err == nil && !retry {
-			continue
-		}
-		for _, h := range gpus[:n] {
-			for _, u := range units {
-				m.removeFIFOLocked(h, u)
-			}
-		}
-		return retry, err
-	}
-	return false, nil
 }

@@ -267,7 +267,7 @@ func TestWholeGPUFIFOsAreAllOrNone(t *testing.T) {
 	m.mu.Lock()
 	fd := claimOffline(t, f, 1, 3)
 	defer unix.Close(fd)
-	retry, err := m.createWholeFIFOsLocked([]int{0, 1})
+	retry, err := m.fifos.createWholeLocked([]int{0, 1})
 	m.mu.Unlock()
 	if !retry || err != nil {
 		t.Fatalf("retry %v, err %v; want a retry", retry, err)
