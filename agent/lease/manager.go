@@ -1,23 +1,13 @@
-// Package lease is the lease engine: it owns the unit table of every GPU (which
-// unit is free, leased, or claimed offline), grants and ends leases, binds them
-// to what ends them (a process, a ttl), keeps the journal (package journal:
-// its format, file and replay), and reconciles with the pipe-file ledger. It
-// asks the placement engine where a lease goes, then commits. Everyone else
-// reads the table through the immutable View it publishes on every change,
-// without taking its lock.
-//
-// Files: manager.go (the Manager, its lock and lifecycle), grant.go (grants and
-// waits), binding.go (what ends a lease), ttl.go (ttl leases, under one timer)
-// and pid.go (why a process cannot be bound), limits.go (per-uid caps),
-// expiry.go (ending leases), restore.go (the journal and ledger at start),
-// reconcile.go (ledger events and the offline probe), records.go (journal
-// glue), recovery.go (a journal that cannot be written or was damaged), env.go
-// (the environment a lease gives, shared between alike leases), view.go (the
-// published view and the reads), loglines.go (the per-lease line budget),
-// request.go (request decoding), reservation.go (workflow reservations: units
-// set aside, admission, advance and reclaim), reservation_place.go (drawing
-// and borrowing), reservation_store.go (their file and restart), pod.go
-// (leases the kubelet plugin makes for Kubernetes containers).
+// Package lease is the lease engine. Its table (Manager) owns the units of
+// every GPU (free, leased, claimed offline, set aside), grants and ends
+// leases, binds them to what ends them (a process, a ttl), keeps the journal
+// (package journal: its format, file and replay) and reconciles with the
+// pipe-file ledger, all under one lock; it asks the placement engine where a
+// lease goes, then commits. Workflow reservations, Slurm jobs and Kubernetes
+// pods are features on the table (feature.go): each owns its state and is
+// called only through the table's hooks, so that a new kind of lease lands as
+// a feature, not inside the table. Everyone else reads the table through the
+// immutable View it publishes on every change, without taking its lock.
 package lease
 
 import (
