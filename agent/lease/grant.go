@@ -362,17 +362,18 @@ func (m *Manager) newLease(peer identity.Peer, req Request, bind binding, c plac
 		}
 		pub.Env = WholeEnv(devs)
 	} else {
-		pub.Env = m.sharedEnvLocked(&pub, EnvFor(m.cfg.Model, dev, m.instanceEnv(c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB))
+		pub.Env = m.sharedEnvLocked(&pub, EnvFor(m.cfg.Model, dev, instanceEnv(m.cfg.InstanceEnv, c.GPU, c.Instance), m.cfg.MPS, len(c.Units), req.MemoryMiB))
 	}
 	return newTableLease(&pub, bind, dr.member())
 }
 
-// instanceEnv is the MPS variables of instance k of GPU g; nil when MPS is off.
-func (m *Manager) instanceEnv(g, k int) map[string]string {
-	if g >= len(m.cfg.InstanceEnv) || k >= len(m.cfg.InstanceEnv[g]) {
+// instanceEnv is the MPS variables of instance k of GPU g among envs
+// (Config.InstanceEnv); nil when MPS is off.
+func instanceEnv(envs [][]map[string]string, g, k int) map[string]string {
+	if g >= len(envs) || k >= len(envs[g]) {
 		return nil
 	}
-	return m.cfg.InstanceEnv[g][k]
+	return envs[g][k]
 }
 
 // SetConditions puts the agent's new conditions in force and serves the

@@ -223,7 +223,7 @@ func New(cfg Config) (*Manager, error) {
 	m.fifos, m.rec, m.pub = fifoKeeper{t: m}, journalKeeper{t: m}, publisher{t: m}
 	m.expiries.t = m
 	m.res = &Reservations{t: m, byName: map[string]*reservation{}}
-	m.slurm = &SlurmJobs{t: m}
+	m.slurm = &SlurmJobs{t: m, processes: cfg.Processes, slurm: cfg.Slurm}
 	m.features = []feature{m.slurm, m.res}
 	m.conditions.Store(cfg.Conditions)
 	if cfg.Engine == nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -73,7 +74,23 @@ func readProcCgroup(pid int, startTime uint64) ([]byte, error) {
 // node or by its epilog. Its state is the table's leases of kind slurm.
 type SlurmJobs struct {
 	noHooks
-	t *Manager
+	t slurmTable
+	// processes opens a caller's process; slurm says where Slurm's cgroups
+	// are (the table's Config).
+	processes Processes
+	slurm     SlurmConfig
+}
+
+// slurmTable is what SlurmJobs needs of the table: its lock, its live
+// leases, and ending one. *Manager is the real one; the feature's tests give
+// a fake.
+type slurmTable interface {
+	lockOpen() bool
+	unlock()
+	// eachLeaseLocked calls fn with every live lease, in no order, until fn
+	// returns false.
+	eachLeaseLocked(fn func(*lease) bool)
+	dropAndRecordLocked(l *lease, reason string, force bool) error
 }
 
 // SlurmJobs is the table's Slurm feature.
@@ -131,15 +148,15 @@ func (sj *SlurmJobs) bindingFor(peer identity.Peer, scope string) (binding, erro
 	var st uint64
 	var err error
 	if peer.PIDFD != nil {
-		p, st, err = sj.t.cfg.Processes.Adopt(peer.PIDFD, peer.PID)
+		p, st, err = sj.processes.Adopt(peer.PIDFD, peer.PID)
 	} else {
-		p, st, err = sj.t.cfg.Processes.OpenOwned(peer.PID, peer.UID)
+		p, st, err = sj.processes.OpenOwned(peer.PID, peer.UID)
 	}
 	if err != nil {
 		return nil, pidError(peer.PID, false, false, err)
 	}
 	p.Close()
-	read := sj.t.cfg.Slurm.ReadCgroup
+	read := sj.slurm.ReadCgroup
 	if read == nil {
 		read = readProcCgroup
 	}
@@ -157,7 +174,7 @@ func (sj *SlurmJobs) bindingFor(peer identity.Peer, scope string) (binding, erro
 	if job.UID >= 0 && uint32(job.UID) != peer.UID && peer.UID != 0 {
 		return nil, api.Errorf(api.ErrForbidden, "slurm: job %d is uid %d's, not yours", job.ID, job.UID)
 	}
-	root := sj.t.cfg.Slurm.root()
+	root := sj.slurm.root()
 	ls, dir := api.LeaseSlurm{JobID: job.ID}, job.Dir(root)
 	if scope == api.SlurmScopeStep {
 		if job.Step == "" {
@@ -180,19 +197,22 @@ func (sj *SlurmJobs) answerLocked(peer identity.Peer, req Request, bind binding)
 	if !ok {
 		return Grant{}, false, nil
 	}
-	for _, l := range sj.t.leases {
-		if l.Slurm == nil || *l.Slurm != sb.job || l.Owner.UID != peer.UID {
-			continue
+	var held *lease
+	sj.t.eachLeaseLocked(func(l *lease) bool {
+		if l.Slurm != nil && *l.Slurm == sb.job && l.Owner.UID == peer.UID {
+			held = l
 		}
-		if (req.GPUs > 0) != (len(l.GPUs) > 0) || len(l.GPUs) < req.GPUs {
-			return Grant{}, true, api.Errorf(api.ErrConflict, "slurm: job %d holds lease %s of %d whole GPU(s) already; %d asked", sb.job.JobID, l.ID, len(l.GPUs), req.GPUs)
-		}
-		if len(l.Units) < req.Units {
-			return Grant{}, true, api.Errorf(api.ErrConflict, "slurm: job %d holds lease %s of %d unit(s) already; %d asked", sb.job.JobID, l.ID, len(l.Units), req.Units)
-		}
-		return l.grant(), true, nil
+		return held == nil
+	})
+	switch {
+	case held == nil:
+		return Grant{}, false, nil
+	case (req.GPUs > 0) != (len(held.GPUs) > 0) || len(held.GPUs) < req.GPUs:
+		return Grant{}, true, api.Errorf(api.ErrConflict, "slurm: job %d holds lease %s of %d whole GPU(s) already; %d asked", sb.job.JobID, held.ID, len(held.GPUs), req.GPUs)
+	case len(held.Units) < req.Units:
+		return Grant{}, true, api.Errorf(api.ErrConflict, "slurm: job %d holds lease %s of %d unit(s) already; %d asked", sb.job.JobID, held.ID, len(held.Units), req.Units)
 	}
-	return Grant{}, false, nil
+	return held.grant(), true, nil
 }
 
 // rebindSlurm binds a journaled Slurm lease again if its job still runs.
@@ -220,15 +240,18 @@ func (sj *SlurmJobs) ReleaseJob(peer identity.Peer, id uint64) ([]string, error)
 		return nil, errStopping
 	}
 	defer sj.t.unlock()
-	ended := []string{}
-	for _, l := range sj.t.leases {
+	var job []*lease
+	sj.t.eachLeaseLocked(func(l *lease) bool {
 		if l.Slurm != nil && l.Slurm.JobID == id {
-			ended = append(ended, l.ID)
+			job = append(job, l)
 		}
-	}
-	slices.Sort(ended)
-	for _, lid := range ended {
-		sj.t.dropAndRecordLocked(sj.t.leases[lid], fmt.Sprintf("Slurm job %d released by its epilog", id), true)
+		return true
+	})
+	slices.SortFunc(job, func(a, b *lease) int { return strings.Compare(a.ID, b.ID) })
+	ended := make([]string, 0, len(job))
+	for _, l := range job {
+		sj.t.dropAndRecordLocked(l, fmt.Sprintf("Slurm job %d released by its epilog", id), true)
+		ended = append(ended, l.ID)
 	}
 	return ended, nil
 }

@@ -357,3 +357,13 @@ func (m *Manager) List(peer identity.Peer) []api.Lease {
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
+
+// eachLeaseLocked calls fn with every live lease, in no order, until fn
+// returns false.
+func (m *Manager) eachLeaseLocked(fn func(*lease) bool) {
+	for _, l := range m.leases {
+		if !fn(l) {
+			return
+		}
+	}
+}
