@@ -56,6 +56,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Limits of a config file; the package comment says why.
@@ -96,7 +97,7 @@ type File struct {
 	Quotas   []QuotaSpec // in the file's order
 	Profiles map[string]map[string]time.Duration
 	// Weights are the score section's, or 1/3 each without one.
-	Weights Weights
+	Weights placement.Weights
 	// MaxUserPriority is reservations.max_user_priority; nil: not given.
 	MaxUserPriority *int
 }
@@ -133,14 +134,6 @@ type QuotaSpec struct {
 	Who   Principal
 	Limit int
 }
-
-// Weights weigh the parts of the score policy's card score.
-type Weights struct {
-	CC, Bandwidth, Clock float64
-}
-
-// DefaultWeights weigh the three parts alike (docs/design.md §1.8).
-var DefaultWeights = Weights{CC: 1.0 / 3, Bandwidth: 1.0 / 3, Clock: 1.0 / 3}
 
 // Load reads the config file at path and parses it. Its errors start with
 // path: "/etc/gpulet/config.yaml: line 7: ...".
