@@ -96,8 +96,8 @@ func (a *Agent) ClearXid(gpu string) (int, uint64, error) {
 
 // SimGPU is the simulated backend's control, nil on a real backend.
 func (a *Agent) SimGPU() func(int, api.SimGPUUpdate) error {
-	sim, ok := a.inv.(*inventory.Sim)
-	if !ok {
+	sim := a.inv.Simulator()
+	if sim == nil {
 		return nil
 	}
 	return func(i int, u api.SimGPUUpdate) error {

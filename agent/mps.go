@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/internal/lifecycle"
 	"github.com/gpulet/gpulet/mpsctl"
@@ -35,7 +34,7 @@ func (b *boot) startMPS(s *lifecycle.Stack) error {
 		uuids[i] = d.UUID
 	}
 	cfg := mpsctl.Config{Control: path, RunDir: runDir, InstancesPerGPU: b.cfg.Model.InstancesPerGPU, Logger: b.log}
-	if sim, ok := b.inv.(*inventory.Sim); ok {
+	if sim := b.inv.Simulator(); sim != nil {
 		// No control daemon starts a server without a GPU: the simulated
 		// backend's servers stand in for them.
 		cfg.Servers = sim

@@ -288,9 +288,7 @@ func (b *boot) stopViewFirst(s *lifecycle.Stack) error {
 
 // watchFaults has a critical Xid take its GPU out of placement at once.
 func (b *boot) watchFaults(*lifecycle.Stack) error {
-	if n, ok := b.inv.(*inventory.NVML); ok {
-		n.OnFault(b.sample)
-	}
+	b.inv.OnFault(b.sample)
 	return nil
 }
 
