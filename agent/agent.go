@@ -253,7 +253,7 @@ func (a *Agent) newUpstreams() (*reporter.Group, error) {
 		cfgs = append(cfgs, reporter.Config{Upstream: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
 			CAFile: a.cfg.UpstreamCA, CertFile: a.cfg.UpstreamCert, KeyFile: a.cfg.UpstreamKey, Logger: a.log})
 	}
-	return reporter.NewGroup(cfgs, a)
+	return reporter.NewGroup(cfgs, &a.store)
 }
 
 // changed says that the lease table, the samples or a condition changed: the

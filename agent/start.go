@@ -257,7 +257,7 @@ func (b *boot) startView(s *lifecycle.Stack) error {
 
 // serveAPI serves the API on its socket.
 func (b *boot) serveAPI(s *lifecycle.Stack) error {
-	b.api = server.New(b.Agent, b.adminGID(), b.log)
+	b.api = server.New(server.Parts{Snapshots: &b.store, Leases: b.leases, Core: b.Agent, SimGPU: b.simGPU()}, b.adminGID(), b.log)
 	b.api.Live = metrics.NewLive(b.upstreams.Status)
 	srv := b.api.HTTPServer()
 	srv.BaseContext = b.baseContext
