@@ -1,13 +1,12 @@
-// Package agent is gpuletd's core: it wires the GPU inventory, the unit model,
-// the pipe-file ledger, the lease engine, the API and the snapshot publisher,
-// and runs them until its context ends. Each part lives in its own package;
-// this file holds only the wiring and the main loop, and the files beside it
-// the agent's own small pieces: flags.go (gpuletd's flags), rundir.go (the
-// run dir's lock), listen.go (the API socket), limits.go (the open-file
-// limit), backend.go (picking the GPU backend), mps.go (MPS daemons and their
-// health checks), nodestate.go (samples, and the inputs and outputs of the
-// node model, package node: conditions and the snapshot), core.go (what the
-// API calls), kube.go (the kubelet plugin's flags and start).
+// Package agent is gpuletd: it wires the GPU inventory, the unit model, the
+// pipe-file ledger, the lease engine, the API and the snapshot publisher, and
+// runs them until its context ends. Each of those parts lives in its own
+// package and owns its state; the agent owns only what joins them: the order
+// they start and stop in (Run's list), the flags, the node's conditions
+// (samples, draining, MPS health) that placement reads, the config in force
+// and its reloads, and what the API needs beyond the lease engine (the
+// request mix, usage on leases, the dry run). It makes no placement decision
+// and keeps no lease.
 package agent
 
 import (

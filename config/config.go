@@ -1,6 +1,9 @@
 // Package config reads and checks gpuletd's config file (--config): named
 // pools of GPUs and who may lease from them, quotas of units, task–engine
-// profiles and the score policy's weights. See docs/design.md §11.
+// profiles and the score policy's weights. See docs/design.md §11. It owns
+// the file's syntax and its resolution for one node, not what the rules
+// mean: pools and weights become placement's types, which the engine
+// applies, so that the collector and the replay carry no YAML parser.
 //
 // It works in two steps. Parse checks everything that can be checked without
 // the node: the YAML, the keys, the form of every name, number and duration.

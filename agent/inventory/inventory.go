@@ -1,6 +1,8 @@
 // Package inventory finds the node's GPUs and samples what they report. It owns
 // the backends (NVML and simulated) and nothing else: units, leases and MPS
-// belong to other packages.
+// belong to other packages. Everything the agent asks of a backend is in the
+// Inventory interface, so that the simulated backend, first-class on machines
+// without a GPU, is never a special case outside this package.
 package inventory
 
 import (

@@ -1,7 +1,10 @@
-// Package server is gpulet's HTTP API on the Unix socket: one route table, one
-// ServeHTTP that does what every route needs (identity, body limit), and one
-// function mapping errors to status and body. Handlers depend on the Core
-// interface, not on the agent.
+// Package server is gpulet's HTTP API on the Unix socket, and its read-only
+// face over TCP: one route table, one ServeHTTP that does what every route
+// needs (identity, body limit), the wire codec of requests, and one function
+// mapping errors to status and body. It owns the wire and who is calling,
+// never a decision: handlers call small interfaces (Parts), so that a
+// map-backed fake tests them, and the agent and the lease engine can change
+// behind them without the wire moving.
 package server
 
 import (
