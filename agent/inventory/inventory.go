@@ -9,7 +9,6 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/pipefile"
 )
 
 // Device is what a GPU is; it does not change while the daemon runs. A figure
@@ -142,7 +141,7 @@ type Simulator interface {
 // Resolve finds a GPU among devs by index or UUID, as the API's "gpu" fields
 // name it.
 func Resolve(devs []Device, s string) (int, error) {
-	i, err := pipefile.FindGPU(s, len(devs), func(i int) (int, string) { return devs[i].Index, devs[i].UUID })
+	i, err := api.FindGPU(s, len(devs), func(i int) (int, string) { return devs[i].Index, devs[i].UUID })
 	if err != nil {
 		return 0, api.Errorf(api.ErrBadRequest, "gpu: %v", err)
 	}
