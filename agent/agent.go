@@ -1,13 +1,12 @@
-// Package agent is gpuletd's core: it wires the GPU inventory, the unit model,
-// the pipe-file ledger, the lease engine, the API and the snapshot publisher,
-// and runs them until its context ends. Each part lives in its own package;
-// this file holds only the wiring and the main loop, and the files beside it
-// the agent's own small pieces: flags.go (gpuletd's flags), rundir.go (the
-// run dir's lock), listen.go (the API socket), limits.go (the open-file
-// limit), backend.go (picking the GPU backend), mps.go (MPS daemons and their
-// health checks), nodestate.go (samples, and the inputs and outputs of the
-// node model, package node: conditions and the snapshot), core.go (what the
-// API calls), kube.go (the kubelet plugin's flags and start).
+// Package agent is gpuletd: it wires the GPU inventory, the unit model, the
+// pipe-file ledger, the lease engine, the API and the snapshot publisher, and
+// runs them until its context ends. Each of those parts lives in its own
+// package and owns its state; the agent owns only what joins them: the order
+// they start and stop in (Run's list), the flags, the node's conditions
+// (samples, draining, MPS health) that placement reads, the config in force
+// and its reloads, and what the API needs beyond the lease engine (the
+// request mix, usage on leases, the dry run). It makes no placement decision
+// and keeps no lease.
 package agent
 
 import (
@@ -15,11 +14,8 @@ import (
 	"crypto/rand"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
-	"path/filepath"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,17 +26,14 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/ledger"
-	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/node"
 	"github.com/gpulet/gpulet/agent/profiles"
 	"github.com/gpulet/gpulet/agent/reporter"
-	"github.com/gpulet/gpulet/agent/reserve"
-	"github.com/gpulet/gpulet/agent/server"
 	"github.com/gpulet/gpulet/agent/units"
 	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
-	"github.com/gpulet/gpulet/internal/memlimit"
+	"github.com/gpulet/gpulet/internal/lifecycle"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/placement"
 	"github.com/gpulet/gpulet/snapshot"
@@ -154,226 +147,51 @@ type Agent struct {
 }
 
 // Run starts gpuletd and serves until ctx ends, then stops cleanly. Parts
-// start in dependency order and stop in reverse.
-func Run(ctx context.Context, cfg Config) (err error) {
+// start in dependency order and stop in reverse, through one stack: a part
+// that fails to start stops those started before it.
+func Run(ctx context.Context, cfg Config) error {
 	// SIGHUP would end the process by default; it is the reload signal.
 	hangup := make(chan os.Signal, 1)
 	signal.Notify(hangup, syscall.SIGHUP)
 	defer signal.Stop(hangup)
 	log := cfg.Logger
 	raiseFileLimit(log)
-	inv, err := OpenInventory(cfg)
+	b := newBoot(ctx, cfg, hangup)
+	parts := &lifecycle.Stack{OnError: func(err error) { log.Error("error while stopping", "err", err) }}
+	defer parts.Close()
+	err := parts.Start(
+		b.openInventory,
+		b.readConfig,
+		b.lockRunDir,
+		b.listenAPI,
+		b.openStateDir,
+		b.startMPS,
+		b.openLedger,
+		b.openLeases,
+		b.publish,
+		b.startBackground,
+		b.startReporters,
+		b.startView,
+		b.startKubelet,
+		b.serveAPI,
+		b.stopViewFirst,
+		b.watchFaults,
+		b.serveTCP,
+	)
 	if err != nil {
 		return err
-	}
-	a := &Agent{cfg: cfg, log: log, inv: inv, devs: inv.Devices()}
-	if cfg.Accounting {
-		a.usage = usage.New()
-	}
-	if cfg.Policy == placement.Frag {
-		a.mix = placement.NewLearner(nodeMixWindow, nodeMixShapes, nodeMixEvery)
-	}
-	var closers []func() error
-	closers = append(closers, inv.Close)
-	defer func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			if cerr := closers[i](); cerr != nil {
-				log.Error("error while stopping", "err", cerr)
-			}
-		}
-	}()
-	// A config that does not hold stops the start before anything is touched.
-	rules, err := a.loadConfig()
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(cfg.RunDir, 0o755); err != nil {
-		return fmt.Errorf("--run-dir: %w", err)
-	}
-	// Before anything touches the run dir, the ledger or the MPS daemons: a
-	// second gpuletd must not rewrite the first one's journal or stop its MPS
-	// daemons on its way out.
-	unlock, err := lockRunDir(cfg.RunDir)
-	if err != nil {
-		return err
-	}
-	closers = append(closers, unlock)
-	ln, err := a.listen()
-	if err != nil {
-		return err
-	}
-	// The API server closes it too on a clean stop; this covers a failed start.
-	closers = append(closers, func() error { ln.Close(); return nil })
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
-		return fmt.Errorf("--state-dir: %w", err)
-	}
-	if err := a.openProfiles(); err != nil {
-		return err
-	}
-	if err := a.startMPS(ctx, &closers); err != nil {
-		return err
-	}
-	a.node = node.Node{Name: cfg.NodeName, BootID: newBootID(), Backend: inv.Backend(), MPS: a.mpsOn,
-		Model: cfg.Model, MaxUtilization: cfg.MaxUtilization, Devices: a.devs}
-	a.builder = node.NewBuilder(&a.node)
-	a.samples = make([]inventory.Sample, len(a.devs))
-	gpus := make([]ledger.GPU, len(a.devs))
-	for i, d := range a.devs {
-		gpus[i] = ledger.GPU{Index: d.Index, UUID: d.UUID, Name: d.Name}
-	}
-	if a.ledger, err = ledger.New(cfg.RunDir, cfg.Model, gpus, ledger.GroupID(cfg.SocketGroup), log); err != nil {
-		return err
-	}
-	// Closed after the lease engine and the watch, which are stopped first.
-	closers = append(closers, a.ledger.Close)
-	if err := a.ledger.WriteLayout(a.layoutEnv); err != nil {
-		return fmt.Errorf("writing layout.json: %w", err)
-	}
-	a.sample()
-	a.leases, err = lease.New(lease.Config{
-		Model: cfg.Model, Devices: a.devs, Ledger: a.ledger, MaxWaitersPerUID: cfg.MaxWaitersPerUID,
-		JournalPath: filepath.Join(cfg.RunDir, "leases.journal"),
-		Policy:      cfg.Policy,
-		// What the lease engine takes back at start (pending reservations
-		// it admits) is placed by the config's pools already.
-		Engine:      a.engineFor(rules),
-		Conditions:  a.conditions.Load(),
-		OnChange:    a.changed,
-		MPS:         a.mpsOn,
-		InstanceEnv: a.instanceEnvs(),
-		Profiles:    a.profiles,
-		TaskRan:     a.taskRan,
-		Logger:      log,
-		// Reservations survive a reboot: the state dir, not the run dir.
-		ReservationsPath: filepath.Join(cfg.StateDir, reserve.FileName),
-		ReclaimGrace:     cfg.ReclaimGrace,
-		Usage:            a.usage,
-	})
-	if err != nil {
-		return err
-	}
-	closers = append(closers, a.leases.Close)
-	// Replaying the journal leaves its garbage: many times the table's own
-	// size with thousands of leases, which the collector's pace (GOGC 400)
-	// would keep until much later. It goes back to the system now.
-	debug.FreeOSMemory()
-	if a.upstreams, err = a.newUpstreams(); err != nil {
-		return err
-	}
-	a.store.SetBuilder(a.buildSnapshot)
-	a.applyRules(rules)
-	bg, stopBackground := context.WithCancel(context.Background())
-	mpsChecked := make(chan struct{})
-	closers = append(closers, func() error {
-		stopBackground()
-		<-mpsChecked
-		return nil
-	})
-	go func() {
-		defer close(mpsChecked)
-		a.checkMPS(bg, cfg.SampleInterval)
-	}()
-	usersPublished := make(chan struct{})
-	closers = append(closers, func() error {
-		stopBackground()
-		<-usersPublished
-		return nil
-	})
-	go func() {
-		defer close(usersPublished)
-		a.publishUsers(bg, cfg.SampleInterval)
-	}()
-	if cfg.MemoryFloor != 0 {
-		// Only now: the journal's replay above makes garbage many times the
-		// table's size, which a limit would collect at once, slowing the start.
-		memoryKept := make(chan struct{})
-		closers = append(closers, func() error {
-			stopBackground()
-			<-memoryKept
-			return nil
-		})
-		go func() {
-			defer close(memoryKept)
-			memlimit.Keep(bg, cfg.MemoryFloor, time.Second)
-		}()
-	}
-	if err := a.leases.Watch(bg); err != nil {
-		return err
-	}
-	// SIGHUP reloads on a goroutine of its own: a slow or stuck read of the
-	// config path must never stop the main loop's sweep, samples and
-	// watchdog pings.
-	reloaded := make(chan struct{})
-	closers = append(closers, func() error {
-		stopBackground()
-		<-reloaded
-		return nil
-	})
-	go func() {
-		defer close(reloaded)
-		a.reloadOnHangup(bg, hangup)
-	}()
-	a.startReporters(bg, &closers)
-	closeView := a.mountView(ln.Addr().String())
-	a.changed()
-	if err := a.startKubelet(&closers); err != nil {
-		if closeView != nil {
-			closeView()
-		}
-		return err
-	}
-
-	apiServer := server.New(a, a.adminGID(), log)
-	apiServer.Live = metrics.NewLive(a.upstreams.Status)
-	srv := apiServer.HTTPServer()
-	serveErr := make(chan error, 2)
-	// Requests run in a context that the stop cancels first, so that long
-	// polls and waiting leases end at once rather than hold up the stop
-	// (Shutdown waits for requests but does not cancel them).
-	requests, cancelRequests := context.WithCancel(context.Background())
-	base := func(net.Listener) context.Context { return requests }
-	srv.BaseContext = base
-	local := server.LimitListener(ln, cfg.MaxConnsPerUID, log)
-	go func() { serveErr <- srv.Serve(local) }()
-	closers = append(closers, func() error {
-		cancelRequests()
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		return apiServer.Shutdown(sctx, srv)
-	})
-	if closeView != nil {
-		// Closed before the API server: the view process reads through it
-		// until it has unmounted.
-		closers = append(closers, closeView)
-	}
-
-	if n, ok := inv.(*inventory.NVML); ok {
-		// A critical Xid takes its GPU out of placement at once.
-		n.OnFault(a.sample)
-	}
-	if cfg.Listen != "" {
-		tcp, err := net.Listen("tcp", cfg.Listen)
-		if err != nil {
-			return fmt.Errorf("--listen: %w", err)
-		}
-		ro := apiServer.ReadOnlyHTTPServer(cfg.ListenFullDetail)
-		ro.BaseContext = base
-		tcpLimited := server.LimitTCPListener(tcp, cfg.ListenMaxConns, cfg.ListenMaxConnsPerAddr, local, log)
-		go func() { serveErr <- ro.Serve(tcpLimited) }()
-		closers = append(closers, func() error {
-			cancelRequests()
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			return apiServer.Shutdown(sctx, ro)
-		})
-		log.Info("serving the read-only endpoints over TCP", "listen", tcp.Addr().String(), "full_detail", cfg.ListenFullDetail,
-			"max_conns", cfg.ListenMaxConns, "max_conns_per_addr", cfg.ListenMaxConnsPerAddr)
 	}
 	systemd.Ready()
-	snap := a.store.Load().Snapshot
-	log.Info("gpuletd ready", "socket", ln.Addr().String(), "backend", snap.Backend, "gpus", len(snap.GPUs), "units", snap.UnitsTotal, "run-dir", cfg.RunDir)
+	snap := b.store.Load().Snapshot
+	log.Info("gpuletd ready", "socket", b.ln.Addr().String(), "backend", snap.Backend, "gpus", len(snap.GPUs), "units", snap.UnitsTotal, "run-dir", cfg.RunDir)
+	return b.serve(ctx)
+}
 
-	ticker := time.NewTicker(cfg.SampleInterval)
+// serve is the main loop: it samples the GPUs, sweeps the ledger and ticks
+// the lease engine every --sample-interval, until ctx ends or an API server
+// stops serving.
+func (b *boot) serve(ctx context.Context) error {
+	ticker := time.NewTicker(b.cfg.SampleInterval)
 	defer ticker.Stop()
 	// Each sample round pings the watchdog, as it always has (a notify
 	// socket sees the rounds go by), and so does a ticker of its own:
@@ -389,14 +207,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		select {
 		case <-ctx.Done():
 			systemd.Stopping()
-			log.Info("gpuletd stopping")
+			b.log.Info("gpuletd stopping")
 			return nil
-		case err := <-serveErr:
+		case err := <-b.serveErr:
 			return fmt.Errorf("API server: %w", err)
 		case <-ticker.C:
-			a.sample()
-			a.ledger.Sweep()
-			a.leases.Tick()
+			b.sample()
+			b.ledger.Sweep()
+			b.leases.Tick()
 			systemd.Watchdog()
 		case <-watchdog:
 			systemd.Watchdog()
@@ -434,31 +252,7 @@ func (a *Agent) newUpstreams() (*reporter.Group, error) {
 		cfgs = append(cfgs, reporter.Config{Upstream: u, Interval: a.cfg.ReportInterval, TokenFile: a.cfg.UpstreamTokenFile,
 			CAFile: a.cfg.UpstreamCA, CertFile: a.cfg.UpstreamCert, KeyFile: a.cfg.UpstreamKey, Logger: a.log})
 	}
-	return reporter.NewGroup(cfgs, a)
-}
-
-// startReporters starts pushing to the upstreams, and makes the snapshot,
-// which shows whether each push fails, anew when that changes; on its way out
-// gpuletd stops them and waits for them.
-func (a *Agent) startReporters(ctx context.Context, closers *[]func() error) {
-	ctx, stop := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	*closers = append(*closers, func() error { stop(); wg.Wait(); return nil })
-	wg.Go(func() { a.upstreams.Run(ctx) })
-	wg.Go(func() {
-		changed := a.upstreams.StateChanged()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-				// The next signal is taken before the snapshot is made
-				// anew, so that a change meanwhile is not missed.
-				changed = a.upstreams.StateChanged()
-				a.changed()
-			}
-		}
-	})
+	return reporter.NewGroup(cfgs, &a.store)
 }
 
 // changed says that the lease table, the samples or a condition changed: the

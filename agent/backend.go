@@ -69,12 +69,8 @@ func OpenInventory(cfg Config) (inventory.Inventory, error) {
 // checkComputeModes refuses several MPS servers per GPU where the compute mode
 // admits one process only.
 func (a *Agent) checkComputeModes() error {
-	n, ok := a.inv.(*inventory.NVML)
-	if !ok {
-		return nil
-	}
 	for i := range a.devs {
-		mode, err := n.ComputeMode(i)
+		mode, err := a.inv.ComputeMode(i)
 		if err != nil {
 			continue
 		}

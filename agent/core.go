@@ -5,20 +5,13 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
-	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
-	"github.com/gpulet/gpulet/snapshot"
 )
 
-// The Agent is the API's core (server.Core): each method is one call into the
-// part that owns it.
-
-// Published is the current snapshot.
-func (a *Agent) Published() *snapshot.Published { return a.store.Load() }
-
-// Changed is closed at the next change of the snapshot.
-func (a *Agent) Changed() <-chan struct{} { return a.store.Changed() }
+// The Agent is the API's Core (server.Core): what it adds to the lease engine
+// and the node. The rest of the API calls the snapshot store and the lease
+// engine themselves (server.Parts).
 
 // Acquire grants a lease.
 func (a *Agent) Acquire(ctx context.Context, peer identity.Peer, req lease.Request) (lease.Grant, error) {
@@ -36,42 +29,6 @@ func (a *Agent) Get(peer identity.Peer, id string) (api.Lease, error) {
 		return l, err
 	}
 	return a.withUsage([]api.Lease{l})[0], nil
-}
-
-// Renew extends a time-bound lease.
-func (a *Agent) Renew(peer identity.Peer, id string) (api.Lease, error) {
-	return a.leases.Renew(peer, id)
-}
-
-// Release ends a lease.
-func (a *Agent) Release(peer identity.Peer, id string) error { return a.leases.Release(peer, id) }
-
-// ReleaseSlurmJob ends the leases of a Slurm job.
-func (a *Agent) ReleaseSlurmJob(peer identity.Peer, job uint64) ([]string, error) {
-	return a.leases.SlurmJobs().ReleaseJob(peer, job)
-}
-
-// Reserve makes a workflow reservation.
-func (a *Agent) Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservation, error) {
-	return a.leases.Reservations().Reserve(peer, spec)
-}
-
-// Reservations lists the workflow reservations.
-func (a *Agent) Reservations() []api.Reservation { return a.leases.Reservations().List() }
-
-// Reservation returns one workflow reservation.
-func (a *Agent) Reservation(name string) (api.Reservation, error) {
-	return a.leases.Reservations().Get(name)
-}
-
-// Advance starts the next stage of a reservation.
-func (a *Agent) Advance(peer identity.Peer, name string) (api.Reservation, error) {
-	return a.leases.Reservations().Advance(peer, name)
-}
-
-// Unreserve ends a reservation.
-func (a *Agent) Unreserve(peer identity.Peer, name string) error {
-	return a.leases.Reservations().Unreserve(peer, name)
 }
 
 // SetDraining stops or resumes new leases.
@@ -96,10 +53,11 @@ func (a *Agent) ClearXid(gpu string) (int, uint64, error) {
 	return i, xid, nil
 }
 
-// SimGPU is the simulated backend's control, nil on a real backend.
-func (a *Agent) SimGPU() func(int, api.SimGPUUpdate) error {
-	sim, ok := a.inv.(*inventory.Sim)
-	if !ok {
+// simGPU is the simulated backend's control, nil on a real backend: each
+// change is sampled at once.
+func (a *Agent) simGPU() func(int, api.SimGPUUpdate) error {
+	sim := a.inv.Simulator()
+	if sim == nil {
 		return nil
 	}
 	return func(i int, u api.SimGPUUpdate) error {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/kubelet"
 	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/internal/lifecycle"
 )
 
 // KubeConfig is what the Kubernetes flags set (docs/design.md §14).
@@ -66,7 +67,7 @@ func checkKubeFlags(fs *pflag.FlagSet, c KubeConfig) error {
 
 // startKubelet starts the kubelet plugin when asked; without it, it says
 // that pod leases taken back from the journal have nothing to end them.
-func (a *Agent) startKubelet(closers *[]func() error) error {
+func (a *Agent) startKubelet(s *lifecycle.Stack) error {
 	c := a.cfg.Kube
 	if !c.Plugin {
 		if n := countPodLeases(a.leases.View()); n > 0 {
@@ -82,7 +83,7 @@ func (a *Agent) startKubelet(closers *[]func() error) error {
 	if err != nil {
 		return err
 	}
-	*closers = append(*closers, p.Close)
+	s.Push(p.Close)
 	a.log.Info("serving the kubelet device plugin", "resource", kubelet.ResourceName, "dir", c.Dir, "pod-resources", c.PodResourcesSocket)
 	return nil
 }

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
+	"github.com/gpulet/gpulet/internal/lifecycle"
 	"github.com/gpulet/gpulet/mpsctl"
 )
 
@@ -15,38 +15,38 @@ import (
 // fails, the pipe folders do not fit) leaves gpuletd running without it;
 // with --mps on it stops gpuletd. Instances that fail later are down and
 // retried by the health checks.
-func (a *Agent) startMPS(ctx context.Context, closers *[]func() error) error {
-	path, on, err := mpsctl.Resolve(a.cfg.MPS, a.cfg.MPSControl)
+func (b *boot) startMPS(s *lifecycle.Stack) error {
+	path, on, err := mpsctl.Resolve(b.cfg.MPS, b.cfg.MPSControl)
 	if err != nil {
 		return err
 	}
-	if on && a.cfg.Model.InstancesPerGPU > 1 {
-		if err := a.checkComputeModes(); err != nil {
+	if on && b.cfg.Model.InstancesPerGPU > 1 {
+		if err := b.checkComputeModes(); err != nil {
 			return err
 		}
 	}
-	runDir, err := filepath.Abs(a.cfg.RunDir)
+	runDir, err := filepath.Abs(b.cfg.RunDir)
 	if err != nil {
 		return err
 	}
-	uuids := make([]string, len(a.devs))
-	for i, d := range a.devs {
+	uuids := make([]string, len(b.devs))
+	for i, d := range b.devs {
 		uuids[i] = d.UUID
 	}
-	cfg := mpsctl.Config{Control: path, RunDir: runDir, InstancesPerGPU: a.cfg.Model.InstancesPerGPU, Logger: a.log}
-	if sim, ok := a.inv.(*inventory.Sim); ok {
+	cfg := mpsctl.Config{Control: path, RunDir: runDir, InstancesPerGPU: b.cfg.Model.InstancesPerGPU, Logger: b.log}
+	if sim := b.inv.Simulator(); sim != nil {
 		// No control daemon starts a server without a GPU: the simulated
 		// backend's servers stand in for them.
 		cfg.Servers = sim
 	}
-	a.mps, err = mpsctl.Open(ctx, a.cfg.MPS, cfg, uuids)
+	b.mps, err = mpsctl.Open(b.ctx, b.cfg.MPS, cfg, uuids)
 	if err != nil {
 		return err
 	}
-	a.mpsOn = a.mps.On()
-	*closers = append(*closers, a.mps.Close)
-	if !a.mpsOn {
-		a.log.Info("MPS is off: leases carry no MPS pipe or log folders and no memory limit", "mps", a.cfg.MPS)
+	b.mpsOn = b.mps.On()
+	s.Push(b.mps.Close)
+	if !b.mpsOn {
+		b.log.Info("MPS is off: leases carry no MPS pipe or log folders and no memory limit", "mps", b.cfg.MPS)
 	}
 	return nil
 }

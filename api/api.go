@@ -1,5 +1,7 @@
 // Package api holds gpulet's wire types: the snapshot, GPUs, leases, requests and
-// the error vocabulary shared by the daemon and its clients. It has no dependencies
+// the error vocabulary shared by the daemon and its clients, and what a
+// request's gpu and type fields match, which the daemon's placement, the
+// collector and gpurun --offline must read alike. It has no dependencies
 // beyond the standard library so that users' programs can import it cheaply.
 package api
 

@@ -191,7 +191,7 @@ func (s *Server) snapshot(w http.ResponseWriter, r *http.Request) error {
 		s.rejected.Add(1)
 		return api.Errorf(api.ErrUnavailable, "the table is full (--max-nodes %d, --max-bytes %d): node %q is not taken", s.store.MaxNodes, s.store.MaxBytes, snap.Node)
 	}
-	// The status stays 204 for every outcome (DESIGN section 13); a sender
+	// The status stays 204 for every outcome (docs/design.md §13); a sender
 	// learns from the header that its snapshot was older than the node's
 	// rows, which its own pushes never are.
 	w.Header().Set(api.SnapshotOutcomeHeader, outcome)

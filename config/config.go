@@ -1,6 +1,9 @@
 // Package config reads and checks gpuletd's config file (--config): named
 // pools of GPUs and who may lease from them, quotas of units, task–engine
-// profiles and the score policy's weights. See docs/design.md §11.
+// profiles and the score policy's weights. See docs/design.md §11. It owns
+// the file's syntax and its resolution for one node, not what the rules
+// mean: pools and weights become placement's types, which the engine
+// applies, so that the collector and the replay carry no YAML parser.
 //
 // It works in two steps. Parse checks everything that can be checked without
 // the node: the YAML, the keys, the form of every name, number and duration.
@@ -56,6 +59,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Limits of a config file; the package comment says why.
@@ -96,7 +100,7 @@ type File struct {
 	Quotas   []QuotaSpec // in the file's order
 	Profiles map[string]map[string]time.Duration
 	// Weights are the score section's, or 1/3 each without one.
-	Weights Weights
+	Weights placement.Weights
 	// MaxUserPriority is reservations.max_user_priority; nil: not given.
 	MaxUserPriority *int
 }
@@ -133,14 +137,6 @@ type QuotaSpec struct {
 	Who   Principal
 	Limit int
 }
-
-// Weights weigh the parts of the score policy's card score.
-type Weights struct {
-	CC, Bandwidth, Clock float64
-}
-
-// DefaultWeights weigh the three parts alike (docs/design.md §1.8).
-var DefaultWeights = Weights{CC: 1.0 / 3, Bandwidth: 1.0 / 3, Clock: 1.0 / 3}
 
 // Load reads the config file at path and parses it. Its errors start with
 // path: "/etc/gpulet/config.yaml: line 7: ...".

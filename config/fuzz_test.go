@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gpulet/gpulet/placement"
 )
 
 // anyone is a directory that knows every name, so that what Parse accepts
@@ -67,7 +69,7 @@ func FuzzParse(f *testing.F) {
 		if len(r.Pools) != len(file.Pools) || len(r.Quotas) != len(file.Quotas) || len(r.Profiles) != len(file.Profiles) {
 			t.Fatalf("%q: lost entries: %+v from %+v", in, r, file)
 		}
-		if !slices.IsSortedFunc(r.Pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) }) {
+		if !slices.IsSortedFunc(r.Pools, func(a, b placement.Pool) int { return strings.Compare(a.Name, b.Name) }) {
 			t.Fatalf("%q: pools not sorted", in)
 		}
 		for _, p := range r.Pools {

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/placement"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -88,7 +89,7 @@ func decodeOne(data []byte) (*yaml.Node, error) {
 }
 
 func parseRoot(root *yaml.Node) (*File, error) {
-	f := &File{Weights: DefaultWeights}
+	f := &File{Weights: placement.DefaultWeights}
 	err := eachPair(root, "", "a mapping with pools, quotas, profiles or score", func(key string, k, v *yaml.Node) error {
 		if isNull(v) {
 			// A section whose entries are all commented out is as if absent.
@@ -371,7 +372,7 @@ func parseRunTime(v *yaml.Node, path string) (time.Duration, error) {
 }
 
 func (f *File) parseScore(n *yaml.Node) error {
-	var w Weights
+	var w placement.Weights
 	err := eachPair(n, "score", "a mapping of weights (cc, bandwidth, clock)", func(key string, k, v *yaml.Node) error {
 		var dst *float64
 		switch key {
@@ -391,7 +392,7 @@ func (f *File) parseScore(n *yaml.Node) error {
 	if err != nil {
 		return err
 	}
-	if w == (Weights{}) {
+	if w == (placement.Weights{}) {
 		return errorAt(n, "score", "every weight is 0: give one above 0, or leave score out to weigh each 1/3")
 	}
 	f.Weights = w

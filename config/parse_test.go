@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // designExample is the config example of docs/design.md §11, as it stands there.
@@ -53,7 +54,7 @@ func TestParseDesignExample(t *testing.T) {
 			{Who: Principal{Principal: identity.Principal{Kind: identity.Everyone}, Line: 10, path: `quotas."*"`}, Limit: 64},
 		},
 		Profiles: map[string]map[string]time.Duration{"resnet50": {"NVIDIA A100-SXM4-80GB": 95 * time.Second, "Tesla T4": 410 * time.Second}},
-		Weights:  DefaultWeights,
+		Weights:  placement.DefaultWeights,
 	}
 	if !reflect.DeepEqual(f, want) {
 		t.Fatalf("got  %+v\nwant %+v", f, want)
@@ -66,10 +67,10 @@ func TestParseForms(t *testing.T) {
 		check    func(*File) bool
 	}{
 		{"no rules", "{}", func(f *File) bool {
-			return len(f.Pools)+len(f.Quotas)+len(f.Profiles) == 0 && f.Weights == DefaultWeights
+			return len(f.Pools)+len(f.Quotas)+len(f.Profiles) == 0 && f.Weights == placement.DefaultWeights
 		}},
 		{"sections left empty", "pools:\nquotas:\nprofiles:\nscore:\n", func(f *File) bool {
-			return len(f.Pools)+len(f.Quotas)+len(f.Profiles) == 0 && f.Weights == DefaultWeights
+			return len(f.Pools)+len(f.Quotas)+len(f.Profiles) == 0 && f.Weights == placement.DefaultWeights
 		}},
 		{"explicit document start and end", "---\nquotas: {alice: 1}\n...\n", func(f *File) bool { return len(f.Quotas) == 1 }},
 		{"CRLF line ends", "quotas:\r\n  alice: 3\r\n", func(f *File) bool { return f.Quotas[0].Limit == 3 && f.Quotas[0].Who.Line == 2 }},
@@ -87,7 +88,7 @@ func TestParseForms(t *testing.T) {
 		{"quota 0 bars a user", "quotas:\n  mallory: 0\n", func(f *File) bool { return f.Quotas[0].Limit == 0 }},
 		{"pool names as the file orders them", "pools:\n  zeta: {gpus: [0]}\n  alpha: {gpus: [1]}\n", func(f *File) bool { return f.Pools[0].Name == "zeta" && f.Pools[1].Name == "alpha" }},
 		{"a pool name that YAML reads as a number", "pools:\n  2024: {gpus: [0]}\n", func(f *File) bool { return f.Pools[0].Name == "2024" }},
-		{"weights", "score: {cc: 0.5, bandwidth: 2}\n", func(f *File) bool { return f.Weights == Weights{CC: 0.5, Bandwidth: 2} }},
+		{"weights", "score: {cc: 0.5, bandwidth: 2}\n", func(f *File) bool { return f.Weights == placement.Weights{CC: 0.5, Bandwidth: 2} }},
 		{"run times", "profiles:\n  t: {T4: 1m30s, A10: 1.5h, L4: 250ms}\n", func(f *File) bool {
 			return reflect.DeepEqual(f.Profiles["t"], map[string]time.Duration{"T4": 90 * time.Second, "A10": 90 * time.Minute, "L4": 250 * time.Millisecond})
 		}},

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // GPURef is one GPU of the node: its index and UUID.
@@ -59,7 +60,7 @@ func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir identity.Directory) (*
 	res := &resolver{dir: dir, users: map[string]uint32{}, groups: map[string]uint32{}}
 	r := &Rules{Weights: f.Weights, MaxUserPriority: f.MaxUserPriority}
 	for _, ps := range f.Pools {
-		p := Pool{Name: ps.Name, Set: identity.Set{Everyone: ps.Everyone}}
+		p := placement.Pool{Name: ps.Name, Set: identity.Set{Everyone: ps.Everyone}}
 		for _, who := range ps.Users {
 			id, ok := res.id(who, "the pool's entry is skipped")
 			switch {
@@ -82,7 +83,7 @@ func (f *File) resolve(gpus []GPURef, checkGPUs bool, dir identity.Directory) (*
 		p.GPUs, p.UIDs, p.GIDs = sortedSet(p.GPUs), sortedSet(p.UIDs), sortedSet(p.GIDs)
 		r.Pools = append(r.Pools, p)
 	}
-	slices.SortFunc(r.Pools, func(a, b Pool) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(r.Pools, func(a, b placement.Pool) int { return strings.Compare(a.Name, b.Name) })
 	for _, q := range f.Quotas {
 		if id, ok := res.id(q.Who, "the quota is skipped"); ok {
 			r.Quotas = append(r.Quotas, Quota{Key: q.Who.String(), Kind: q.Who.Kind, ID: id, Limit: q.Limit})

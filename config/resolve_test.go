@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // fakeDirectory knows the users and groups it holds, and counts lookups.
@@ -61,7 +62,7 @@ func TestResolveDesignExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := &Rules{
-		Pools: []Pool{
+		Pools: []placement.Pool{
 			{Name: "inference", GPUs: []int{2}, Set: identity.Set{Everyone: true}},
 			{Name: "training", GPUs: []int{0, 1}, Set: identity.Set{UIDs: []uint32{1001}, GIDs: []uint32{2000}}},
 		},
@@ -71,7 +72,7 @@ func TestResolveDesignExample(t *testing.T) {
 			{Key: "*", Kind: identity.Everyone, Limit: 64},
 		},
 		Profiles: map[string]map[string]time.Duration{"resnet50": {"NVIDIA A100-SXM4-80GB": 95 * time.Second, "Tesla T4": 410 * time.Second}},
-		Weights:  DefaultWeights,
+		Weights:  placement.DefaultWeights,
 	}
 	if !reflect.DeepEqual(r, want) {
 		t.Fatalf("got  %+v\nwant %+v", r, want)
@@ -100,7 +101,7 @@ func TestResolveSetsAndIDs(t *testing.T) {
 	if want := []Quota{{"1002", identity.User, 1002, 3}, {"group:7", identity.Group, 7, 4}}; !reflect.DeepEqual(r.Quotas, want) {
 		t.Fatalf("quotas %+v", r.Quotas)
 	}
-	if r.Weights != (Weights{Clock: 1}) {
+	if r.Weights != (placement.Weights{Clock: 1}) {
 		t.Fatalf("weights %+v", r.Weights)
 	}
 }

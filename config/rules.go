@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Rules are a config file resolved for one node: what the daemon consults on
@@ -13,12 +14,12 @@ import (
 // nil *Rules is no config: every GPU open to all, no quotas, no profiles,
 // default weights.
 type Rules struct {
-	Pools  []Pool // sorted by name
+	Pools  []placement.Pool // sorted by name
 	Quotas []Quota
 	// Profiles maps a task to its run time on each GPU model (by the name
 	// NVML reports).
 	Profiles map[string]map[string]time.Duration
-	Weights  Weights
+	Weights  placement.Weights
 	// MaxUserPriority is the file's reservations.max_user_priority; nil:
 	// not given (UserPriorityCeiling says what applies).
 	MaxUserPriority *int
@@ -27,16 +28,6 @@ type Rules struct {
 	// pools.p.users[1]: no user \"bob\" on this machine; the pool's entry is
 	// skipped".
 	Skipped []string
-}
-
-// Pool is a named group of the node's GPUs and who may lease from it.
-type Pool struct {
-	Name string
-	GPUs []int // indices, sorted, each once
-	// Set is whom it is open to: everyone when the file gave no users;
-	// otherwise the uids UIDs and the members of the groups GIDs. Admins
-	// may lease from every pool.
-	identity.Set
 }
 
 // Quota caps the units some holders may hold at once.
@@ -50,29 +41,21 @@ type Quota struct {
 }
 
 // Pool returns the pool called name.
-func (r *Rules) Pool(name string) (*Pool, bool) {
+func (r *Rules) Pool(name string) (*placement.Pool, bool) {
 	if r == nil {
 		return nil, false
 	}
-	i, ok := slices.BinarySearchFunc(r.Pools, name, func(p Pool, name string) int { return strings.Compare(p.Name, name) })
+	i, ok := slices.BinarySearchFunc(r.Pools, name, func(p placement.Pool, name string) int { return strings.Compare(p.Name, name) })
 	if !ok {
 		return nil, false
 	}
 	return &r.Pools[i], true
 }
 
-// Allows says whether a caller with uid and groups gids (its primary group
-// and its supplementary ones) may lease from the pool, by identity's rule;
-// no pool (nil) allows no one. Admins may lease from every pool; that is for
-// the caller to know.
-func (p *Pool) Allows(uid uint32, gids []uint32) bool {
-	return p != nil && p.Set.Allows(uid, gids)
-}
-
 // ScoreWeights returns the score policy's weights: the file's, or 1/3 each.
-func (r *Rules) ScoreWeights() Weights {
-	if r == nil || r.Weights == (Weights{}) {
-		return DefaultWeights
+func (r *Rules) ScoreWeights() placement.Weights {
+	if r == nil || r.Weights == (placement.Weights{}) {
+		return placement.DefaultWeights
 	}
 	return r.Weights
 }

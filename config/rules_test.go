@@ -4,6 +4,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/gpulet/gpulet/placement"
 )
 
 func TestNilRulesAreNoConfig(t *testing.T) {
@@ -11,11 +13,11 @@ func TestNilRulesAreNoConfig(t *testing.T) {
 		if p, ok := r.Pool("training"); ok || p != nil {
 			t.Errorf("%s: Pool found %+v", name, p)
 		}
-		if w := r.ScoreWeights(); w != (Weights{1.0 / 3, 1.0 / 3, 1.0 / 3}) {
+		if w := r.ScoreWeights(); w != (placement.Weights{CC: 1.0 / 3, Bandwidth: 1.0 / 3, Clock: 1.0 / 3}) {
 			t.Errorf("%s: weights %+v", name, w)
 		}
 	}
-	var p *Pool
+	var p *placement.Pool
 	if p.Allows(0, nil) {
 		t.Error("a nil pool allows")
 	}
@@ -76,7 +78,7 @@ func TestRulesProfileAndWeights(t *testing.T) {
 	if q := r.Quotas; len(q) != 3 {
 		t.Fatalf("quotas %+v", q)
 	}
-	if w := r.ScoreWeights(); w != (Weights{CC: 2}) {
+	if w := r.ScoreWeights(); w != (placement.Weights{CC: 2}) {
 		t.Fatalf("weights %+v", w)
 	}
 }

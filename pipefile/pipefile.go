@@ -1,8 +1,9 @@
 // Package pipefile is the pipe-file contract of docs/design.md §5, the part of
 // it that gpuletd's ledger and offline claimers (gpurun --offline) must agree
 // on: where the ledger lives, the unit names, layout.json, the claim protocol,
-// the environment a claim runs with and its arithmetic, and how a request
-// picks a GPU.
+// and the environment a claim runs with and its arithmetic. Which GPU a
+// request's gpu and type name is the API's meaning (api.MatchGPU,
+// api.MatchType), shared by both sides.
 //
 // It owns no state and watches nothing: gpuletd's ledger (agent/ledger) keeps
 // the folders and counts what is in them, and internal/offline claims. It

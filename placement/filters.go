@@ -3,7 +3,6 @@ package placement
 import (
 	"fmt"
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/pipefile"
 )
 
 // resolveGPU finds the GPU a request names by index or UUID: its position in
@@ -12,7 +11,7 @@ func resolveGPU(n *Node, sel string) (int, error) {
 	if sel == "" {
 		return -1, nil
 	}
-	i, err := pipefile.FindGPU(sel, len(n.GPUs), func(i int) (int, string) { return n.GPUs[i].Index, n.GPUs[i].UUID })
+	i, err := api.FindGPU(sel, len(n.GPUs), func(i int) (int, string) { return n.GPUs[i].Index, n.GPUs[i].UUID })
 	if err != nil {
 		return 0, api.Errorf(api.ErrBadRequest, "gpu: %v", err)
 	}
@@ -96,7 +95,7 @@ func (r reason) String() string {
 // never says why g can never take r, whatever its load.
 func never(g *GPU, r Request) reason {
 	switch {
-	case !pipefile.MatchType(r.Type, g.Name):
+	case !api.MatchType(r.Type, g.Name):
 		return reason{kind: wrongType, name: g.Name, text: r.Type}
 	case r.MemoryMiB > g.MemoryTotalMiB:
 		return reason{kind: memoryTotal, have: g.MemoryTotalMiB, want: r.MemoryMiB}

@@ -3,7 +3,7 @@ package placement
 import (
 	"math"
 
-	"github.com/gpulet/gpulet/pipefile"
+	"github.com/gpulet/gpulet/api"
 )
 
 // The frag policy (the idea of FGD, "Beware of Fragmentation", USENIX ATC
@@ -110,7 +110,7 @@ func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
 		for gi := range n.GPUs {
 			g := &n.GPUs[gi]
 			switch {
-			case !pipefile.MatchType(sh.Type, g.Name):
+			case !api.MatchType(sh.Type, g.Name):
 				partial += s.free[gi]
 			case s.free[gi] == g.Units:
 				whole++
@@ -125,7 +125,7 @@ func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
 	case sh.Units > 0:
 		lost := 0
 		for gi := range n.GPUs {
-			if f := s.free[gi]; f < sh.Units || !pipefile.MatchType(sh.Type, n.GPUs[gi].Name) {
+			if f := s.free[gi]; f < sh.Units || !api.MatchType(sh.Type, n.GPUs[gi].Name) {
 				lost += f
 			}
 		}
@@ -233,13 +233,13 @@ func newFragScorer(n *Node, m *Mix) *fragScorer {
 			f := fs.base.free[gi]
 			switch {
 			case sh.GPUs > 0:
-				if f == n.GPUs[gi].Units && pipefile.MatchType(sh.Type, n.GPUs[gi].Name) {
+				if f == n.GPUs[gi].Units && api.MatchType(sh.Type, n.GPUs[gi].Name) {
 					b.whole++
 				} else {
 					b.partial += f
 				}
 			case sh.Units > 0:
-				if f < sh.Units || !pipefile.MatchType(sh.Type, n.GPUs[gi].Name) {
+				if f < sh.Units || !api.MatchType(sh.Type, n.GPUs[gi].Name) {
 					b.gpuLost += f
 				}
 			}
@@ -299,7 +299,7 @@ func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 		switch {
 		case sh.GPUs > 0:
 			whole, partial := b.whole, b.partial
-			if f == g.Units && pipefile.MatchType(sh.Type, g.Name) {
+			if f == g.Units && api.MatchType(sh.Type, g.Name) {
 				// A whole GPU no longer whole: its units left count
 				// among the others'.
 				whole--
@@ -312,7 +312,7 @@ func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 				gpuLost = total
 			}
 		case sh.Units > 0:
-			match := pipefile.MatchType(sh.Type, g.Name)
+			match := api.MatchType(sh.Type, g.Name)
 			if f < sh.Units || !match {
 				gpuLost -= f
 			}

@@ -10,6 +10,10 @@
 // instance filters (up, capacity, one user per MPS server), then the policy
 // orders what is left. Each method of docs/design.md §1 is one filter or one
 // policy.
+//
+// gpuletd, the collector and the replay share it, so it owns the types it
+// decides by (Pool, Weights) and imports no config parser: the config package
+// maps the file onto them.
 package placement
 
 import (

@@ -5,13 +5,33 @@ import (
 	"strings"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/identity"
 )
 
+// Pool is a named group of the node's GPUs and who may lease from them
+// (docs/design.md §1.7). The config file's pools section is mapped onto it;
+// placement owns the type so that it, and the collector and replay that share
+// it, need no config parser.
+type Pool struct {
+	Name string
+	GPUs []int // indices, sorted, each once
+	// Set is whom it is open to: everyone when the file gave no users;
+	// otherwise the uids UIDs and the members of the groups GIDs. Admins
+	// may lease from every pool.
+	identity.Set
+}
+
+// Allows says whether a caller with uid and groups gids (its primary group
+// and its supplementary ones) may lease from the pool, by identity's rule;
+// no pool (nil) allows no one. Admins may lease from every pool; that is for
+// the caller to know.
+func (p *Pool) Allows(uid uint32, gids []uint32) bool {
+	return p != nil && p.Set.Allows(uid, gids)
+}
+
 // pools is an engine's pools, indexed for decisions.
 type pools struct {
-	list []config.Pool
+	list []Pool
 	// of lists, per GPU index, the positions in list of the pools it is in;
 	// names names them, for a refusal, made once so that a decision makes
 	// no words.
@@ -23,7 +43,7 @@ type pools struct {
 
 // WithPools returns a copy of e that places by the pools ps (docs/design.md §1.7
 // and §11; nil: none, every GPU open to everyone).
-func (e *Engine) WithPools(ps []config.Pool) *Engine {
+func (e *Engine) WithPools(ps []Pool) *Engine {
 	c := *e
 	c.pools = pools{list: ps}
 	for pi, p := range ps {
@@ -75,7 +95,7 @@ func (e *Engine) accessFor(n *Node, r Request) (*access, error) {
 	}
 	a := &access{named: -1, allowed: make([]bool, len(e.pools.list)), free: make([]int, len(e.pools.list))}
 	if r.Pool != "" {
-		i := slices.IndexFunc(e.pools.list, func(p config.Pool) bool { return p.Name == r.Pool })
+		i := slices.IndexFunc(e.pools.list, func(p Pool) bool { return p.Name == r.Pool })
 		if i < 0 {
 			return nil, api.Errorf(api.ErrNotFound, "pool: no pool named %q (pools: %s)", r.Pool, e.poolNames())
 		}

@@ -2,16 +2,15 @@ package placement
 
 import (
 	"fmt"
-	"github.com/gpulet/gpulet/config"
 	"testing"
 )
 
 // benchPools are 50 pools over the 16 GPUs of benchNode, each naming 20
 // users and 5 groups, as a large site's config might.
-func benchPools() []config.Pool {
-	ps := make([]config.Pool, 50)
+func benchPools() []Pool {
+	ps := make([]Pool, 50)
 	for i := range ps {
-		p := config.Pool{Name: fmt.Sprintf("pool%02d", i), GPUs: []int{i % 16, (i + 5) % 16}}
+		p := Pool{Name: fmt.Sprintf("pool%02d", i), GPUs: []int{i % 16, (i + 5) % 16}}
 		for u := 0; u < 20; u++ {
 			p.UIDs = append(p.UIDs, uint32(2000+i*20+u))
 		}

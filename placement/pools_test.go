@@ -5,7 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/identity"
 
 	"github.com/gpulet/gpulet/api"
@@ -13,8 +12,8 @@ import (
 
 // testPools: GPU 0 is in "training" (uid 1000 and group 50), GPU 1 in
 // "training" and "shared" (everyone), GPU 2 (the T4) in no pool.
-func testPools() []config.Pool {
-	return []config.Pool{
+func testPools() []Pool {
+	return []Pool{
 		{Name: "shared", GPUs: []int{1}, Set: identity.Set{Everyone: true}},
 		{Name: "training", GPUs: []int{0, 1}, Set: identity.Set{UIDs: []uint32{1000}, GIDs: []uint32{50}}},
 	}
@@ -36,7 +35,7 @@ func TestPoolAllows(t *testing.T) {
 			t.Errorf("Allows(%d, %v) = %v, want %v", tc.uid, tc.gids, got, tc.want)
 		}
 	}
-	if !(&config.Pool{Set: identity.Set{Everyone: true}}).Allows(5, nil) {
+	if !(&Pool{Set: identity.Set{Everyone: true}}).Allows(5, nil) {
 		t.Error("a pool naming no users must allow everyone")
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"math"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -26,11 +25,13 @@ type Card struct {
 // (the config file's score section, which checks them). They are used as
 // given: their sum is how much S_card, whose facts each lie in [0,1], counts
 // against S_similarity, which lies in [0,1] too.
-type Weights = config.Weights
+type Weights struct {
+	CC, Bandwidth, Clock float64
+}
 
 // DefaultWeights give each fact a third: S_card and S_similarity then both lie
-// in [0,1] and count alike.
-var DefaultWeights = config.DefaultWeights
+// in [0,1] and count alike (docs/design.md §1.8).
+var DefaultWeights = Weights{CC: 1.0 / 3, Bandwidth: 1.0 / 3, Clock: 1.0 / 3}
 
 // WithWeights returns a copy of e that scores with w, for a config that sets
 // them; e itself is not changed, since decisions may be using it.

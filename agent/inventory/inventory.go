@@ -1,11 +1,14 @@
 // Package inventory finds the node's GPUs and samples what they report. It owns
 // the backends (NVML and simulated) and nothing else: units, leases and MPS
-// belong to other packages.
+// belong to other packages. Everything the agent asks of a backend is in the
+// Inventory interface, so that the simulated backend, first-class on machines
+// without a GPU, is never a special case outside this package.
 package inventory
 
 import (
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/pipefile"
 )
 
 // Device is what a GPU is; it does not change while the daemon runs. A figure
@@ -99,7 +102,8 @@ type Sample struct {
 	Xid uint64
 }
 
-// Inventory is a backend.
+// Inventory is a backend: everything the agent asks of the node's GPUs, so
+// that it never needs to know which backend it has.
 type Inventory interface {
 	// Backend is the name the snapshot reports ("nvml" or "simulated").
 	Backend() string
@@ -110,13 +114,34 @@ type Inventory interface {
 	// ClearXid clears the critical Xid that failed the GPU with the given index
 	// and returns it (0: it had none).
 	ClearXid(index int) uint64
+	// OnFault sets what to call when a GPU fails between samples (a
+	// critical Xid event), so that it leaves placement at once. A backend
+	// that learns of a fault only when it samples never calls it.
+	OnFault(f func())
+	// ComputeMode reads a GPU's compute mode, for refusing several MPS
+	// servers on a GPU that admits one process only.
+	ComputeMode(index int) (nvml.ComputeMode, error)
+	// Simulator is the simulated backend's controls; nil on real GPUs.
+	Simulator() Simulator
 	Close() error
+}
+
+// Simulator is what only the simulated backend has: GPUs whose reports can be
+// set, and MPS servers that stand in for those no control daemon starts
+// without a GPU (an mpsctl.ServerSource).
+type Simulator interface {
+	// Set changes what a simulated GPU reports.
+	Set(index int, u api.SimGPUUpdate) error
+	ServerList(gpuUUID string, instance int) []int
+	// ClientList is false for a server that is gone.
+	ClientList(server int) ([]int, bool)
+	ServerUID(server int) (uint32, bool)
 }
 
 // Resolve finds a GPU among devs by index or UUID, as the API's "gpu" fields
 // name it.
 func Resolve(devs []Device, s string) (int, error) {
-	i, err := pipefile.FindGPU(s, len(devs), func(i int) (int, string) { return devs[i].Index, devs[i].UUID })
+	i, err := api.FindGPU(s, len(devs), func(i int) (int, string) { return devs[i].Index, devs[i].UUID })
 	if err != nil {
 		return 0, api.Errorf(api.ErrBadRequest, "gpu: %v", err)
 	}

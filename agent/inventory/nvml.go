@@ -269,6 +269,9 @@ func readDevice(lib nvml.Interface, i int) (d Device, h nvml.Device, missing []s
 // OnFault sets what to call after a critical Xid event failed a GPU.
 func (b *NVML) OnFault(f func()) { b.onFault.Store(&f) }
 
+// Simulator is nil: real GPUs are not set from outside.
+func (b *NVML) Simulator() Simulator { return nil }
+
 func (b *NVML) Backend() string   { return api.BackendNVML }
 func (b *NVML) Devices() []Device { return append([]Device(nil), b.devices...) }
 

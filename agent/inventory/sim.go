@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
 )
 
 // Model is a GPU model the simulated backend can present, with the figures the
@@ -127,3 +129,13 @@ func SimUUID(node string, index int) string {
 	x := fmt.Sprintf("%x", h[:16])
 	return fmt.Sprintf("GPU-%s-%s-%s-%s-%s", x[0:8], x[8:12], x[12:16], x[16:20], x[20:32])
 }
+
+// OnFault never calls f: a simulated GPU fails when Set latches an Xid, and
+// the agent samples after each Set.
+func (s *Sim) OnFault(func()) {}
+
+// ComputeMode is DEFAULT: a simulated GPU admits any number of processes.
+func (s *Sim) ComputeMode(int) (nvml.ComputeMode, error) { return nvml.COMPUTEMODE_DEFAULT, nil }
+
+// Simulator is the backend itself.
+func (s *Sim) Simulator() Simulator { return s }

@@ -91,10 +91,10 @@ func benchManager(b *testing.B, unitsPerGPU int) (*Manager, context.Context) {
 // benchRules are a large site's config: 50 pools over the two GPUs, each
 // naming 20 users and 5 groups, and 1,000 quotas; the caller is in one pool
 // through a group and has quotas of its own, of a group and of everyone.
-func benchRules() ([]config.Pool, []config.Quota) {
-	pools := make([]config.Pool, 50)
+func benchRules() ([]placement.Pool, []config.Quota) {
+	pools := make([]placement.Pool, 50)
 	for i := range pools {
-		p := config.Pool{Name: fmt.Sprintf("pool%02d", i), GPUs: []int{i % 2}}
+		p := placement.Pool{Name: fmt.Sprintf("pool%02d", i), GPUs: []int{i % 2}}
 		for u := range 20 {
 			p.UIDs = append(p.UIDs, uint32(2000+i*20+u))
 		}

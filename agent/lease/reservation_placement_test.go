@@ -65,7 +65,7 @@ func TestOtherUsersKeepOutOfAReservationsInstance(t *testing.T) {
 // never be drawn on, and would be kept from the pool's own users.
 func TestReservationKeepsToItsOwnersPools(t *testing.T) {
 	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
-	h.m.SetRules(placement.New(placement.BestFit).WithPools([]config.Pool{
+	h.m.SetRules(placement.New(placement.BestFit).WithPools([]placement.Pool{
 		{Name: "training", GPUs: []int{0}, Set: identity.Set{UIDs: []uint32{alice.UID}}},
 	}), nil)
 	r := h.reserve(bob, spec("wf1", []int{2}))
@@ -95,7 +95,7 @@ func TestReservationKeepsToItsOwnersPools(t *testing.T) {
 // the configured one, pools included, not a bare one.
 func TestPendingReservationAdmittedAtStartKeepsToPools(t *testing.T) {
 	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
-	pools := placement.New(placement.BestFit).WithPools([]config.Pool{
+	pools := placement.New(placement.BestFit).WithPools([]placement.Pool{
 		{Name: "training", GPUs: []int{0}, Set: identity.Set{UIDs: []uint32{alice.UID}}},
 	})
 	h.m.SetRules(pools, nil)
@@ -128,7 +128,7 @@ func TestPendingReservationAdmittedAtStartKeepsToPools(t *testing.T) {
 // everyone for nothing.
 func TestReservationThatCouldNeverBeUsedIsRefused(t *testing.T) {
 	h := newResHarness(t, 1, 4, 1) // 2 GPUs of 4 units
-	h.m.SetRules(placement.New(placement.BestFit).WithPools([]config.Pool{
+	h.m.SetRules(placement.New(placement.BestFit).WithPools([]placement.Pool{
 		{Name: "training", GPUs: []int{0}, Set: identity.Set{UIDs: []uint32{alice.UID}}},
 	}), NewQuotas([]config.Quota{{Key: "alice", Kind: identity.User, ID: alice.UID, Limit: 3}}))
 	wait := spec("big", []int{5})

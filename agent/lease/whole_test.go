@@ -171,7 +171,7 @@ func TestWholeGPUsCountEveryUnitAgainstQuotas(t *testing.T) {
 func TestWholeGPUsOnlyFromTheCallersPools(t *testing.T) {
 	f := newWholeFixture(t)
 	m := f.manager(t)
-	pools := []config.Pool{{Name: "mine", GPUs: []int{1, 3}, Set: identity.Set{UIDs: []uint32{1000}}}, {Name: "theirs", GPUs: []int{0, 2}, Set: identity.Set{UIDs: []uint32{1001}}}}
+	pools := []placement.Pool{{Name: "mine", GPUs: []int{1, 3}, Set: identity.Set{UIDs: []uint32{1000}}}, {Name: "theirs", GPUs: []int{0, 2}, Set: identity.Set{UIDs: []uint32{1001}}}}
 	m.SetRules(placement.New(placement.BestFit).WithPools(pools), nil)
 	alice := identity.Peer{UID: 1000, GID: 1000}
 	ctx := context.Background()

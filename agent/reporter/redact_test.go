@@ -154,8 +154,8 @@ func TestDroppedPushIsAFailure(t *testing.T) {
 // uidSource publishes a snapshot with a user's uid and a reservation name.
 type uidSource struct{ store snapshot.Store }
 
-func (u *uidSource) Published() *snapshot.Published { return u.store.Load() }
-func (u *uidSource) Changed() <-chan struct{}       { return u.store.Changed() }
+func (u *uidSource) Load() *snapshot.Published { return u.store.Load() }
+func (u *uidSource) Changed() <-chan struct{}  { return u.store.Changed() }
 
 // Full detail goes only to an upstream reached with credentials or over
 // TLS; a plain one gets the snapshot redacted, even when gpuletd has a client

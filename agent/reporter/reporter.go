@@ -30,8 +30,8 @@ import (
 
 // Source is where snapshots come from: the agent's snapshot store.
 type Source interface {
-	Published() *snapshot.Published
-	// Changed is closed at the next change of what Published returns.
+	Load() *snapshot.Published
+	// Changed is closed at the next change of what Load returns.
 	Changed() <-chan struct{}
 }
 
@@ -162,7 +162,7 @@ func (s *Sender) Run(ctx context.Context) {
 	var backoff time.Duration // while failing, the wait before the next try
 	for {
 		changed := s.src.Changed()
-		p := s.src.Published()
+		p := s.src.Load()
 		var wait time.Duration
 		quiet := false // waiting for the interval: a change ends the wait
 		switch {

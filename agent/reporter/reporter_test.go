@@ -46,8 +46,8 @@ func (s *source) change() {
 	s.store.Invalidate()
 }
 
-func (s *source) Published() *snapshot.Published { return s.store.Load() }
-func (s *source) Changed() <-chan struct{}       { return s.store.Changed() }
+func (s *source) Load() *snapshot.Published { return s.store.Load() }
+func (s *source) Changed() <-chan struct{}  { return s.store.Changed() }
 
 // receiver records what it was pushed.
 type receiver struct {
@@ -193,7 +193,7 @@ func TestPushCoalescesChurn(t *testing.T) {
 		for range 100 {
 			src.change()
 		}
-		final := src.Published().Snapshot.Seq
+		final := src.Load().Snapshot.Seq
 		clk.Advance(minGap)
 		want = append(want, final)
 		testutil.Eventually(t, "the newest snapshot pushed", func() bool { return len(rcv.got()) >= len(want) })

@@ -310,7 +310,7 @@ func TestGroupsComeFromTheConnection(t *testing.T) {
 	if !slices.Equal(gids, []uint32{7, 4343}) {
 		t.Fatalf("groups %v, want [7 4343]", gids)
 	}
-	s := New(newFakeCore(t), 4343, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := New(partsOf(newFakeCore(t)), 4343, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	ci := s.connContext(t.Context(), c).Value(connKey{}).(*connInfo)
 	if !ci.peer.Admin || !slices.Equal(ci.peer.Groups, gids) || ci.peer.PID != cmd.Process.Pid {
 		t.Fatalf("peer %+v, want admin by group 4343, pid %d", ci.peer, cmd.Process.Pid)

@@ -19,7 +19,7 @@ import (
 // the simulated GPUs.
 
 func (s *Server) listReservations(w http.ResponseWriter, _ *http.Request, _ identity.Peer) error {
-	rs := s.core.Reservations()
+	rs := s.res.List()
 	if rs == nil {
 		rs = []api.Reservation{}
 	}
@@ -31,7 +31,7 @@ func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer 
 	if err != nil {
 		return err
 	}
-	res, err := s.core.Reserve(peer, spec)
+	res, err := s.res.Reserve(peer, spec)
 	if err != nil {
 		return err
 	}
@@ -40,7 +40,7 @@ func (s *Server) createReservation(w http.ResponseWriter, r *http.Request, peer 
 }
 
 func (s *Server) getReservation(w http.ResponseWriter, r *http.Request, _ identity.Peer) error {
-	res, err := s.core.Reservation(r.PathValue("name"))
+	res, err := s.res.Get(r.PathValue("name"))
 	if err != nil {
 		return err
 	}
@@ -48,7 +48,7 @@ func (s *Server) getReservation(w http.ResponseWriter, r *http.Request, _ identi
 }
 
 func (s *Server) advanceReservation(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
-	res, err := s.core.Advance(peer, r.PathValue("name"))
+	res, err := s.res.Advance(peer, r.PathValue("name"))
 	if err != nil {
 		return err
 	}
@@ -56,7 +56,7 @@ func (s *Server) advanceReservation(w http.ResponseWriter, r *http.Request, peer
 }
 
 func (s *Server) deleteReservation(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
-	if err := s.core.Unreserve(peer, r.PathValue("name")); err != nil {
+	if err := s.res.Unreserve(peer, r.PathValue("name")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -141,7 +141,7 @@ func (s *Server) simGPU(w http.ResponseWriter, r *http.Request, peer identity.Pe
 	if err := DecodeJSON(r.Body, &u); err != nil {
 		return err
 	}
-	if err := s.core.SimGPU()(idx, u); err != nil {
+	if err := s.sim(idx, u); err != nil {
 		return err
 	}
 	if u.Xid != nil {

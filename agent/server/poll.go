@@ -60,14 +60,14 @@ func (s *Server) newer(ctx context.Context, p *snapshot.Published, after pollPoi
 	for {
 		// The channel first, then the snapshot: a change between the two is
 		// in the snapshot or closes the channel.
-		changed := s.core.Changed()
-		if p = s.core.Published(); isNewer(p, after) {
+		changed := s.snaps.Changed()
+		if p = s.snaps.Load(); isNewer(p, after) {
 			return p
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return s.core.Published()
+			return s.snaps.Load()
 		case <-ctx.Done():
 			return p
 		}

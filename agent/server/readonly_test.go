@@ -19,7 +19,7 @@ import (
 // are not there at all.
 func TestReadOnlyOverTCP(t *testing.T) {
 	core := newFakeCore(t)
-	srv := New(core, -1, slog.New(slog.DiscardHandler)).ReadOnlyHTTPServer(false)
+	srv := New(partsOf(core), -1, slog.New(slog.DiscardHandler)).ReadOnlyHTTPServer(false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Skip("no loopback TCP here:", err)
@@ -77,7 +77,7 @@ func TestReadOnlyRedactsByDefault(t *testing.T) {
 		OverQuota: []api.QuotaOver{{Quota: "alice", Limit: 1, Held: 2}, {Quota: "group:ml-team", Limit: 2, Held: 3}, {Quota: "*", Limit: 8, Held: 9}}}
 	core := newFakeCore(t)
 	core.store.Store(snapshot.New(s, nil, func(s *api.Snapshot) []byte { return metrics.Render(s, metrics.Leases{}) }))
-	srv := New(core, -1, slog.New(slog.DiscardHandler))
+	srv := New(partsOf(core), -1, slog.New(slog.DiscardHandler))
 	get := func(h http.Handler, path string) string {
 		t.Helper()
 		rec := httptest.NewRecorder()

@@ -65,7 +65,7 @@ func routeRows(t *testing.T) map[string]string {
 func socketRoutes(t *testing.T) (*Server, []string) {
 	core := newFakeCore(t)
 	core.sim = true
-	s := New(core, -1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := New(partsOf(core), -1, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	var out []string
 	for _, p := range s.routes.Patterns() {
 		method, path, _ := strings.Cut(p, " ")

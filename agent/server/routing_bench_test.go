@@ -48,7 +48,7 @@ func BenchmarkServeLease(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := New(benchCore{fakeCore: newFakeCore(nil), grant: lease.Grant{Lease: l, JSON: js}}, -1, slog.New(slog.DiscardHandler))
+	s := New(partsOf(benchCore{fakeCore: newFakeCore(nil), grant: lease.Grant{Lease: l, JSON: js}}), -1, slog.New(slog.DiscardHandler))
 	ctx := context.WithValue(context.Background(), connKey{}, &connInfo{peer: identity.Peer{UID: 1000, GID: 1000, PID: 1}})
 	body := []byte(`{"units":1,"ttl":"1m"}`)
 	for _, tc := range []struct {

@@ -53,7 +53,7 @@ func TestRouting(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(core, -1, slog.New(slog.DiscardHandler)).HTTPServer()
+	srv := New(partsOf(core), -1, slog.New(slog.DiscardHandler)).HTTPServer()
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 
@@ -166,7 +166,7 @@ func TestRouting(t *testing.T) {
 	}
 
 	// Without the simulated backend its route does not exist.
-	plain := New(newFakeCore(t), -1, slog.New(slog.DiscardHandler)).HTTPServer()
+	plain := New(partsOf(newFakeCore(t)), -1, slog.New(slog.DiscardHandler)).HTTPServer()
 	plainSock := filepath.Join(t.TempDir(), "p.sock")
 	pln, err := net.Listen("unix", plainSock)
 	if err != nil {
@@ -186,7 +186,7 @@ func TestRouting(t *testing.T) {
 // TestIdentityBeforeRouting: a request without a caller's identity is
 // refused before any route is looked up, unknown paths included.
 func TestIdentityBeforeRouting(t *testing.T) {
-	s := New(newFakeCore(t), -1, slog.New(slog.DiscardHandler))
+	s := New(partsOf(newFakeCore(t)), -1, slog.New(slog.DiscardHandler))
 	for _, target := range []string{"/v1/leases", "/v1/nothing", "/v1//x"} {
 		rec := httptest.NewRecorder()
 		s.ServeHTTP(rec, httptest.NewRequest("PUT", target, nil))
@@ -200,7 +200,7 @@ func TestIdentityBeforeRouting(t *testing.T) {
 // paths exactly as written (no slash more or less; "%2F" is a slash), GET
 // and HEAD on them, 405 for other methods, 404 for every other path.
 func TestReadOnlyRouting(t *testing.T) {
-	srv := New(newFakeCore(t), -1, slog.New(slog.DiscardHandler)).ReadOnlyHTTPServer(false)
+	srv := New(partsOf(newFakeCore(t)), -1, slog.New(slog.DiscardHandler)).ReadOnlyHTTPServer(false)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Skip("no loopback TCP here:", err)

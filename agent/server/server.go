@@ -1,7 +1,10 @@
-// Package server is gpulet's HTTP API on the Unix socket: one route table, one
-// ServeHTTP that does what every route needs (identity, body limit), and one
-// function mapping errors to status and body. Handlers depend on the Core
-// interface, not on the agent.
+// Package server is gpulet's HTTP API on the Unix socket, and its read-only
+// face over TCP: one route table, one ServeHTTP that does what every route
+// needs (identity, body limit), the wire codec of requests, and one function
+// mapping errors to status and body. It owns the wire and who is calling,
+// never a decision: handlers call small interfaces (Parts), so that a
+// map-backed fake tests them, and the agent and the lease engine can change
+// behind them without the wire moving.
 package server
 
 import (
@@ -21,9 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/metrics"
-	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
 	"github.com/gpulet/gpulet/internal/httpjson"
@@ -31,49 +32,19 @@ import (
 	"github.com/gpulet/gpulet/snapshot"
 )
 
-// Core is what the API calls into.
-type Core interface {
-	Published() *snapshot.Published
-	// Changed is closed at the next change of what Published returns.
-	Changed() <-chan struct{}
-	Acquire(ctx context.Context, peer identity.Peer, req lease.Request) (lease.Grant, error)
-	List(peer identity.Peer) []api.Lease
-	Get(peer identity.Peer, id string) (api.Lease, error)
-	Renew(peer identity.Peer, id string) (api.Lease, error)
-	Release(peer identity.Peer, id string) error
-	// ReleaseSlurmJob ends every lease of a Slurm job (root and admins).
-	ReleaseSlurmJob(peer identity.Peer, job uint64) ([]string, error)
-	// Reserve, Reservations, Reservation, Advance and Unreserve are the
-	// workflow reservations (docs/design.md §12).
-	Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservation, error)
-	Reservations() []api.Reservation
-	Reservation(name string) (api.Reservation, error)
-	Advance(peer identity.Peer, name string) (api.Reservation, error)
-	Unreserve(peer identity.Peer, name string) error
-	SetDraining(draining bool)
-	// ClearXid clears the critical Xid that failed a GPU (index or UUID) and
-	// returns the GPU's index and the Xid cleared (0: it had none).
-	ClearXid(gpu string) (index int, xid uint64, err error)
-	// SimGPU changes what a simulated GPU reports; only the simulated
-	// backend has it, so a nil func means the route does not exist.
-	SimGPU() func(index int, u api.SimGPUUpdate) error
-	// Explain says where a lease for req would go now, changing nothing.
-	Explain(peer identity.Peer, req lease.Request) (api.Placement, error)
-	// Profiles is the task–engine affinity table as peer may see it.
-	Profiles(peer identity.Peer) api.ProfileList
-	// Pools lists the configured pools, as peer may use them.
-	Pools(peer identity.Peer) api.PoolList
-	// Quotas lists the quotas that apply to peer, with what it holds.
-	Quotas(peer identity.Peer) api.QuotaList
-}
-
 // handlerFunc is a route's handler: it answers, or returns the error that
 // writeError turns into the answer.
 type handlerFunc func(w http.ResponseWriter, r *http.Request, peer identity.Peer) error
 
 // Server serves the API.
 type Server struct {
-	core Core
+	core   Core
+	leases Leases
+	slurm  SlurmJobs
+	res    Reservations
+	snaps  Snapshots
+	// sim is the simulated backend's control; nil on real GPUs.
+	sim func(index int, u api.SimGPUUpdate) error
 	// routes is the route table, for the requests ServeHTTP passes on.
 	routes *httpjson.Mux
 	log    *slog.Logger
@@ -93,10 +64,11 @@ type Server struct {
 // internalLinesPerSecond bounds the lines of s.internal.
 const internalLinesPerSecond = 10
 
-// New builds the API over core. adminGID is the gid whose members act as
+// New builds the API over p. adminGID is the gid whose members act as
 // admins (-1: only root).
-func New(core Core, adminGID int, log *slog.Logger) *Server {
-	s := &Server{core: core, log: log, adminGID: adminGID, internal: ratelog.New(log, "internal error lines", internalLinesPerSecond, nil)}
+func New(p Parts, adminGID int, log *slog.Logger) *Server {
+	s := &Server{core: p.Core, leases: p.Leases, slurm: p.SlurmJobs, res: p.Reservations, snaps: p.Snapshots, sim: p.SimGPU,
+		log: log, adminGID: adminGID, internal: ratelog.New(log, "internal error lines", internalLinesPerSecond, nil)}
 	// On the socket a path matches without its leading and trailing
 	// slashes, and HEAD is no route's method.
 	s.routes = httpjson.NewMux(httpjson.MuxOptions{TrimSlashes: true})
@@ -116,7 +88,7 @@ func New(core Core, adminGID int, log *slog.Logger) *Server {
 	route("POST /v1/reservations/{name}/advance", s.advanceReservation)
 	route("POST /v1/node/drain", s.drain)
 	route("POST /v1/node/undrain", s.undrain)
-	if core.SimGPU() != nil {
+	if p.SimGPU != nil {
 		route("POST /v1/sim/gpus/{index}", s.simGPU)
 	}
 	route("GET /v1/snapshot", s.snapshot)
@@ -281,7 +253,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) error { return httpjson
 func writeEncoded(w http.ResponseWriter, status int, b []byte) { httpjson.WriteEncoded(w, status, b) }
 
 func (s *Server) published() (*snapshot.Published, error) {
-	p := s.core.Published()
+	p := s.snaps.Load()
 	if p == nil {
 		return nil, api.Errorf(api.ErrUnavailable, "gpuletd is starting: no snapshot yet")
 	}
@@ -399,7 +371,7 @@ func (s *Server) getLease(w http.ResponseWriter, r *http.Request, peer identity.
 }
 
 func (s *Server) renewLease(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
-	l, err := s.core.Renew(peer, r.PathValue("id"))
+	l, err := s.leases.Renew(peer, r.PathValue("id"))
 	if err != nil {
 		return err
 	}
@@ -407,7 +379,7 @@ func (s *Server) renewLease(w http.ResponseWriter, r *http.Request, peer identit
 }
 
 func (s *Server) releaseLease(w http.ResponseWriter, r *http.Request, peer identity.Peer) error {
-	if err := s.core.Release(peer, r.PathValue("id")); err != nil {
+	if err := s.leases.Release(peer, r.PathValue("id")); err != nil {
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)

@@ -61,8 +61,8 @@ func (f *fakeCore) publish(seq uint64) {
 	f.store.Invalidate()
 }
 
-func (f *fakeCore) Published() *snapshot.Published { return f.store.Load() }
-func (f *fakeCore) Changed() <-chan struct{}       { return f.store.Changed() }
+func (f *fakeCore) Load() *snapshot.Published { return f.store.Load() }
+func (f *fakeCore) Changed() <-chan struct{}  { return f.store.Changed() }
 func (f *fakeCore) Acquire(_ context.Context, p identity.Peer, r lease.Request) (lease.Grant, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -194,17 +194,54 @@ func (f *fakeCore) Quotas(p identity.Peer) api.QuotaList {
 	return api.QuotaList{Admin: p.Admin, Quotas: []api.QuotaUsage{{Quota: "*", Limit: 8, Held: 1}}}
 }
 
+// fake is all a fake gives the API: every part of Parts, the features'
+// calls under names of their own (fakeFeatures).
+type fake interface {
+	Snapshots
+	Leases
+	Core
+	fakeFeatures
+	SimGPU() func(int, api.SimGPUUpdate) error
+}
+
+// fakeFeatures are the Slurm and reservation calls of a fake.
+type fakeFeatures interface {
+	ReleaseSlurmJob(peer identity.Peer, job uint64) ([]string, error)
+	Reserve(peer identity.Peer, spec reserve.Spec) (api.Reservation, error)
+	Reservations() []api.Reservation
+	Reservation(name string) (api.Reservation, error)
+	Advance(peer identity.Peer, name string) (api.Reservation, error)
+	Unreserve(peer identity.Peer, name string) error
+}
+
+// fakeSlurm and fakeReservations answer the features' parts with a fake's.
+type fakeSlurm struct{ fakeFeatures }
+
+func (f fakeSlurm) ReleaseJob(p identity.Peer, job uint64) ([]string, error) {
+	return f.ReleaseSlurmJob(p, job)
+}
+
+type fakeReservations struct{ fakeFeatures }
+
+func (f fakeReservations) List() []api.Reservation                  { return f.Reservations() }
+func (f fakeReservations) Get(name string) (api.Reservation, error) { return f.Reservation(name) }
+
+// partsOf is the API's parts, all answered by f.
+func partsOf(f fake) Parts {
+	return Parts{Snapshots: f, Leases: f, SlurmJobs: fakeSlurm{f}, Reservations: fakeReservations{f}, Core: f, SimGPU: f.SimGPU()}
+}
+
 // serve runs the API on a real Unix socket, so that SO_PEERCRED is real. The
 // test's own group is the admin group, so that the test is an admin run as
 // any user, as root is.
-func serve(t *testing.T, core Core) *http.Client {
+func serve(t *testing.T, core fake) *http.Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := New(core, os.Getgid(), slog.New(slog.NewTextHandler(io.Discard, nil))).HTTPServer()
+	srv := New(partsOf(core), os.Getgid(), slog.New(slog.NewTextHandler(io.Discard, nil))).HTTPServer()
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
@@ -388,7 +425,7 @@ func TestUndrain(t *testing.T) {
 func TestUndrainIsForAdmins(t *testing.T) {
 	core := newFakeCore(t)
 	core.draining = true
-	srv := New(core, -1, slog.New(slog.DiscardHandler))
+	srv := New(partsOf(core), -1, slog.New(slog.DiscardHandler))
 	for _, body := range []string{"", `{"gpu":"0"}`} {
 		req := httptest.NewRequest("POST", "/v1/node/undrain", strings.NewReader(body))
 		req = req.WithContext(context.WithValue(req.Context(), connKey{}, &connInfo{peer: identity.Peer{UID: 1000, GID: 1000, PID: 1}}))
@@ -434,7 +471,7 @@ func FuzzDecodeUndrain(f *testing.F) {
 // at most a budget a second, however many a caller causes.
 func TestServerErrorsAreStructuredAndBudgeted(t *testing.T) {
 	var buf testutil.SyncBuffer
-	s := New(newFakeCore(t), -1, slog.New(slog.NewJSONHandler(&buf, nil)))
+	s := New(partsOf(newFakeCore(t)), -1, slog.New(slog.NewJSONHandler(&buf, nil)))
 	srv := s.HTTPServer()
 	for range 1000 {
 		srv.ErrorLog.Printf("http: Accept error: accept unix /run/gpulet/gpulet.sock: accept4: too many open files; retrying in 5ms")

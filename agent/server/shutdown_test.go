@@ -15,7 +15,7 @@ import (
 // A connection that never sends a request does not hold up a stop: Go's
 // Shutdown alone counts it as busy for five seconds.
 func TestShutdownClosesSilentConnections(t *testing.T) {
-	s := New(newFakeCore(t), -1, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := New(partsOf(newFakeCore(t)), -1, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	srv := s.HTTPServer()
 	ln, err := net.Listen("unix", filepath.Join(t.TempDir(), "s"))
 	if err != nil {

@@ -15,7 +15,7 @@ func (s *Server) releaseSlurmJob(w http.ResponseWriter, r *http.Request, peer id
 	if err != nil || job == 0 {
 		return api.Errorf(api.ErrBadRequest, "slurm job: %q is not a job id (a whole number from 1)", r.PathValue("job"))
 	}
-	ids, err := s.core.ReleaseSlurmJob(peer, job)
+	ids, err := s.slurm.ReleaseJob(peer, job)
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,6 @@ import (
 	"slices"
 
 	"github.com/gpulet/gpulet/api"
-	"github.com/gpulet/gpulet/pipefile"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -185,7 +184,7 @@ func (s *summary) fitsResources(r *Request) bool {
 func (s *summary) fitsModels(r *Request) bool {
 	if (r.GPUs > 0 || r.Units > 0) && len(r.Models) > 0 {
 		for _, m := range s.models {
-			if slices.ContainsFunc(r.Models, func(want string) bool { return pipefile.MatchType(want, m) }) {
+			if slices.ContainsFunc(r.Models, func(want string) bool { return api.MatchType(want, m) }) {
 				return true
 			}
 		}
@@ -295,7 +294,7 @@ func modelsAccept(models []string, m *placement.Node, ch placement.Choice) bool 
 	}
 	for _, idx := range gpus {
 		for gi := range m.GPUs {
-			if m.GPUs[gi].Index == idx && !slices.ContainsFunc(models, func(want string) bool { return pipefile.MatchType(want, m.GPUs[gi].Name) }) {
+			if m.GPUs[gi].Index == idx && !slices.ContainsFunc(models, func(want string) bool { return api.MatchType(want, m.GPUs[gi].Name) }) {
 				return false
 			}
 		}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
-	"github.com/gpulet/gpulet/pipefile"
 )
 
 // What gpurun tells its user about a lease it could not have, or waits for.
@@ -112,7 +111,7 @@ func waitMessage(ctx context.Context, c *client.Client, o Options) string {
 	minCC, _ := api.ParseComputeCapability(o.MinCC)
 	var gpus []string
 	for _, g := range s.GPUs {
-		if !pipefile.MatchGPU(o.GPU, g.Index, g.UUID) || !pipefile.MatchType(o.Type, g.Name) {
+		if !api.MatchGPU(o.GPU, g.Index, g.UUID) || !api.MatchType(o.Type, g.Name) {
 			continue
 		}
 		if cc, err := api.ParseComputeCapability(g.Capability.ComputeCapability); o.MinCC != "" && (err != nil || cc.Less(minCC)) {

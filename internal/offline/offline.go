@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -62,7 +63,7 @@ func Take(runDir string, lay *pipefile.Layout, req Request) (*Claim, error) {
 	}
 	var gpus []pipefile.LayoutGPU
 	for _, g := range lay.GPUs {
-		if pipefile.MatchGPU(req.GPU, g.Index, g.UUID) && pipefile.MatchType(req.Type, g.Name) {
+		if api.MatchGPU(req.GPU, g.Index, g.UUID) && api.MatchType(req.Type, g.Name) {
 			gpus = append(gpus, g)
 		}
 	}

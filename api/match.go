@@ -1,4 +1,4 @@
-package pipefile
+package api
 
 import (
 	"fmt"
