@@ -2,6 +2,7 @@ package kubelet
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
+	podresourcesapi "k8s.io/kubelet/pkg/apis/podresources/v1"
 
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/api"
@@ -45,11 +47,16 @@ func TestFreeUnitsAPodCannotGetAreUnhealthy(t *testing.T) {
 	}
 	_, seen = n.kubelet.WaitUpdate(seen, 5*time.Second, func(d []*pluginapi.Device) bool { return kubelettest.Healthy(d) == 32 })
 
-	// Instance 0 of GPU 0 full of clients: N pods of a unit each.
+	// Instance 0 of GPU 0 full of clients: N pods of a unit each, which the
+	// kubelet lists as they run (else the reconcile would end their leases
+	// two intervals on, before a loaded machine reads the health).
+	var pods []*podresourcesapi.PodResources
 	for u := range n.model.ClientsPerInstance {
 		if _, err := n.allocate(t, n.ids(0, u)); err != nil {
 			t.Fatal(err)
 		}
+		pods = append(pods, kubelettest.Pod("ns", fmt.Sprintf("pod-%d", u), "main", ResourceName, n.ids(0, u)...))
+		n.kubelet.SetPods(pods...)
 	}
 	_, size = n.model.InstanceRange(0)
 	free := size - n.model.ClientsPerInstance
