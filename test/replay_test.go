@@ -41,8 +41,11 @@ func TestReplayModelAgreesWithGpuletd(t *testing.T) {
 // wholeEvery, if not 0, asks for 1 or 2 whole GPUs.
 func placeAlike(t *testing.T, p placement.Policy, wholeEvery int) (placed, refused, wholes int) {
 	t.Helper()
+	// The node model places by units alone; gpuletd's simulated GPUs read
+	// the SMs of their leased units busy, as the H100 did (docs/hardware.md),
+	// so --max-utilization is set where it refuses nothing.
 	d := e2e.Start(t, "--sim-gpus", "4xA100-80GB,4xT4-16GB", "--policy", string(p),
-		"--units-per-client", "8", "--clients-per-instance", "16", "--units-per-gpu", "64")
+		"--units-per-client", "8", "--clients-per-instance", "16", "--units-per-gpu", "64", "--max-utilization", "100")
 	ctx := e2e.Ctx(t)
 	gl, err := d.Client.GPUs(ctx)
 	if err != nil {

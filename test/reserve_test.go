@@ -38,7 +38,10 @@ func startReserveNode(t *testing.T, extra ...string) *reserveNode {
 	t.Helper()
 	sock := e2e.NewGroup(t)
 	n := &reserveNode{alice: e2e.NewUser(t, sock), bob: e2e.NewUser(t, sock)}
-	n.d = e2e.Start(t, append([]string{"--socket-group", sock.Name, "--sim-gpus", "1xT4", "--units-per-client", "1", "--clients-per-instance", "8", "--reclaim-grace", "1s"}, extra...)...)
+	// The tests fill the GPU with busy jobs, which read 100% of its SMs as
+	// on the H100 (docs/hardware.md); they are about reservations, not
+	// --max-utilization, which stays out of the way.
+	n.d = e2e.Start(t, append([]string{"--socket-group", sock.Name, "--sim-gpus", "1xT4", "--units-per-client", "1", "--clients-per-instance", "8", "--reclaim-grace", "1s", "--max-utilization", "100"}, extra...)...)
 	openToOthers(t, n.d)
 	n.gpurun, n.gpuletCL = copyForOthers(t, e2e.Bin("gpurun")), copyForOthers(t, e2e.Bin("gpulet"))
 	return n

@@ -72,9 +72,20 @@ func TestGpurunWholeGPUs(t *testing.T) {
 	if err := waiter.Wait(); err != nil || strings.Count(stdout.String(), "GPU-") != 3 {
 		t.Fatalf("waiter: %v, output %q", err, stdout.String())
 	}
-	testutil.Eventually(t, "every unit free after both commands", func() bool {
+	// and the GPUs sampled idle: a GPU whose whole-GPU job just ended reads
+	// 100% of its SMs until the next sample, as on the H100, and a refusal
+	// names every GPU above --max-utilization.
+	testutil.Eventually(t, "every unit free after both commands, and every GPU idle", func() bool {
 		s, err := d.Client.Snapshot(ctx)
-		return err == nil && s.UnitsFree == s.UnitsTotal
+		if err != nil || s.UnitsFree != s.UnitsTotal {
+			return false
+		}
+		for _, g := range s.GPUs {
+			if g.UtilizationPct != 0 {
+				return false
+			}
+		}
+		return true
 	})
 	if out, code := gpurun(t, d, "--gpus", "5", "--", "true"); code != 125 || !strings.Contains(out, "can ever fit the request: 5 whole GPU(s) asked, 4 on this node could ever be\n") {
 		t.Fatalf("5 whole GPUs of 4: exit %d %q", code, out)

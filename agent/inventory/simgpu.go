@@ -2,19 +2,23 @@ package inventory
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
-// Sim is the simulated backend. It behaves as an H100 under MPS did: its SM
-// utilization follows the units in use, while the time in which any kernel
-// runs is 100% as soon as one process holds units; every client is a process
-// on the GPU using its share of the memory; and each MPS instance has a
-// server of one uid that stays up idle after its last client, until a client
-// of another uid replaces it. Root may override what a GPU reports through
+// Sim is the simulated backend. It behaves as an H100 under MPS did
+// (docs/hardware.md): its SM utilization is the SMs its busy jobs may use,
+// while the time in which any kernel runs is 100% as soon as one process
+// holds units; every client is a process on the GPU, using its share of the
+// memory; and each MPS instance has a server of one uid, a GPU process with
+// memory of its own, that stays up idle after its last client, until a
+// client of another uid replaces it. Root may override what a GPU reports through
 // Set; an Xid given to Set is treated as NVML's Xid events are.
 type Sim struct {
 	devices []Device
@@ -27,6 +31,10 @@ type Sim struct {
 	procMiB []map[int]uint64
 	// servers holds, per GPU and instance, the simulated MPS server.
 	servers []map[int]*simServer
+	// rounds counts each GPU's samples, and smByPID holds the per-process
+	// SM figures last read.
+	rounds  []int
+	smByPID []map[int]int
 	// serverUIDs maps every simulated server pid to its uid.
 	serverUIDs map[int]uint32
 	nextPID    int
@@ -59,6 +67,7 @@ func NewSim(node string, models []Model) *Sim {
 		s.procMiB = append(s.procMiB, map[int]uint64{})
 		s.servers = append(s.servers, map[int]*simServer{})
 	}
+	s.rounds, s.smByPID = make([]int, len(models)), make([]map[int]int, len(models))
 	return s
 }
 
@@ -66,16 +75,60 @@ func (s *Sim) Backend() string   { return api.BackendSimulated }
 func (s *Sim) Devices() []Device { return append([]Device(nil), s.devices...) }
 func (s *Sim) Close() error      { return nil }
 
-// simBusyShare is the part of its units' share that a simulated job keeps busy:
-// jobs seldom use all they hold, and a full GPU that read 100% would sit above
-// --max-utilization before its last units were leased.
-const simBusyShare = 75
+// What the simulated GPU reads, from the H100's record (docs/hardware.md):
+//   - a busy job's SM figure is the part of the SMs it may use. Under MPS that
+//     is its thread percentage (pipefile.ThreadPercentage) of the SMs, rounded
+//     down to whole TPCs of two SMs: 16, 32 and 66 of the H100's 132 SMs for 2,
+//     4 and 8 of 16 units, which GPM read as 12.1, 24.2 and 50.0%. Without MPS
+//     nothing bounds a job's SMs, and the simulated job uses its units' share.
+//     A GPU whose every unit is busy reads 100%, above --max-utilization,
+//     as a full H100 would.
+//   - every MPS server is a GPU process of its own, with simServerMiB of
+//     memory (66 MiB each on the H100), up as long as the server is.
+//   - the per-process SM figures are read as gpuletd reads NVML's on a GPU
+//     with GPM, every processUtilEvery samples, and each read takes
+//     simProcessUtilCost, as nvmlDeviceGetProcessUtilization did.
+const (
+	simServerMiB       = 66
+	simProcessUtilCost = 1368 * time.Microsecond
+	// smsPerTPC: MPS gives a client whole TPCs, so an even number of SMs.
+	smsPerTPC = 2
+)
 
-// Sample reports, unless overridden, SM utilization and memory in proportion
-// to the units in use, kernel time 100% while any unit is, and the clients
-// as processes. A GPU with a latched critical Xid is failed.
+// smCount is the number of SMs of a simulated GPU: its cores over the cores
+// of one SM, 64 up to compute capability 8.0 and 128 from 8.6 on.
+func smCount(d Device) int {
+	perSM := 64
+	if d.CCMajor > 8 || (d.CCMajor == 8 && d.CCMinor >= 6) {
+		perSM = 128
+	}
+	return max(d.Cores/perSM, smsPerTPC)
+}
+
+// jobSM is the SM figure, in percent, of a busy job on units of total units
+// of a GPU with sms SMs: under MPS the whole TPCs its thread percentage
+// gives it, otherwise its units' share.
+func jobSM(sms, units, total int, mps bool) float64 {
+	if units <= 0 || total <= 0 {
+		return 0
+	}
+	if !mps {
+		return 100 * float64(units) / float64(total)
+	}
+	got := sms * pipefile.ThreadPercentage(units, total) / 100
+	got = min(max(got/smsPerTPC*smsPerTPC, smsPerTPC), sms)
+	return 100 * float64(got) / float64(sms)
+}
+
+// Sample reports, unless overridden, the SM utilization of the units in use
+// (jobSM), memory in proportion to them, kernel time 100% while any unit is,
+// and the clients and MPS servers as processes. A GPU with a latched
+// critical Xid is failed.
 func (s *Sim) Sample(index int, load Load) Sample {
-	smp := s.read(index, load)
+	smp, readProcessSM := s.read(index, load)
+	if readProcessSM {
+		time.Sleep(simProcessUtilCost)
+	}
 	s.faults.apply(index, &smp)
 	return smp
 }
@@ -83,11 +136,13 @@ func (s *Sim) Sample(index int, load Load) Sample {
 // ClearXid clears the critical Xid latched on a GPU.
 func (s *Sim) ClearXid(index int) uint64 { return s.faults.clear(index) }
 
-func (s *Sim) read(index int, load Load) Sample {
+// read samples GPU index; readProcessSM says whether it read the
+// per-process SM figures anew, which the caller pays for.
+func (s *Sim) read(index int, load Load) (smp Sample, readProcessSM bool) {
 	d := s.devices[index]
-	smp := Sample{UtilizationSource: api.UtilSourceSimulated}
+	sms := smCount(d)
+	smp = Sample{UtilizationSource: api.UtilSourceSimulated}
 	if load.UnitsTotal > 0 {
-		smp.UtilizationPct = simBusyShare * load.UnitsUsed / load.UnitsTotal
 		smp.MemoryUsedMiB = d.MemoryTotalMiB * uint64(load.UnitsUsed) / uint64(load.UnitsTotal)
 	}
 	if load.UnitsUsed > 0 {
@@ -99,12 +154,20 @@ func (s *Sim) read(index int, load Load) Sample {
 	if load.MPS {
 		served = s.serveLocked(index, load.Clients)
 	}
-	smp.SMByPID = map[int]int{}
 	known := map[int]bool{}
 	var extra int64
 	// A process holding several leases is one process on the GPU, using
 	// the sum of their shares.
-	share, units, whole := map[int]uint64{}, map[int]int{}, map[int]bool{}
+	share, sm, whole := map[int]uint64{}, map[int]float64{}, map[int]bool{}
+	// Units held by no known process (a lease taken over the API alone)
+	// are busy too, at their share; a client waiting for another uid's
+	// server runs nothing.
+	free := load.UnitsUsed
+	for _, c := range load.Clients {
+		free -= c.Units
+	}
+	gpuSM := jobSM(sms, max(free, 0), load.UnitsTotal, false)
+	serverSM := map[int]float64{}
 	for _, c := range served {
 		whole[c.PID] = whole[c.PID] || c.Whole
 		if !known[c.PID] {
@@ -112,28 +175,20 @@ func (s *Sim) read(index int, load Load) Sample {
 			smp.Processes = append(smp.Processes, Process{PID: c.PID})
 		}
 		share[c.PID] += c.ShareMiB
-		units[c.PID] += c.Units
+		f := jobSM(sms, c.Units, load.UnitsTotal, load.MPS && !c.Whole)
+		sm[c.PID] += f
+		gpuSM += f
+		if load.MPS && !c.Whole {
+			serverSM[c.Instance] += f
+		}
 	}
+	smp.UtilizationPct = int(math.Round(min(gpuSM, 100)))
 	for i := range smp.Processes {
 		p := &smp.Processes[i]
 		p.MemoryUsedMiB = share[p.PID]
 		if m, ok := s.procMiB[index][p.PID]; ok {
 			p.MemoryUsedMiB = m
 			extra += int64(m) - int64(share[p.PID])
-		}
-		if (!load.MPS || whole[p.PID]) && load.UnitsTotal > 0 {
-			smp.SMByPID[p.PID] = simBusyShare * units[p.PID] / load.UnitsTotal
-		}
-	}
-	if load.MPS && load.UnitsTotal > 0 {
-		for k, srv := range s.servers[index] {
-			units := 0
-			for _, c := range served {
-				if c.Instance == k && !c.Whole {
-					units += c.Units
-				}
-			}
-			smp.SMByPID[srv.pid] = simBusyShare * units / load.UnitsTotal
 		}
 	}
 	for pid, m := range s.procMiB[index] {
@@ -142,11 +197,36 @@ func (s *Sim) read(index int, load Load) Sample {
 			extra += int64(m)
 		}
 	}
+	if load.MPS {
+		for _, srv := range s.servers[index] {
+			smp.Processes = append(smp.Processes, Process{PID: srv.pid, MemoryUsedMiB: simServerMiB})
+			extra += simServerMiB
+		}
+	}
 	slices.SortFunc(smp.Processes, func(a, b Process) int { return a.PID - b.PID })
 	smp.MemoryUsedMiB = uint64(min(max(int64(smp.MemoryUsedMiB)+extra, 0), int64(d.MemoryTotalMiB)))
+	// Per-process SM figures, as gpuletd reads NVML's where GPM gives the
+	// GPU's: under MPS one per server (its clients'), otherwise one per
+	// process; in between, the last ones read.
+	s.rounds[index]++
+	if readProcessSM = s.rounds[index]%processUtilEvery == 1; readProcessSM {
+		byPID := map[int]int{}
+		for _, p := range smp.Processes {
+			if f, ok := sm[p.PID]; ok && (!load.MPS || whole[p.PID]) {
+				byPID[p.PID] = int(math.Round(f))
+			}
+		}
+		if load.MPS {
+			for k, srv := range s.servers[index] {
+				byPID[srv.pid] = int(math.Round(serverSM[k]))
+			}
+		}
+		s.smByPID[index] = byPID
+	}
+	smp.SMByPID = s.smByPID[index]
 	o, ok := s.overrides[index]
 	if !ok {
-		return smp
+		return smp, readProcessSM
 	}
 	if o.UtilizationPct != nil {
 		smp.UtilizationPct = *o.UtilizationPct
@@ -157,7 +237,7 @@ func (s *Sim) read(index int, load Load) Sample {
 	if o.State != nil && *o.State == api.GPUFailed {
 		smp.Err = fmt.Errorf("simulated failure")
 	}
-	return smp
+	return smp, readProcessSM
 }
 
 // serveLocked brings GPU index's simulated MPS servers up to date with its

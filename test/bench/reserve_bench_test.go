@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // reclaimGrace is the --reclaim-grace of BenchmarkReclaim100.
@@ -71,6 +72,22 @@ func BenchmarkReclaim100(b *testing.B) {
 // processes running script borrow one unit each.
 func reclaimSetup(b *testing.B, c *http.Client, script string) []*exec.Cmd {
 	b.Helper()
+	// The borrowers of the round before kept their GPUs' SMs busy, and the
+	// GPUs read so (100% when full, above --max-utilization 90, as the H100
+	// did) until the next sample: a reservation of the whole node waits for
+	// the samples to see them idle.
+	testutil.Eventually(b, "the GPUs sampled idle", func() bool {
+		s, err := snapshot(c)
+		if err != nil {
+			return false
+		}
+		for _, g := range s.GPUs {
+			if g.UtilizationPct != 0 {
+				return false
+			}
+		}
+		return true
+	})
 	if err := post(c, "/v1/reservations", `{"name":"wf","stages":[1,128],"share":[{"user":"root"}]}`, http.StatusCreated); err != nil {
 		b.Fatal(err)
 	}
