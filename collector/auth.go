@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/subtle"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -38,13 +41,31 @@ type Auth struct {
 func (a *Auth) pushGuarded() bool { return a.NodeTokens != nil || a.PushToken != nil || a.ClientCerts }
 
 // certNames are the names of the client certificate r came with, verified
-// against --client-ca: its DNS names and common name. Nil without one.
+// against --client-ca, as crypto/x509 names a server: its DNS names, and its
+// common name only in a certificate of no subject alternative names. A
+// certificate that has some, none of them a DNS name, has no name (an empty
+// list). Nil without a certificate.
 func certNames(r *http.Request) []string {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
 		return nil
 	}
 	leaf := r.TLS.VerifiedChains[0][0]
-	return append(slices.Clip(leaf.DNSNames), leaf.Subject.CommonName)
+	if hasSANs(leaf) {
+		return append([]string{}, leaf.DNSNames...)
+	}
+	return []string{leaf.Subject.CommonName}
+}
+
+// oidSubjectAltName is the extension of subject alternative names (RFC 5280,
+// section 4.2.1.6).
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// hasSANs reports whether c has subject alternative names, of any kind.
+func hasSANs(c *x509.Certificate) bool {
+	if len(c.DNSNames)+len(c.IPAddresses)+len(c.EmailAddresses)+len(c.URIs) > 0 {
+		return true
+	}
+	return slices.ContainsFunc(c.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(oidSubjectAltName) })
 }
 
 // WatchedFile is a file of tokens read again whenever it changes (by its
@@ -102,10 +123,12 @@ func parseOneToken(b []byte) (map[string]string, error) {
 const maxTokenFile = 64 << 20
 
 // ParseNodeTokens parses a node tokens file (OpenNodeTokensFile). A node
-// named twice, a line without a token and a token with spaces are refused
-// with the line's number.
+// named twice, one token given to two nodes (whoever holds it could push as
+// either), a line without a token and a token with spaces are refused with
+// the line's number; no error shows a token.
 func ParseNodeTokens(b []byte) (map[string]string, error) {
 	out := map[string]string{}
+	lineOf := map[string]int{} // the line of each token
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 4096), 64<<10)
 	for n := 1; sc.Scan(); n++ {
@@ -121,8 +144,11 @@ func ParseNodeTokens(b []byte) (map[string]string, error) {
 			return nil, fmt.Errorf("line %d: a control character or invalid UTF-8", n)
 		case out[f[0]] != "":
 			return nil, fmt.Errorf("line %d: node %q named twice", n, f[0])
+		case lineOf[f[1]] != 0:
+			return nil, fmt.Errorf("line %d: node %q has the token of line %d, another node's: give each node its own", n, f[0], lineOf[f[1]])
 		}
 		out[f[0]] = f[1]
+		lineOf[f[1]] = n
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -193,10 +219,13 @@ func (s *Server) checkRead(header string) error {
 // the shared one. names are the client certificate's (certNames).
 func (s *Server) checkPush(header string, names []string, node string) error {
 	if names != nil {
-		if slices.Contains(names, node) {
+		switch {
+		case slices.Contains(names, node):
 			return nil
+		case len(names) == 0:
+			return api.Errorf(api.ErrForbidden, "snapshot of node %q: the client certificate has no DNS name (its common name counts only in a certificate of no subject alternative names)", node)
 		}
-		return api.Errorf(api.ErrForbidden, "snapshot of node %q: the client certificate is for %q, another node", node, names[len(names)-1])
+		return api.Errorf(api.ErrForbidden, "snapshot of node %q: the client certificate is for %q, another node", node, strings.Join(names, ", "))
 	}
 	got, _ := bearer(header)
 	if s.Auth.NodeTokens != nil {
