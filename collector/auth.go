@@ -31,6 +31,12 @@ type Auth struct {
 	// /v1/placements/mix, /metrics) and placements must come with
 	// (--read-token-file).
 	ReadToken *WatchedFile
+	// LearnTokens, when set, holds a token per caller name
+	// (--learn-tokens-file): a placement request with one is placed, as
+	// with the read token, and learnt in the request mix as that caller's
+	// once placed. No other request is learnt: the mix is steered by
+	// callers the admin named, each within its share.
+	LearnTokens *WatchedFile
 	// ClientCerts says that the server verifies client certificates
 	// (--client-ca): a snapshot of a node may come with a certificate whose
 	// name is the node's, instead of a token.
@@ -100,6 +106,12 @@ func OpenNodeTokensFile(path string) (*WatchedFile, error) {
 	return openWatched(path, ParseNodeTokens)
 }
 
+// OpenCallerTokensFile reads a file of caller tokens, written as a node
+// tokens file is, with a line per caller (--learn-tokens-file).
+func OpenCallerTokensFile(path string) (*WatchedFile, error) {
+	return openWatched(path, func(b []byte) (map[string]string, error) { return parseNamedTokens(b, "caller") })
+}
+
 func openWatched(path string, parse func([]byte) (map[string]string, error)) (*WatchedFile, error) {
 	f := &WatchedFile{path: path, parse: parse}
 	if _, err := f.current(); err != nil {
@@ -126,7 +138,11 @@ const maxTokenFile = 64 << 20
 // named twice, one token given to two nodes (whoever holds it could push as
 // either), a line without a token and a token with spaces are refused with
 // the line's number; no error shows a token.
-func ParseNodeTokens(b []byte) (map[string]string, error) {
+func ParseNodeTokens(b []byte) (map[string]string, error) { return parseNamedTokens(b, "node") }
+
+// parseNamedTokens parses a file of lines NAME TOKEN, of names of what (a
+// node, a caller).
+func parseNamedTokens(b []byte, what string) (map[string]string, error) {
 	out := map[string]string{}
 	lineOf := map[string]int{} // the line of each token
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -139,13 +155,13 @@ func ParseNodeTokens(b []byte) (map[string]string, error) {
 		f := strings.Fields(line)
 		switch {
 		case len(f) != 2:
-			return nil, fmt.Errorf("line %d: want a node name and its token, separated by white space", n)
+			return nil, fmt.Errorf("line %d: want a %s name and its token, separated by white space", n, what)
 		case checkText(f[0]) != nil || checkText(f[1]) != nil:
 			return nil, fmt.Errorf("line %d: a control character or invalid UTF-8", n)
 		case out[f[0]] != "":
-			return nil, fmt.Errorf("line %d: node %q named twice", n, f[0])
+			return nil, fmt.Errorf("line %d: %s %q named twice", n, what, f[0])
 		case lineOf[f[1]] != 0:
-			return nil, fmt.Errorf("line %d: node %q has the token of line %d, another node's: give each node its own", n, f[0], lineOf[f[1]])
+			return nil, fmt.Errorf("line %d: %s %q has the token of line %d, another %s's: give each %s its own", n, what, f[0], lineOf[f[1]], what, what)
 		}
 		out[f[0]] = f[1]
 		lineOf[f[1]] = n
@@ -212,6 +228,27 @@ func (s *Server) checkRead(header string) error {
 		return api.Errorf(api.ErrForbidden, "reads here want Authorization: Bearer and the token of the collector's --read-token-file")
 	}
 	return nil
+}
+
+// placementCaller is who a placement request is learnt as: the caller of
+// its token in --learn-tokens-file, or no one ("") for a request placed
+// with the read token, or with none where reads need none. A request with
+// neither is refused.
+func (s *Server) placementCaller(header string) (string, error) {
+	if s.Auth.LearnTokens != nil {
+		tokens, err := s.Auth.LearnTokens.current()
+		if err != nil {
+			s.fileErrors.Log(slog.LevelWarn, "--learn-tokens-file: keeping the last good tokens", "err", err)
+		}
+		if got, ok := bearer(header); ok {
+			for caller, token := range tokens {
+				if tokenMatches(got, token) {
+					return caller, nil
+				}
+			}
+		}
+	}
+	return "", s.checkRead(header)
 }
 
 // checkPush refuses a snapshot of node without the credential that node

@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpulet/gpulet/placement"
 )
 
 // tokenFile writes content to a fresh token file and opens it.
@@ -26,6 +28,21 @@ func tokenFile(t *testing.T, content string) *WatchedFile {
 		t.Fatal(err)
 	}
 	f, err := OpenTokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// callerTokensFile writes content to a fresh caller tokens file
+// (--learn-tokens-file) and opens it.
+func callerTokensFile(t testing.TB, content string) *WatchedFile {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "learn-tokens")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenCallerTokensFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +179,17 @@ func TestReadToken(t *testing.T) {
 			}
 		}
 	}
+	// A caller's learn token places, as the read token does, and reads
+	// nothing.
+	s.Auth.LearnTokens = callerTokensFile(t, "sched learner\n")
+	if code, b := doAs(t, s, "Bearer learner", "POST", "/v1/placements", `{"units":1}`); code != 409 {
+		t.Errorf("a placement with a learn token: %d %s, want 409 (no node)", code, b)
+	}
+	for _, path := range []string{"/v1/table", "/v1/placements/mix"} {
+		if code, _ := doAs(t, s, "Bearer learner", "GET", path, ""); code != 403 {
+			t.Errorf("GET %s with a learn token: %d, want 403", path, code)
+		}
+	}
 	if code, _ := send(t, s, "n", "b", 1, ""); code != 204 {
 		t.Fatalf("a push without credentials where only reads need one: %d", code)
 	}
@@ -214,6 +242,28 @@ func FuzzParseNodeTokens(f *testing.F) {
 			nodeOf[tok] = node
 		}
 	})
+}
+
+// Under frag without --learn-tokens-file the collector says, at warning
+// level, that it learns from no one and places as best-fit.
+func TestWarnLearn(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		learn  *WatchedFile
+		policy placement.Policy
+		want   string
+	}{
+		{"frag, no learn tokens", nil, placement.Frag, "no --learn-tokens-file"},
+		{"frag, learn tokens", callerTokensFile(t, "s t\n"), placement.Frag, ""},
+		{"best-fit, no learn tokens", nil, placement.BestFit, ""},
+	} {
+		var buf bytes.Buffer
+		warnLearn(slog.New(slog.NewTextHandler(&buf, nil)), Auth{LearnTokens: tc.learn}, tc.policy)
+		got := buf.String()
+		if tc.want == "" && got != "" || tc.want != "" && (!strings.Contains(got, tc.want) || !strings.Contains(got, "level=WARN")) {
+			t.Errorf("%s: logged %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }
 
 // Without per-node tokens the collector says, at warning level, that
