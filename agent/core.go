@@ -13,10 +13,15 @@ import (
 // and the node. The rest of the API calls the snapshot store and the lease
 // engine themselves (server.Parts).
 
-// Acquire grants a lease.
+// Acquire grants a lease. Only a lease granted is learnt in the frag
+// policy's mix: a request refused, or one that could never fit, would let
+// anyone steer where others' leases go at no cost.
 func (a *Agent) Acquire(ctx context.Context, peer identity.Peer, req lease.Request) (lease.Grant, error) {
-	a.observe(req)
-	return a.leases.Acquire(ctx, peer, req)
+	g, err := a.leases.Acquire(ctx, peer, req)
+	if err == nil {
+		a.observe(peer.UID, req)
+	}
+	return g, err
 }
 
 // List lists peer's leases (all, for admins).

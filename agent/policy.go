@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/gpulet/gpulet/agent/lease"
@@ -67,14 +68,15 @@ const (
 	nodeMixEvery  = 32
 )
 
-// observe counts a lease request in the frag policy's mix, and puts a new
-// engine in force when the mix changed. Nothing happens under other policies.
-func (a *Agent) observe(req lease.Request) {
+// observe counts a lease granted to uid in the frag policy's mix, within
+// that user's share (placement.UserShare), and puts a new engine in force
+// when the mix changed. Nothing happens under other policies.
+func (a *Agent) observe(uid uint32, req lease.Request) {
 	if a.mix == nil {
 		return
 	}
 	before := a.mix.Mix()
-	a.mix.Observe(placement.Request{Units: req.Units, GPUs: req.GPUs, Type: req.Type, MemoryMiB: req.MemoryMiB})
+	a.mix.ObserveBy("uid "+strconv.FormatUint(uint64(uid), 10), placement.Request{Units: req.Units, GPUs: req.GPUs, Type: req.Type, MemoryMiB: req.MemoryMiB})
 	if a.mix.Mix() != before {
 		a.engineMu.Lock()
 		defer a.engineMu.Unlock()

@@ -4,6 +4,9 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/subtle"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -28,6 +31,12 @@ type Auth struct {
 	// /v1/placements/mix, /metrics) and placements must come with
 	// (--read-token-file).
 	ReadToken *WatchedFile
+	// LearnTokens, when set, holds a token per caller name
+	// (--learn-tokens-file): a placement request with one is placed, as
+	// with the read token, and learnt in the request mix as that caller's
+	// once placed. No other request is learnt: the mix is steered by
+	// callers the admin named, each within its share.
+	LearnTokens *WatchedFile
 	// ClientCerts says that the server verifies client certificates
 	// (--client-ca): a snapshot of a node may come with a certificate whose
 	// name is the node's, instead of a token.
@@ -38,13 +47,31 @@ type Auth struct {
 func (a *Auth) pushGuarded() bool { return a.NodeTokens != nil || a.PushToken != nil || a.ClientCerts }
 
 // certNames are the names of the client certificate r came with, verified
-// against --client-ca: its DNS names and common name. Nil without one.
+// against --client-ca, as crypto/x509 names a server: its DNS names, and its
+// common name only in a certificate of no subject alternative names. A
+// certificate that has some, none of them a DNS name, has no name (an empty
+// list). Nil without a certificate.
 func certNames(r *http.Request) []string {
 	if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 || len(r.TLS.VerifiedChains[0]) == 0 {
 		return nil
 	}
 	leaf := r.TLS.VerifiedChains[0][0]
-	return append(slices.Clip(leaf.DNSNames), leaf.Subject.CommonName)
+	if hasSANs(leaf) {
+		return append([]string{}, leaf.DNSNames...)
+	}
+	return []string{leaf.Subject.CommonName}
+}
+
+// oidSubjectAltName is the extension of subject alternative names (RFC 5280,
+// section 4.2.1.6).
+var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
+
+// hasSANs reports whether c has subject alternative names, of any kind.
+func hasSANs(c *x509.Certificate) bool {
+	if len(c.DNSNames)+len(c.IPAddresses)+len(c.EmailAddresses)+len(c.URIs) > 0 {
+		return true
+	}
+	return slices.ContainsFunc(c.Extensions, func(e pkix.Extension) bool { return e.Id.Equal(oidSubjectAltName) })
 }
 
 // WatchedFile is a file of tokens read again whenever it changes (by its
@@ -79,6 +106,12 @@ func OpenNodeTokensFile(path string) (*WatchedFile, error) {
 	return openWatched(path, ParseNodeTokens)
 }
 
+// OpenCallerTokensFile reads a file of caller tokens, written as a node
+// tokens file is, with a line per caller (--learn-tokens-file).
+func OpenCallerTokensFile(path string) (*WatchedFile, error) {
+	return openWatched(path, func(b []byte) (map[string]string, error) { return parseNamedTokens(b, "caller") })
+}
+
 func openWatched(path string, parse func([]byte) (map[string]string, error)) (*WatchedFile, error) {
 	f := &WatchedFile{path: path, parse: parse}
 	if _, err := f.current(); err != nil {
@@ -102,10 +135,16 @@ func parseOneToken(b []byte) (map[string]string, error) {
 const maxTokenFile = 64 << 20
 
 // ParseNodeTokens parses a node tokens file (OpenNodeTokensFile). A node
-// named twice, a line without a token and a token with spaces are refused
-// with the line's number.
-func ParseNodeTokens(b []byte) (map[string]string, error) {
+// named twice, one token given to two nodes (whoever holds it could push as
+// either), a line without a token and a token with spaces are refused with
+// the line's number; no error shows a token.
+func ParseNodeTokens(b []byte) (map[string]string, error) { return parseNamedTokens(b, "node") }
+
+// parseNamedTokens parses a file of lines NAME TOKEN, of names of what (a
+// node, a caller).
+func parseNamedTokens(b []byte, what string) (map[string]string, error) {
 	out := map[string]string{}
+	lineOf := map[string]int{} // the line of each token
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(make([]byte, 0, 4096), 64<<10)
 	for n := 1; sc.Scan(); n++ {
@@ -116,13 +155,16 @@ func ParseNodeTokens(b []byte) (map[string]string, error) {
 		f := strings.Fields(line)
 		switch {
 		case len(f) != 2:
-			return nil, fmt.Errorf("line %d: want a node name and its token, separated by white space", n)
+			return nil, fmt.Errorf("line %d: want a %s name and its token, separated by white space", n, what)
 		case checkText(f[0]) != nil || checkText(f[1]) != nil:
 			return nil, fmt.Errorf("line %d: a control character or invalid UTF-8", n)
 		case out[f[0]] != "":
-			return nil, fmt.Errorf("line %d: node %q named twice", n, f[0])
+			return nil, fmt.Errorf("line %d: %s %q named twice", n, what, f[0])
+		case lineOf[f[1]] != 0:
+			return nil, fmt.Errorf("line %d: %s %q has the token of line %d, another %s's: give each %s its own", n, what, f[0], lineOf[f[1]], what, what)
 		}
 		out[f[0]] = f[1]
+		lineOf[f[1]] = n
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
@@ -188,15 +230,39 @@ func (s *Server) checkRead(header string) error {
 	return nil
 }
 
+// placementCaller is who a placement request is learnt as: the caller of
+// its token in --learn-tokens-file, or no one ("") for a request placed
+// with the read token, or with none where reads need none. A request with
+// neither is refused.
+func (s *Server) placementCaller(header string) (string, error) {
+	if s.Auth.LearnTokens != nil {
+		tokens, err := s.Auth.LearnTokens.current()
+		if err != nil {
+			s.fileErrors.Log(slog.LevelWarn, "--learn-tokens-file: keeping the last good tokens", "err", err)
+		}
+		if got, ok := bearer(header); ok {
+			for caller, token := range tokens {
+				if tokenMatches(got, token) {
+					return caller, nil
+				}
+			}
+		}
+	}
+	return "", s.checkRead(header)
+}
+
 // checkPush refuses a snapshot of node without the credential that node
 // must push with: a client certificate of its name, its own token, or else
 // the shared one. names are the client certificate's (certNames).
 func (s *Server) checkPush(header string, names []string, node string) error {
 	if names != nil {
-		if slices.Contains(names, node) {
+		switch {
+		case slices.Contains(names, node):
 			return nil
+		case len(names) == 0:
+			return api.Errorf(api.ErrForbidden, "snapshot of node %q: the client certificate has no DNS name (its common name counts only in a certificate of no subject alternative names)", node)
 		}
-		return api.Errorf(api.ErrForbidden, "snapshot of node %q: the client certificate is for %q, another node", node, names[len(names)-1])
+		return api.Errorf(api.ErrForbidden, "snapshot of node %q: the client certificate is for %q, another node", node, strings.Join(names, ", "))
 	}
 	got, _ := bearer(header)
 	if s.Auth.NodeTokens != nil {

@@ -2,14 +2,22 @@ package collector
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpulet/gpulet/placement"
 )
 
 // tokenFile writes content to a fresh token file and opens it.
@@ -20,6 +28,21 @@ func tokenFile(t *testing.T, content string) *WatchedFile {
 		t.Fatal(err)
 	}
 	f, err := OpenTokenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// callerTokensFile writes content to a fresh caller tokens file
+// (--learn-tokens-file) and opens it.
+func callerTokensFile(t testing.TB, content string) *WatchedFile {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "learn-tokens")
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenCallerTokensFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,6 +179,17 @@ func TestReadToken(t *testing.T) {
 			}
 		}
 	}
+	// A caller's learn token places, as the read token does, and reads
+	// nothing.
+	s.Auth.LearnTokens = callerTokensFile(t, "sched learner\n")
+	if code, b := doAs(t, s, "Bearer learner", "POST", "/v1/placements", `{"units":1}`); code != 409 {
+		t.Errorf("a placement with a learn token: %d %s, want 409 (no node)", code, b)
+	}
+	for _, path := range []string{"/v1/table", "/v1/placements/mix"} {
+		if code, _ := doAs(t, s, "Bearer learner", "GET", path, ""); code != 403 {
+			t.Errorf("GET %s with a learn token: %d, want 403", path, code)
+		}
+	}
 	if code, _ := send(t, s, "n", "b", 1, ""); code != 204 {
 		t.Fatalf("a push without credentials where only reads need one: %d", code)
 	}
@@ -189,7 +223,7 @@ func TestParseNodeTokens(t *testing.T) {
 }
 
 func FuzzParseNodeTokens(f *testing.F) {
-	for _, s := range []string{"a t\n", "# x\n", "a b c", "a t\na u\n", strings.Repeat("x", 70000)} {
+	for _, s := range []string{"a t\n", "# x\n", "a b c", "a t\na u\n", "a t\nb t\n", strings.Repeat("x", 70000)} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -197,12 +231,39 @@ func FuzzParseNodeTokens(f *testing.F) {
 		if err != nil {
 			return
 		}
+		nodeOf := map[string]string{}
 		for node, tok := range m {
 			if node == "" || tok == "" || strings.ContainsAny(node+tok, " \t\r\n") {
 				t.Fatalf("entry %q %q", node, tok)
 			}
+			if other, ok := nodeOf[tok]; ok {
+				t.Fatalf("nodes %q and %q share a token", other, node)
+			}
+			nodeOf[tok] = node
 		}
 	})
+}
+
+// Under frag without --learn-tokens-file the collector says, at warning
+// level, that it learns from no one and places as best-fit.
+func TestWarnLearn(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		learn  *WatchedFile
+		policy placement.Policy
+		want   string
+	}{
+		{"frag, no learn tokens", nil, placement.Frag, "no --learn-tokens-file"},
+		{"frag, learn tokens", callerTokensFile(t, "s t\n"), placement.Frag, ""},
+		{"best-fit, no learn tokens", nil, placement.BestFit, ""},
+	} {
+		var buf bytes.Buffer
+		warnLearn(slog.New(slog.NewTextHandler(&buf, nil)), Auth{LearnTokens: tc.learn}, tc.policy)
+		got := buf.String()
+		if tc.want == "" && got != "" || tc.want != "" && (!strings.Contains(got, tc.want) || !strings.Contains(got, "level=WARN")) {
+			t.Errorf("%s: logged %q, want %q", tc.name, got, tc.want)
+		}
+	}
 }
 
 // Without per-node tokens the collector says, at warning level, that
@@ -299,5 +360,53 @@ func TestSameLengthRotationKeepingTheTimeIsSeen(t *testing.T) {
 	}
 	if code, _ := send(t, s, "n", "b", 2, "Bearer token-two"); code != 204 {
 		t.Fatalf("the new token: %d", code)
+	}
+}
+
+// A node tokens file that gives one token to two nodes is refused, naming
+// both lines and neither token: whoever holds it could push as either.
+func TestParseNodeTokensRefusesASharedToken(t *testing.T) {
+	_, err := ParseNodeTokens([]byte("a t1\nb t2\nc t1\n"))
+	if err == nil || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "line 1") || strings.Contains(err.Error(), "t1") {
+		t.Fatalf("one token for nodes a and c: %v, want an error naming lines 1 and 3 and not the token", err)
+	}
+}
+
+// A client certificate is named by its subject alternative names, its
+// common name only when it has none, as crypto/x509 names a server.
+func TestCertNamesFollowX509(t *testing.T) {
+	withCert := func(c *x509.Certificate) *http.Request {
+		r := httptest.NewRequest("POST", "/v1/snapshots", nil)
+		r.TLS = &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{c}}}
+		return r
+	}
+	for _, tc := range []struct {
+		name string
+		cert x509.Certificate
+		want []string
+	}{
+		{"SAN and CN", x509.Certificate{DNSNames: []string{"node-c"}, Subject: pkix.Name{CommonName: "gpulet-node"}}, []string{"node-c"}},
+		{"CN alone", x509.Certificate{Subject: pkix.Name{CommonName: "node-a"}}, []string{"node-a"}},
+		{"an IP SAN and a CN", x509.Certificate{IPAddresses: []net.IP{net.IPv4(10, 0, 0, 1)}, Subject: pkix.Name{CommonName: "node-a"}}, []string{}},
+		{"an email SAN and a CN", x509.Certificate{EmailAddresses: []string{"ops@example.com"}, Subject: pkix.Name{CommonName: "node-a"}}, []string{}},
+	} {
+		got := certNames(withCert(&tc.cert))
+		if got == nil || !slices.Equal(got, tc.want) {
+			t.Errorf("%s: names %q, want %q", tc.name, got, tc.want)
+		}
+	}
+	if got := certNames(httptest.NewRequest("GET", "/", nil)); got != nil {
+		t.Errorf("no certificate: names %q, want none", got)
+	}
+	// Pushing as the CN of a certificate with SANs is refused, with a
+	// message that names what the certificate is for.
+	s := NewServer(NewStore(time.Minute, nil), nil)
+	err := s.checkPush("", certNames(withCert(&x509.Certificate{DNSNames: []string{"node-c"}, Subject: pkix.Name{CommonName: "gpulet-node"}})), "gpulet-node")
+	if err == nil || !strings.Contains(err.Error(), "node-c") {
+		t.Errorf("pushing as the CN of a certificate with a SAN: %v, want refused", err)
+	}
+	err = s.checkPush("", certNames(withCert(&x509.Certificate{IPAddresses: []net.IP{net.IPv4(10, 0, 0, 1)}, Subject: pkix.Name{CommonName: "node-a"}})), "node-a")
+	if err == nil || !strings.Contains(err.Error(), "no DNS name") {
+		t.Errorf("pushing with a certificate of no DNS name: %v, want refused", err)
 	}
 }

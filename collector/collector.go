@@ -48,6 +48,10 @@ type Config struct {
 	// ReadTokenFile holds the bearer token reads must come with
 	// (--read-token-file); none when empty.
 	ReadTokenFile string
+	// LearnTokensFile holds a token per caller whose placement requests
+	// the request mix is learnt from (--learn-tokens-file); none when
+	// empty, and nothing is learnt.
+	LearnTokensFile string
 	// MaxBytes bounds the table's memory by estimate (--max-bytes).
 	MaxBytes int
 	// ExpireAfter is how long a node may be silent before its rows are
@@ -135,6 +139,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	handler.Auth.ClientCerts = cfg.ClientCAFile != ""
 	warnAuth(log, handler.Auth)
+	warnLearn(log, handler.Auth, handler.placer.policy)
 	log.Info("gpulet-collector listening", "addr", ln.Addr().String(), "tls", srv.TLSConfig != nil, "client_certs", handler.Auth.ClientCerts,
 		"stale_after", cfg.StaleAfter, "expire_after", cfg.ExpireAfter,
 		"max_pushes_in_flight", cfg.MaxPushesInFlight, "max_conns", cfg.MaxConns, "max_conns_per_addr", cfg.MaxConnsPerAddr)
@@ -201,6 +206,7 @@ func openAuth(cfg Config) (Auth, error) {
 		{"--token-file", cfg.TokenFile, OpenTokenFile, &a.PushToken},
 		{"--node-tokens-file", cfg.NodeTokensFile, OpenNodeTokensFile, &a.NodeTokens},
 		{"--read-token-file", cfg.ReadTokenFile, OpenTokenFile, &a.ReadToken},
+		{"--learn-tokens-file", cfg.LearnTokensFile, OpenCallerTokensFile, &a.LearnTokens},
 	} {
 		if f.path == "" {
 			continue
@@ -250,6 +256,14 @@ func warnAuth(log *slog.Logger, a Auth) {
 	}
 	if a.ReadToken == nil {
 		log.Warn("SECURITY: no --read-token-file: anyone who reaches this port may read the table and the metrics")
+	}
+}
+
+// warnLearn says, under frag, that without --learn-tokens-file the mix is
+// learnt from no one, so that frag places as best-fit.
+func warnLearn(log *slog.Logger, a Auth, p placement.Policy) {
+	if p == placement.Frag && a.LearnTokens == nil {
+		log.Warn("--policy frag with no --learn-tokens-file: placement requests are learnt only from callers named there, so the request mix stays empty and frag places as best-fit; give each scheduler that asks a token of its own")
 	}
 }
 

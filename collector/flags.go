@@ -19,7 +19,7 @@ var ErrHelp = pflag.ErrHelp
 // in the same order (flagtable_test.go holds all three to one another).
 var flagGroups = []flaghelp.Group{
 	{Title: "Serving", Flags: []string{"listen", "tls-cert", "tls-key"}},
-	{Title: "Credentials", Flags: []string{"node-tokens-file", "token-file", "client-ca", "read-token-file"}},
+	{Title: "Credentials", Flags: []string{"node-tokens-file", "token-file", "client-ca", "read-token-file", "learn-tokens-file"}},
 	{Title: "Bounds", Flags: []string{"stale-after", "expire-after", "max-nodes", "max-bytes", "max-table-rows", "max-pushes-in-flight", "max-conns", "max-conns-per-addr"}},
 	{Title: "Placement", Flags: []string{"policy"}},
 }
@@ -77,8 +77,9 @@ func defineFlags(fs *pflag.FlagSet, cfg *Config) *string {
 	fs.StringVar(&cfg.TokenFile, "token-file", "", "file holding one bearer token every node's snapshots must come with (gpuletd --upstream-token-file); it does not tie a node to its name, --node-tokens-file does")
 	fs.StringVar(&cfg.TLSCertFile, "tls-cert", "", "PEM certificate to serve HTTPS with (with --tls-key); plain HTTP by default")
 	fs.StringVar(&cfg.TLSKeyFile, "tls-key", "", "PEM key of --tls-cert")
-	fs.StringVar(&cfg.ClientCAFile, "client-ca", "", "PEM file of the CA certificates client certificates must chain to: a node's snapshots are then also taken with a certificate whose name (DNS name or common name) is the node's (gpuletd --upstream-cert); needs --tls-cert")
+	fs.StringVar(&cfg.ClientCAFile, "client-ca", "", "PEM file of the CA certificates client certificates must chain to: a node's snapshots are then also taken with a certificate whose name is the node's (a DNS name; the common name only in a certificate of no subject alternative names) (gpuletd --upstream-cert); needs --tls-cert")
 	policy := fs.String("policy", string(placement.BestFit), "placement policy of POST /v1/placements: best-fit, first-fit, spread, score or frag (the same engine gpuletd places with; frag weighs the mix of the requests it has been asked, GET /v1/placements/mix)")
 	fs.StringVar(&cfg.ReadTokenFile, "read-token-file", "", "file holding the bearer token reads (GET /v1/table, /v1/nodes, /v1/placements/mix, /metrics) and placements (POST /v1/placements) must come with (read again when it changes)")
+	fs.StringVar(&cfg.LearnTokensFile, "learn-tokens-file", "", "file of per-caller tokens, one \"NAME TOKEN\" line each: placement requests with one are placed (no read token needed) and, once placed, learnt in the request mix of --policy frag as that caller's, each caller's within a share; no other request is learnt (read again when it changes)")
 	return policy
 }

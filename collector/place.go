@@ -65,9 +65,10 @@ type placer struct {
 	modeled map[string]modeledNode
 	// synced is when every node's state was last looked at.
 	synced time.Time
-	// learner learns the request mix from the requests asked, under every
-	// policy, so that GET /v1/placements/mix shows what frag would weigh;
-	// observed counts them. mix is the mix in force, under frag only.
+	// learner learns the request mix from the requests placed for the
+	// callers of --learn-tokens-file, under every policy, so that GET
+	// /v1/placements/mix shows what frag would weigh; observed counts
+	// them. mix is the mix in force, under frag only.
 	learner  *placement.Learner
 	observed uint64
 	mix      *placement.Mix
@@ -82,16 +83,31 @@ func newPlacer(p placement.Policy) *placer {
 	return &placer{cluster: cluster.New(placement.New(p)), policy: p, modeled: map[string]modeledNode{}, learner: cluster.NewLearner()}
 }
 
-// place learns r, brings the models up to date with the table and places
-// r. Only the nodes whose record changed are modeled again, and, once every
-// resync, all of them: a node that went silent changes state without a new
-// record.
-func (p *placer) place(st *Store, r cluster.Request, limit int) (cluster.Answer, map[string]*record, error) {
+// place brings the models up to date with the table, places r and, once
+// placed, learns it as caller's (not at all for no caller). Only the nodes
+// whose record changed are modeled again, and, once every resync, all of
+// them: a node that went silent changes state without a new record.
+func (p *placer) place(st *Store, r cluster.Request, limit int, caller string) (cluster.Answer, map[string]*record, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	// Learnt before it is placed, as gpulet-replay does: the first request
-	// is placed under a mix of its own shape, not under none.
-	p.learner.Observe(r.Request)
+	p.refreshLocked(st)
+	a, err := p.cluster.Place(r, limit)
+	recs := make(map[string]*record, len(a.Ranked))
+	for _, v := range a.Ranked {
+		recs[v.Node] = p.modeled[v.Node].rec
+	}
+	if err == nil && caller != "" {
+		p.learnLocked(caller, r)
+	}
+	return a, recs, err
+}
+
+// learnLocked counts r, placed for caller, in the mix. Only a request
+// placed is counted: one that no node fits, or could ever fit, would
+// otherwise steer the mix at no cost. Nor is a request of no one
+// named: where anyone may ask, anyone could steer.
+func (p *placer) learnLocked(caller string, r cluster.Request) {
+	p.learner.ObserveBy(caller, r.Request)
 	p.observed++
 	if m := p.learner.Mix(); p.policy == placement.Frag && m != p.mix {
 		// SetEngine drops every node's kept answers and floors, which
@@ -99,6 +115,11 @@ func (p *placer) place(st *Store, r cluster.Request, limit int) (cluster.Answer,
 		p.mix = m
 		p.cluster.SetEngine(placement.New(placement.Frag).WithMix(m))
 	}
+}
+
+// refreshLocked models again the nodes of st that changed since the last
+// placement.
+func (p *placer) refreshLocked(st *Store) {
 	changed, all := st.takeChanged()
 	now := st.now()
 	if !all && now.Sub(p.synced) >= resync(st.staleAfter) {
@@ -130,12 +151,6 @@ func (p *placer) place(st *Store, r cluster.Request, limit int) (cluster.Answer,
 		p.cluster.Put(name, modelOf(rec, state))
 		p.modeled[name] = modeledNode{rec: rec, state: state}
 	}
-	a, err := p.cluster.Place(r, limit)
-	recs := make(map[string]*record, len(a.Ranked))
-	for _, v := range a.Ranked {
-		recs[v.Node] = p.modeled[v.Node].rec
-	}
-	return a, recs, err
 }
 
 // resync is how often the placements look at every node's state: a tenth
@@ -182,7 +197,8 @@ func modelOf(rec *record, state string) *placement.Node {
 // placements is POST /v1/placements: the best nodes for a request, by the
 // same placement engine the nodes decide with, over their last snapshots.
 func (s *Server) placements(w http.ResponseWriter, r *http.Request) error {
-	if err := s.checkRead(r.Header.Get("Authorization")); err != nil {
+	caller, err := s.placementCaller(r.Header.Get("Authorization"))
+	if err != nil {
 		return err
 	}
 	limit := 1
@@ -200,7 +216,7 @@ func (s *Server) placements(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a, recs, err := s.placer.place(s.store, req, limit)
+	a, recs, err := s.placer.place(s.store, req, limit, caller)
 	if err != nil {
 		return err
 	}
@@ -279,7 +295,8 @@ func cardOf(c api.Capability) placement.Card {
 // weighs (the others learn it too, and do not weigh it).
 type PlacementMix struct {
 	Policy string `json:"policy"`
-	// Observed counts the requests learnt from since the collector started.
+	// Observed counts the requests learnt from since the collector
+	// started: those placed for a caller of --learn-tokens-file.
 	Observed uint64     `json:"observed"`
 	Shapes   []MixShape `json:"shapes"`
 }

@@ -20,7 +20,8 @@ import (
 //
 //   - best-fit: every request asks for 4 units.
 //   - frag: requests of 1, 2, 4 and 8 units and of a whole GPU in turn, so
-//     that the collector learns a mix of five shapes and puts a new one in
+//     that the collector learns a mix of five shapes (asked by a caller
+//     of --learn-tokens-file) and puts a new one in
 //     force every 1,024 requests, each dropping every node's kept answers
 //     (run it for several thousand requests: -benchtime 5000x).
 func BenchmarkPlacementsUnderIngest(b *testing.B) {
@@ -37,6 +38,7 @@ func placementsUnderIngest(b *testing.B, p placement.Policy, bodies []string) {
 	st.MaxNodes = nodes
 	s := NewServer(st, nil)
 	s.SetPolicy(p)
+	s.Auth.LearnTokens = callerTokensFile(b, "scheduler t0k\n")
 	for n := range nodes {
 		st.Apply(withInstances(testSnapshot(fmt.Sprintf("node-%05d", n), "b", 1, n%9, gpus)))
 	}
@@ -68,7 +70,9 @@ func placementsUnderIngest(b *testing.B, p placement.Policy, bodies []string) {
 	for i := range b.N {
 		t0 := time.Now()
 		rec := httptest.NewRecorder()
-		s.ServeHTTP(rec, httptest.NewRequest("POST", "/v1/placements", strings.NewReader(bodies[i%len(bodies)])))
+		req := httptest.NewRequest("POST", "/v1/placements", strings.NewReader(bodies[i%len(bodies)]))
+		req.Header.Set("Authorization", "Bearer t0k")
+		s.ServeHTTP(rec, req)
 		lat = append(lat, time.Since(t0))
 		if rec.Code != 200 {
 			b.Fatalf("placement: %d %s", rec.Code, rec.Body)

@@ -3,6 +3,9 @@ package collector
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,19 +110,21 @@ func snapshotFree(node string, free ...int) *api.Snapshot {
 // takes GPUs that keep 4 free: n2's (6), then n1's GPU 1 (8). Before the
 // 4s, the mix is the request's own shape, which no choice fragments: frag
 // ranks as best-fit. The answers of 2 units the nodes kept under the first
-// mix must not outlive it.
+// mix must not outlive it. The requests come from a caller the collector
+// learns from (--learn-tokens-file).
 func TestPlacementsLearnMix(t *testing.T) {
 	server := func(p placement.Policy) *Server {
 		st := NewStore(15*time.Second, nil)
 		s := NewServer(st, nil)
 		s.SetPolicy(p)
+		s.Auth.LearnTokens = callerTokensFile(t, "sched t0k\n")
 		st.Apply(snapshotFree("n1", 4, 8))
 		st.Apply(snapshotFree("n2", 6))
 		return s
 	}
 	place := func(s *Server, body string) string {
 		t.Helper()
-		code, b := do(t, s, "POST", "/v1/placements?limit=3", []byte(body))
+		code, b := doAs(t, s, "Bearer t0k", "POST", "/v1/placements?limit=3", body)
 		var l PlacementList
 		if code != 200 || json.Unmarshal(b, &l) != nil {
 			t.Fatalf("%s: %d %s", body, code, b)
@@ -167,30 +172,80 @@ func learnedMix(t *testing.T, s *Server) PlacementMix {
 	return m
 }
 
-// TestPlacementsLearnFirst: a request is learnt before it is placed, so
-// the first one under frag already weighs its own shape: 2 units go to the
-// GPU of 5 free rather than leave 1 of the tighter GPU's 3, where best-fit
-// (and frag with no mix) takes the tighter.
-func TestPlacementsLearnFirst(t *testing.T) {
-	for p, want := range map[placement.Policy]int{placement.BestFit: 0, placement.Frag: 1} {
-		st := NewStore(15*time.Second, nil)
-		s := NewServer(st, nil)
-		s.SetPolicy(p)
-		st.Apply(snapshotFree("n1", 3, 5))
-		code, b := do(t, s, "POST", "/v1/placements", []byte(`{"units":2}`))
+// doAs is do with an Authorization header, auth.
+func doAs(t *testing.T, h http.Handler, auth, method, target, body string) (int, []byte) {
+	t.Helper()
+	req := httptest.NewRequest(method, target, strings.NewReader(body))
+	req.Header.Set("Authorization", auth)
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.Bytes()
+}
+
+// TestPlacementsLearnOncePlaced: a request is learnt once it has been
+// placed, so the first one under frag is placed with no mix, as best-fit
+// (2 units to the tighter GPU of 3 free), and the next under a mix of its
+// shape (to the GPU of 5, rather than leave 1 no request of 2 can use).
+func TestPlacementsLearnOncePlaced(t *testing.T) {
+	st := NewStore(15*time.Second, nil)
+	s := NewServer(st, nil)
+	s.SetPolicy(placement.Frag)
+	s.Auth.LearnTokens = callerTokensFile(t, "sched t0k\n")
+	st.Apply(snapshotFree("n1", 3, 5))
+	for i, want := range []int{0, 1} {
+		code, b := doAs(t, s, "Bearer t0k", "POST", "/v1/placements", `{"units":2}`)
 		var l PlacementList
 		if code != 200 || json.Unmarshal(b, &l) != nil || l.Placements[0].GPU.Index != want {
-			t.Errorf("%s: %d %s, want GPU %d", p, code, b, want)
+			t.Errorf("request %d: %d %s, want GPU %d", i+1, code, b, want)
 		}
 	}
 }
 
+// TestPlacementsLearnOnlyFromNamedCallers: the collector learns only the
+// requests of callers it can name (--learn-tokens-file), once placed, each
+// caller's within its share (placement.UserShare): 1,100 requests with no
+// token (no read token is set, so they are placed) and a request no node
+// fits leave the mix as it was; one caller's flood makes half of the mix
+// beside one other caller.
+func TestPlacementsLearnOnlyFromNamedCallers(t *testing.T) {
+	st := NewStore(15*time.Second, nil)
+	s := NewServer(st, nil)
+	s.SetPolicy(placement.Frag)
+	s.Auth.LearnTokens = callerTokensFile(t, "a ta\nb tb\n")
+	st.Apply(snapshotFree("n1", 4, 8))
+	post := func(auth, body string, want int) {
+		t.Helper()
+		if code, b := doAs(t, s, auth, "POST", "/v1/placements", body); code != want {
+			t.Fatalf("%s with %q: %d %s, want %d", body, auth, code, b, want)
+		}
+	}
+	for range 1100 {
+		post("", `{"units":1}`, 200)
+	}
+	post("Bearer nope", `{"units":1}`, 200)
+	post("Bearer ta", `{"gpus":2}`, 409)
+	if m := learnedMix(t, s); m.Observed != 0 || len(m.Shapes) != 0 {
+		t.Fatalf("after requests of no caller named and one refused: %+v, want nothing learnt", m)
+	}
+	post("Bearer tb", `{"units":4}`, 200)
+	for range 1100 {
+		post("Bearer ta", `{"units":2}`, 200)
+	}
+	m := learnedMix(t, s)
+	want := []MixShape{{Units: 2, Weight: 0.5}, {Units: 4, Weight: 0.5}}
+	if m.Observed != 1101 || !slices.Equal(m.Shapes, want) {
+		t.Fatalf("b's one request and a's 1,100: %+v, want %v", m, want)
+	}
+}
+
 // TestPlacementMix: GET /v1/placements/mix shows the mix as last published,
-// learnt from the valid requests of POST /v1/placements only, under any
-// policy (TestReadToken: it needs the read token where one is set).
+// learnt from the requests of POST /v1/placements placed for a caller of
+// --learn-tokens-file only, under any policy (TestReadToken: it needs the
+// read token where one is set).
 func TestPlacementMix(t *testing.T) {
 	st := NewStore(15*time.Second, nil)
 	s := NewServer(st, nil)
+	s.Auth.LearnTokens = callerTokensFile(t, "sched t0k\n")
 	st.Apply(snapshotFree("n1", 4, 8))
 	get := func() string {
 		t.Helper()
@@ -208,13 +263,15 @@ func TestPlacementMix(t *testing.T) {
 		code int
 		want string
 	}{
-		// The first request publishes a mix of its shape, wherever it goes.
-		{`{"gpus":2,"memory_mib":100}`, 409, `{"policy":"best-fit","observed":1,"shapes":[{"gpus":2,"weight":1}]}`},
-		{`{"units":2,"pool":"p"}`, 400, `{"policy":"best-fit","observed":1,"shapes":[{"gpus":2,"weight":1}]}`},
+		// Refused: no node fits it; not learnt.
+		{`{"gpus":2,"memory_mib":100}`, 409, `{"policy":"best-fit","observed":0,"shapes":[]}`},
+		{`{"units":2,"pool":"p"}`, 400, `{"policy":"best-fit","observed":0,"shapes":[]}`},
+		// The first request placed publishes a mix of its shape.
+		{`{"units":2,"type":"T4"}`, 200, `{"policy":"best-fit","observed":1,"shapes":[{"units":2,"type":"T4","weight":1}]}`},
 		// Counted, and in the next mix published.
-		{`{"units":2,"type":"T4"}`, 200, `{"policy":"best-fit","observed":2,"shapes":[{"gpus":2,"weight":1}]}`},
+		{`{"gpus":1}`, 200, `{"policy":"best-fit","observed":2,"shapes":[{"units":2,"type":"T4","weight":1}]}`},
 	} {
-		if code, b := do(t, s, "POST", "/v1/placements", []byte(step.body)); code != step.code {
+		if code, b := doAs(t, s, "Bearer t0k", "POST", "/v1/placements", step.body); code != step.code {
 			t.Fatalf("%s: %d %s, want %d", step.body, code, b, step.code)
 		}
 		if got := get(); got != step.want {

@@ -2,6 +2,7 @@ package placement
 
 import (
 	"cmp"
+	"maps"
 	"slices"
 	"sync"
 )
@@ -11,25 +12,42 @@ import (
 // engine: the caller observes each request it placed and hands the engine
 // the Mix it publishes (Engine.WithMix), so a decision stays pure. Safe for
 // concurrent use.
+//
+// The requests of a named user (ObserveBy) are bounded, so that no one user
+// steers the mix others are placed under: a user's remembered requests weigh
+// at most UserShare of the window (their own oldest fade as new ones come,
+// and they age nobody else's), and at most UserShare of a mix published, or
+// an equal share when fewer users than 1/UserShare are remembered.
 type Learner struct {
 	mu sync.Mutex // guards everything below
-	// counts weighs each shape seen; older requests weigh less, halved
-	// each time the total passes window.
-	counts map[Shape]float64
-	total  float64
-	window float64
-	keep   int
-	every  int
-	since  int
-	mix    *Mix
+	// counts weighs each shape seen, by whose requests they were ("" for
+	// Observe's, the requests of no one in particular); older requests
+	// weigh less, all halved each time the total passes window.
+	counts map[string]map[Shape]float64
+	// weights is each user's requests' weight, the sum of its counts.
+	weights map[string]float64
+	total   float64
+	window  float64
+	keep    int
+	every   int
+	since   int
+	mix     *Mix
 }
+
+// UserShare bounds a named user's part of a learner's window and of a mix
+// published (Learner). A quarter: four users or more are weighed by their
+// requests, as long as none asks more than a quarter of them; one user
+// flooding a node with requests is a quarter of its mix, and an eighth, or
+// less, of the requests a node of 1,024 remembers fades to make room for it.
+const UserShare = 0.25
 
 // NewLearner makes a learner that remembers about window requests (older
 // ones fade by halves), keeps the keep most frequent shapes in its mix, and
 // publishes a new mix every every requests observed (a decision costs as
 // many passes over a node's GPUs as the mix has shapes).
 func NewLearner(window, keep, every int) *Learner {
-	return &Learner{counts: map[Shape]float64{}, window: float64(max(window, 1)), keep: max(keep, 1), every: max(every, 1)}
+	return &Learner{counts: map[string]map[Shape]float64{}, weights: map[string]float64{},
+		window: float64(max(window, 1)), keep: max(keep, 1), every: max(every, 1)}
 }
 
 // ShapeOf is the shape of r as a mix counts it.
@@ -41,42 +59,112 @@ func ShapeOf(r Request) Shape {
 	return s
 }
 
-// Observe counts one request that arrived. A request of no GPU is not
-// counted: no choice changes what of the GPU it could use (none), so, as in
-// FGD, it would steer no decision, only take a place among the shapes
-// kept; counted as the shape of a host's CPU and memory, it made the
-// policy keep CPU free for requests that use no GPU.
-func (l *Learner) Observe(r Request) {
+// Observe counts one request of no one in particular, unbounded: a trace
+// replayed, whose pods are the workload measured. A request of no GPU is
+// not counted: no choice changes what of the GPU it could use (none), so,
+// as in FGD, it would steer no decision, only take a place among the
+// shapes kept; counted as the shape of a host's CPU and memory, it made
+// the policy keep CPU free for requests that use no GPU.
+func (l *Learner) Observe(r Request) { l.observe("", r) }
+
+// ObserveBy counts one request of user (a name that is not empty), within
+// the user's bound (UserShare): past it, the user's older requests weigh
+// less, so that theirs weigh UserShare of the window with this one.
+func (l *Learner) ObserveBy(user string, r Request) {
+	if user == "" {
+		panic("placement: ObserveBy with no user; Observe counts the requests of no one")
+	}
+	l.observe(user, r)
+}
+
+func (l *Learner) observe(user string, r Request) {
 	if r.Units == 0 && r.GPUs == 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.counts[ShapeOf(r)]++
+	if user != "" {
+		l.makeRoomLocked(user)
+	}
+	c := l.counts[user]
+	if c == nil {
+		c = map[Shape]float64{}
+		l.counts[user] = c
+	}
+	c[ShapeOf(r)]++
+	l.weights[user]++
 	l.total++
 	if l.total > l.window {
-		kept := make([]Shape, 0, len(l.counts))
-		for s, c := range l.counts {
-			if c /= 2; c < 0.5 {
-				delete(l.counts, s)
-				continue
-			}
-			l.counts[s] = c
-			kept = append(kept, s)
-		}
-		// Summed in the shapes' order, not the map's: float addition is
-		// not associative, and the same requests must give the same mix
-		// (a replay, run again, places as it did).
-		slices.SortFunc(kept, byFields)
-		l.total = 0
-		for _, s := range kept {
-			l.total += l.counts[s]
-		}
+		l.halveLocked()
 	}
 	if l.since++; l.since >= l.every || l.mix == nil {
 		l.since = 0
 		l.mix = l.publishLocked()
 	}
+}
+
+// makeRoomLocked scales down user's counts, when one more request would
+// take them past UserShare of the window, so that with it they weigh that
+// much: the user's older requests fade for the new one, no one else's.
+func (l *Learner) makeRoomLocked(user string) {
+	room := UserShare * l.window
+	w := l.weights[user]
+	if w+1 <= room {
+		return
+	}
+	f := max(room-1, 0) / w
+	c := l.counts[user]
+	for s, n := range c {
+		if n *= f; n < 0.5 {
+			delete(c, s)
+			continue
+		}
+		c[s] = n
+	}
+	l.weights[user] = sumOf(c)
+	l.total = l.sumWeightsLocked()
+}
+
+// halveLocked halves every count, forgetting those under a half, once the
+// total passed the window.
+func (l *Learner) halveLocked() {
+	for user, c := range l.counts {
+		for s, n := range c {
+			if n /= 2; n < 0.5 {
+				delete(c, s)
+				continue
+			}
+			c[s] = n
+		}
+		if len(c) == 0 {
+			delete(l.counts, user)
+			delete(l.weights, user)
+			continue
+		}
+		l.weights[user] = sumOf(c)
+	}
+	l.total = l.sumWeightsLocked()
+}
+
+// sumOf sums c in the shapes' order, not the map's: float addition is not
+// associative, and the same requests must give the same mix (a replay, run
+// again, places as it did).
+func sumOf(c map[Shape]float64) float64 {
+	shapes := slices.SortedFunc(maps.Keys(c), byFields)
+	var sum float64
+	for _, s := range shapes {
+		sum += c[s]
+	}
+	return sum
+}
+
+// sumWeightsLocked sums the users' weights in the users' order.
+func (l *Learner) sumWeightsLocked() float64 {
+	var sum float64
+	for _, user := range slices.Sorted(maps.Keys(l.weights)) {
+		sum += l.weights[user]
+	}
+	return sum
 }
 
 // Mix is the mix as last published: nil before any request of GPU was
@@ -88,12 +176,34 @@ func (l *Learner) Mix() *Mix {
 }
 
 // publishLocked makes a mix of the keep most frequent shapes, each weighed
-// by its share of all the requests remembered.
+// by its share of all the requests remembered, each user's requests
+// weighing at most their bound (userScales).
 func (l *Learner) publishLocked() *Mix {
-	shapes := make([]Shape, 0, len(l.counts))
-	for s, c := range l.counts {
-		s.Weight = c / l.total
-		shapes = append(shapes, s)
+	var shapes []Shape
+	if len(l.counts) == 1 {
+		// One user's requests (or no one's) are all the mix: weighed as
+		// they are.
+		for _, c := range l.counts {
+			for s, n := range c {
+				s.Weight = n / l.total
+				shapes = append(shapes, s)
+			}
+		}
+	} else {
+		users := slices.Sorted(maps.Keys(l.counts))
+		scale := userScales(users, l.weights)
+		weight := map[Shape]float64{}
+		var total float64
+		for _, user := range users {
+			for _, s := range slices.SortedFunc(maps.Keys(l.counts[user]), byFields) {
+				weight[s] += scale[user] * l.counts[user][s]
+			}
+			total += scale[user] * l.weights[user]
+		}
+		for s, w := range weight {
+			s.Weight = w / total
+			shapes = append(shapes, s)
+		}
 	}
 	// Ties by the shape's fields, so that a mix does not depend on the
 	// map's order.
@@ -104,6 +214,46 @@ func (l *Learner) publishLocked() *Mix {
 		shapes = shapes[:l.keep]
 	}
 	return &Mix{Shapes: shapes}
+}
+
+// userScales is what each user's weight is multiplied by in a mix: 1, or
+// less for a user whose requests would make more than their share of it,
+// UserShare or, among fewer users than 1/UserShare, an equal share. The
+// users over the bound are brought down to one weight, the largest that
+// keeps each of them within it (water-filling).
+func userScales(users []string, weights map[string]float64) map[string]float64 {
+	w := make([]float64, len(users))
+	for i, user := range users {
+		w[i] = weights[user]
+	}
+	slices.Sort(w)
+	n := len(w)
+	share := max(UserShare, 1/float64(n))
+	var sum float64
+	for _, x := range w {
+		sum += x
+	}
+	limit := w[n-1] // no one over the bound: every weight as it is
+	if w[n-1] > share*sum {
+		limit = w[0] // every user over it: equal shares
+		rest := sum
+		// The m heaviest brought down to limit, the others as they are:
+		// limit = share × (rest + m × limit).
+		for m := 1; m < n; m++ {
+			rest -= w[n-m]
+			if d := 1 - share*float64(m); d > 0 {
+				if c := share * rest / d; c >= w[n-m-1] {
+					limit = c
+					break
+				}
+			}
+		}
+	}
+	scale := make(map[string]float64, n)
+	for _, user := range users {
+		scale[user] = min(1, limit/weights[user])
+	}
+	return scale
 }
 
 // byFields orders shapes by their fields, but for Weight.

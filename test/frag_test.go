@@ -1,6 +1,9 @@
 package test
 
 import (
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
@@ -43,5 +46,45 @@ func TestFragLearnsTheMix(t *testing.T) {
 	}
 	if got := place("frag"); got != 1 {
 		t.Fatalf("frag put the request of 2 on GPU %d, want GPU 1, which leaves no hole a request of 4 cannot use", got)
+	}
+}
+
+// TestRefusedRequestsDoNotSteerFrag: a flood of lease requests that can
+// never fit (12 units and more memory than any GPU has), all refused,
+// teaches --policy frag nothing. Without it, four 4-unit leases pack onto
+// one GPU and a whole GPU is left for a request of one; counted, the flood
+// made frag keep 12 units free on every GPU, spreading the four over four
+// GPUs and refusing the whole GPU.
+func TestRefusedRequestsDoNotSteerFrag(t *testing.T) {
+	place := func(flood bool) string {
+		d := e2e.Start(t, "--sim-gpus", "4xA100-80GB", "--units-per-gpu", "16", "--policy", "frag")
+		ctx := e2e.Ctx(t)
+		if flood {
+			for range 1024 {
+				_, err := d.Client.Lease(ctx, api.LeaseRequest{Units: 12, MemoryMiB: 1e12, TTL: "5m"})
+				if !errors.Is(err, api.ErrInsufficientUnits) {
+					t.Fatalf("a request of more memory than any GPU has: %v, want refused", err)
+				}
+			}
+		}
+		var got []string
+		for range 4 {
+			l, err := d.Client.Lease(ctx, api.LeaseRequest{Units: 4, TTL: "5m"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, fmt.Sprint("GPU ", l.GPU.Index))
+		}
+		if _, err := d.Client.Lease(ctx, api.LeaseRequest{GPUs: 1, TTL: "5m"}); err != nil {
+			got = append(got, "whole GPU refused: "+err.Error())
+		}
+		return strings.Join(got, ", ")
+	}
+	want := place(false)
+	if want != "GPU 0, GPU 0, GPU 0, GPU 0" {
+		t.Fatalf("without the flood: %s, want the four leases packed and the whole GPU granted", want)
+	}
+	if got := place(true); got != want {
+		t.Fatalf("after 1,024 refused requests: %s, want as without them: %s", got, want)
 	}
 }
