@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // Error codes of the API's error body.
@@ -30,19 +32,21 @@ const (
 // has): waiting for it is pointless.
 const NeverFits = "nothing on this node can ever fit the request"
 
-// Sentinel errors. The daemon wraps them with %w to add a message; the client
-// returns errors that match them with errors.Is.
+// Sentinel errors. The daemon's edge wraps them with %w to add a message; the
+// client returns errors that match them with errors.Is. The engine's kinds of
+// failure (package errdefs) are the codes' sentinels: the codes table below
+// is where the engine's refusals become the wire's.
 var (
-	ErrBadRequest        = errors.New(CodeBadRequest)
-	ErrNotFound          = errors.New(CodeNotFound)
-	ErrForbidden         = errors.New(CodeForbidden)
-	ErrInsufficientUnits = errors.New(CodeInsufficientUnits)
-	ErrQuotaExceeded     = errors.New(CodeQuotaExceeded)
-	ErrUnavailable       = errors.New(CodeUnavailable)
+	ErrBadRequest        = errdefs.ErrInvalid
+	ErrNotFound          = errdefs.ErrNotFound
+	ErrForbidden         = errdefs.ErrPermission
+	ErrInsufficientUnits = errdefs.ErrNoCapacity
+	ErrQuotaExceeded     = errdefs.ErrQuota
+	ErrUnavailable       = errdefs.ErrUnavailable
 	ErrMethodNotAllowed  = errors.New(CodeMethodNotAllowed)
 	ErrRequestTooLarge   = errors.New(CodeRequestTooLarge)
-	ErrTooManyRequests   = errors.New(CodeTooManyRequests)
-	ErrConflict          = errors.New(CodeConflict)
+	ErrTooManyRequests   = errdefs.ErrTooMany
+	ErrConflict          = errdefs.ErrConflict
 )
 
 var codes = []struct {

@@ -2,7 +2,9 @@ package placement
 
 import (
 	"fmt"
+
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // resolveGPU finds the GPU a request names by index or UUID: its position in
@@ -13,7 +15,7 @@ func resolveGPU(n *Node, sel string) (int, error) {
 	}
 	i, err := api.FindGPU(sel, len(n.GPUs), func(i int) (int, string) { return n.GPUs[i].Index, n.GPUs[i].UUID })
 	if err != nil {
-		return 0, api.Errorf(api.ErrBadRequest, "gpu: %v", err)
+		return 0, errdefs.Errorf(errdefs.ErrInvalid, "gpu: %v", err)
 	}
 	return i, nil
 }

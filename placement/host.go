@@ -1,6 +1,6 @@
 package placement
 
-import "github.com/gpulet/gpulet/api"
+import "github.com/gpulet/gpulet/internal/errdefs"
 
 // Host is the CPU and memory of the node's host, for a decision that must
 // respect them: a cluster placement over nodes whose CPU and memory run out
@@ -19,13 +19,13 @@ func hostRefusal(n *Node, r Request) error {
 	}
 	switch {
 	case r.HostCPUMilli > h.CPUMilli:
-		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: the host has %d millicores, %d asked", ErrNeverFits, h.CPUMilli, r.HostCPUMilli)}
+		return &neverFits{errdefs.Errorf(errdefs.ErrNoCapacity, "%s: the host has %d millicores, %d asked", ErrNeverFits, h.CPUMilli, r.HostCPUMilli)}
 	case r.HostMemoryMiB > h.MemoryMiB:
-		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: the host has %d MiB of memory, %d asked", ErrNeverFits, h.MemoryMiB, r.HostMemoryMiB)}
+		return &neverFits{errdefs.Errorf(errdefs.ErrNoCapacity, "%s: the host has %d MiB of memory, %d asked", ErrNeverFits, h.MemoryMiB, r.HostMemoryMiB)}
 	case r.HostCPUMilli > h.CPUMilliFree:
-		return api.Errorf(api.ErrInsufficientUnits, "the host has %d millicores free, %d asked", h.CPUMilliFree, r.HostCPUMilli)
+		return errdefs.Errorf(errdefs.ErrNoCapacity, "the host has %d millicores free, %d asked", h.CPUMilliFree, r.HostCPUMilli)
 	case r.HostMemoryMiB > h.MemoryMiBFree:
-		return api.Errorf(api.ErrInsufficientUnits, "the host has %d MiB of memory free, %d asked", h.MemoryMiBFree, r.HostMemoryMiB)
+		return errdefs.Errorf(errdefs.ErrNoCapacity, "the host has %d MiB of memory free, %d asked", h.MemoryMiBFree, r.HostMemoryMiB)
 	}
 	return nil
 }

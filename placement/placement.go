@@ -22,6 +22,7 @@ import (
 	"strings"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // Node is what a decision looks at. Nothing in it is modified by the engine;
@@ -139,7 +140,7 @@ type Decision struct {
 
 // ErrNeverFits marks a refusal that no change of the node's load could lift:
 // no GPU of that type, more memory than any GPU has. It comes wrapped together
-// with api.ErrInsufficientUnits, so that the API answers 409 while a waiting
+// with errdefs.ErrNoCapacity, so that the API answers 409 while a waiting
 // request knows not to wait.
 var ErrNeverFits = errors.New(api.NeverFits)
 
@@ -159,8 +160,8 @@ func New(p Policy) *Engine { return &Engine{policy: p, weights: DefaultWeights} 
 // Policy is the engine's policy.
 func (e *Engine) Policy() Policy { return e.policy }
 
-// Place decides where r goes on n. The error wraps api.ErrUnavailable (the node
-// is draining), api.ErrBadRequest (no such GPU), or api.ErrInsufficientUnits,
+// Place decides where r goes on n. The error wraps errdefs.ErrUnavailable (the node
+// is draining), errdefs.ErrInvalid (no such GPU), or errdefs.ErrNoCapacity,
 // and then also ErrNeverFits when nothing on this node could ever take r. The
 // decision's Verdicts are filled only when it fails; Explain fills them always.
 func (e *Engine) Place(n *Node, r Request) (Decision, error) {
@@ -194,7 +195,7 @@ func (e *Engine) decide(n *Node, r Request, o decideOpts) (Decision, error) {
 	explain := o.explain
 	d := Decision{Policy: e.policy}
 	if n.Draining {
-		return d, api.Errorf(api.ErrUnavailable, "the node is draining: no new leases")
+		return d, errdefs.Errorf(errdefs.ErrUnavailable, "the node is draining: no new leases")
 	}
 	want, err := resolveGPU(n, r.GPU)
 	if err != nil {
@@ -358,9 +359,9 @@ func refusal(n *Node, r Request, verdicts []Verdict, possible bool) error {
 	}
 	detail := strings.Join(whys, "; ")
 	if !possible {
-		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: %d unit(s)%s: %s", ErrNeverFits, r.Units, describe(r), detail)}
+		return &neverFits{errdefs.Errorf(errdefs.ErrNoCapacity, "%s: %d unit(s)%s: %s", ErrNeverFits, r.Units, describe(r), detail)}
 	}
-	return api.Errorf(api.ErrInsufficientUnits, "no GPU can take %d unit(s)%s now: %s (%d free on the node)", r.Units, describe(r), detail, free)
+	return errdefs.Errorf(errdefs.ErrNoCapacity, "no GPU can take %d unit(s)%s now: %s (%d free on the node)", r.Units, describe(r), detail, free)
 }
 
 // neverFits is an insufficient_units error that also matches ErrNeverFits.

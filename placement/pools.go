@@ -4,8 +4,8 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // Pool is a named group of the node's GPUs and who may lease from them
@@ -89,7 +89,7 @@ type access struct {
 func (e *Engine) accessFor(n *Node, r Request) (*access, error) {
 	if len(e.pools.list) == 0 {
 		if r.Pool != "" {
-			return nil, api.Errorf(api.ErrNotFound, "pool: no pool named %q (no pools are configured)", r.Pool)
+			return nil, errdefs.Errorf(errdefs.ErrNotFound, "pool: no pool named %q (no pools are configured)", r.Pool)
 		}
 		return nil, nil
 	}
@@ -97,10 +97,10 @@ func (e *Engine) accessFor(n *Node, r Request) (*access, error) {
 	if r.Pool != "" {
 		i := slices.IndexFunc(e.pools.list, func(p Pool) bool { return p.Name == r.Pool })
 		if i < 0 {
-			return nil, api.Errorf(api.ErrNotFound, "pool: no pool named %q (pools: %s)", r.Pool, e.poolNames())
+			return nil, errdefs.Errorf(errdefs.ErrNotFound, "pool: no pool named %q (pools: %s)", r.Pool, e.poolNames())
 		}
 		if !r.Admin && !e.pools.list[i].Allows(r.UID, r.GIDs) {
-			return nil, api.Errorf(api.ErrForbidden, "pool %s: uid %d may not lease there", r.Pool, r.UID)
+			return nil, errdefs.Errorf(errdefs.ErrPermission, "pool %s: uid %d may not lease there", r.Pool, r.UID)
 		}
 		a.named, a.allowed[i] = i, true
 	} else {

@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // Reachable is how many units r's caller could ever have set aside on n: the
@@ -41,11 +41,11 @@ func (e *Engine) Reachable(n *Node, r Request) (int, error) {
 // by GPU, then instance.
 //
 // When fewer units than r.Units can be had, it returns every unit it could
-// have taken with an api.ErrInsufficientUnits error: a pending reservation
+// have taken with an errdefs.ErrNoCapacity error: a pending reservation
 // holds those until there are enough.
 func (e *Engine) Reserve(n *Node, r Request) ([]Choice, error) {
 	if n.Draining {
-		return nil, api.Errorf(api.ErrUnavailable, "the node is draining: nothing new is set aside")
+		return nil, errdefs.Errorf(errdefs.ErrUnavailable, "the node is draining: nothing new is set aside")
 	}
 	acc, err := e.accessFor(n, r)
 	if err != nil {
@@ -83,7 +83,7 @@ func (e *Engine) Reserve(n *Node, r Request) ([]Choice, error) {
 		left -= take
 	}
 	if left > 0 {
-		return out, api.Errorf(api.ErrInsufficientUnits, "only %d of the %d unit(s) can be set aside now", r.Units-left, r.Units)
+		return out, errdefs.Errorf(errdefs.ErrNoCapacity, "only %d of the %d unit(s) can be set aside now", r.Units-left, r.Units)
 	}
 	return out, nil
 }

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // A whole-GPU request (Request.GPUs = N) takes N GPUs of the node, every unit
@@ -39,7 +39,7 @@ func wholeNow(g *GPU, r Request) reason {
 func (e *Engine) decideWhole(n *Node, r Request, acc *access, memo *Memo) (Decision, error) {
 	d := Decision{Policy: e.policy}
 	if r.GPU != "" {
-		return d, api.Errorf(api.ErrBadRequest, "gpu: a request for whole GPUs cannot name one GPU")
+		return d, errdefs.Errorf(errdefs.ErrInvalid, "gpu: a request for whole GPUs cannot name one GPU")
 	}
 	possible := 0
 	var whole []int // positions in n.GPUs
@@ -151,7 +151,7 @@ func wholeRefusal(r Request, verdicts []Verdict, possible, whole int) error {
 		detail = ": " + strings.Join(whys, "; ")
 	}
 	if possible < r.GPUs {
-		return &neverFits{api.Errorf(api.ErrInsufficientUnits, "%s: %d whole GPU(s)%s asked, %d on this node could ever be%s", ErrNeverFits, r.GPUs, describe(r), possible, detail)}
+		return &neverFits{errdefs.Errorf(errdefs.ErrNoCapacity, "%s: %d whole GPU(s)%s asked, %d on this node could ever be%s", ErrNeverFits, r.GPUs, describe(r), possible, detail)}
 	}
-	return api.Errorf(api.ErrInsufficientUnits, "%d whole GPU(s)%s asked, %d whole now%s", r.GPUs, describe(r), whole, detail)
+	return errdefs.Errorf(errdefs.ErrNoCapacity, "%d whole GPU(s)%s asked, %d whole now%s", r.GPUs, describe(r), whole, detail)
 }

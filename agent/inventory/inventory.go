@@ -9,6 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // Device is what a GPU is; it does not change while the daemon runs. A figure
@@ -143,7 +144,7 @@ type Simulator interface {
 func Resolve(devs []Device, s string) (int, error) {
 	i, err := api.FindGPU(s, len(devs), func(i int) (int, string) { return devs[i].Index, devs[i].UUID })
 	if err != nil {
-		return 0, api.Errorf(api.ErrBadRequest, "gpu: %v", err)
+		return 0, errdefs.Errorf(errdefs.ErrInvalid, "gpu: %v", err)
 	}
 	return i, nil
 }

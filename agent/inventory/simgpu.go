@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -331,33 +332,33 @@ var SimStates = []string{api.GPUWorking, api.GPUFailed}
 // before applying any of it.
 func (s *Sim) Set(index int, u api.SimGPUUpdate) error {
 	if index < 0 || index >= len(s.devices) {
-		return api.Errorf(api.ErrNotFound, "no simulated GPU with index %d (there are %d)", index, len(s.devices))
+		return errdefs.Errorf(errdefs.ErrNotFound, "no simulated GPU with index %d (there are %d)", index, len(s.devices))
 	}
 	if u.UtilizationPct == nil && u.State == nil && u.MemoryUsedMiB == nil && u.Xid == nil && !u.Reset && u.Process == nil {
-		return api.Errorf(api.ErrBadRequest, "nothing to set: give utilization_pct, state, memory_used_mib, xid, process or reset")
+		return errdefs.Errorf(errdefs.ErrInvalid, "nothing to set: give utilization_pct, state, memory_used_mib, xid, process or reset")
 	}
 	if u.Xid != nil && *u.Xid == 0 {
-		return api.Errorf(api.ErrBadRequest, "xid must be an Xid number, at least 1")
+		return errdefs.Errorf(errdefs.ErrInvalid, "xid must be an Xid number, at least 1")
 	}
 	if u.UtilizationPct != nil && (*u.UtilizationPct < 0 || *u.UtilizationPct > 100) {
-		return api.Errorf(api.ErrBadRequest, "utilization_pct must be between 0 and 100, got %d", *u.UtilizationPct)
+		return errdefs.Errorf(errdefs.ErrInvalid, "utilization_pct must be between 0 and 100, got %d", *u.UtilizationPct)
 	}
 	total := s.devices[index].MemoryTotalMiB
 	if u.MemoryUsedMiB != nil && *u.MemoryUsedMiB > total {
-		return api.Errorf(api.ErrBadRequest, "memory_used_mib %d is above the GPU's %d MiB", *u.MemoryUsedMiB, total)
+		return errdefs.Errorf(errdefs.ErrInvalid, "memory_used_mib %d is above the GPU's %d MiB", *u.MemoryUsedMiB, total)
 	}
 	if p := u.Process; p != nil {
 		switch {
 		case p.PID <= 0 || p.PID >= firstSimServerPID:
-			return api.Errorf(api.ErrBadRequest, "process.pid must be a pid from 1 to %d, got %d", firstSimServerPID-1, p.PID)
+			return errdefs.Errorf(errdefs.ErrInvalid, "process.pid must be a pid from 1 to %d, got %d", firstSimServerPID-1, p.PID)
 		case p.Gone == (p.MemoryUsedMiB != nil):
-			return api.Errorf(api.ErrBadRequest, "process needs either memory_used_mib or \"gone\": true")
+			return errdefs.Errorf(errdefs.ErrInvalid, "process needs either memory_used_mib or \"gone\": true")
 		case p.MemoryUsedMiB != nil && *p.MemoryUsedMiB > total:
-			return api.Errorf(api.ErrBadRequest, "process.memory_used_mib %d is above the GPU's %d MiB", *p.MemoryUsedMiB, total)
+			return errdefs.Errorf(errdefs.ErrInvalid, "process.memory_used_mib %d is above the GPU's %d MiB", *p.MemoryUsedMiB, total)
 		}
 	}
 	if u.State != nil && !slices.Contains(SimStates, *u.State) {
-		return api.Errorf(api.ErrBadRequest, "state must be one of %s, got %q", strings.Join(SimStates, ", "), *u.State)
+		return errdefs.Errorf(errdefs.ErrInvalid, "state must be one of %s, got %q", strings.Join(SimStates, ", "), *u.State)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

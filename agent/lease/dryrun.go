@@ -3,6 +3,7 @@ package lease
 import (
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // Explain says where a lease for req would go now and why each GPU was kept
@@ -12,7 +13,7 @@ import (
 // the reservation, not from a choice among GPUs.
 func (m *Manager) Explain(peer identity.Peer, req Request) (api.Placement, error) {
 	if req.Units > m.cfg.Model.UnitsPerClient {
-		return api.Placement{}, api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
+		return api.Placement{}, errdefs.Errorf(errdefs.ErrInvalid, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
 	}
 	if req.PID != 0 && !peer.Admin && peer.UID != 0 {
 		// The lease takes only the caller's own process (bindingFor), and

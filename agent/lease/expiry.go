@@ -7,6 +7,7 @@ import (
 	accounting "github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // end ends lease id for reason; unknown ids are ignored.
@@ -28,7 +29,7 @@ func (m *Manager) Release(peer identity.Peer, id string) error {
 	defer m.unlock()
 	l, ok := m.leases[id]
 	if !ok || !m.visible(peer, l) {
-		return api.Errorf(api.ErrNotFound, "no lease %q", id)
+		return errdefs.Errorf(errdefs.ErrNotFound, "no lease %q", id)
 	}
 	if err := m.dropAndRecordLocked(l, "released", false); err != nil {
 		return unrecorded("the lease is not released and stays", err)
@@ -44,17 +45,17 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 	defer m.unlock()
 	l, ok := m.leases[id]
 	if !ok || !m.visible(peer, l) {
-		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
+		return api.Lease{}, errdefs.Errorf(errdefs.ErrNotFound, "no lease %q", id)
 	}
 	b, ok := l.bind.(*ttlBinding)
 	if !ok && l.Slurm != nil {
-		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to Slurm job %d, not to a ttl: it needs no renewal", id, l.Slurm.JobID)
+		return api.Lease{}, errdefs.Errorf(errdefs.ErrInvalid, "lease %s is bound to Slurm job %d, not to a ttl: it needs no renewal", id, l.Slurm.JobID)
 	}
 	if !ok && l.Binding == string(KindPod) {
-		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to a Kubernetes pod, not to a ttl: it needs no renewal", id)
+		return api.Lease{}, errdefs.Errorf(errdefs.ErrInvalid, "lease %s is bound to a Kubernetes pod, not to a ttl: it needs no renewal", id)
 	}
 	if !ok {
-		return api.Lease{}, api.Errorf(api.ErrBadRequest, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
+		return api.Lease{}, errdefs.Errorf(errdefs.ErrInvalid, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
 	}
 	now := m.clock.Now().UTC()
 	if !now.Before(b.deadline) {
@@ -62,7 +63,7 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 		// late, or waits for the lock held here): it ended then, and is not
 		// brought back.
 		m.dropAndRecordLocked(l, "ttl expired", true)
-		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
+		return api.Lease{}, errdefs.Errorf(errdefs.ErrNotFound, "no lease %q", id)
 	}
 	// The table first, then the record: a rewrite that the record makes due
 	// writes the journal from the table, which must hold the new deadline.

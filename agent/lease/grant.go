@@ -15,6 +15,7 @@ import (
 	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -102,12 +103,12 @@ type waiter struct {
 	done chan *Grant
 }
 
-var errStopping = api.Errorf(api.ErrUnavailable, "gpuletd is stopping")
+var errStopping = errdefs.Errorf(errdefs.ErrUnavailable, "gpuletd is stopping")
 
 // Acquire grants a lease for req to peer, waiting up to req.Wait for units.
 func (m *Manager) Acquire(ctx context.Context, peer identity.Peer, req Request) (Grant, error) {
 	if req.Units > m.cfg.Model.UnitsPerClient {
-		return Grant{}, api.Errorf(api.ErrBadRequest, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
+		return Grant{}, errdefs.Errorf(errdefs.ErrInvalid, "units: %d is more than one process may hold (--units-per-client %d)", req.Units, m.cfg.Model.UnitsPerClient)
 	}
 	bind, err := m.bindingFor(peer, req)
 	if err != nil {
@@ -125,7 +126,7 @@ func (m *Manager) Acquire(ctx context.Context, peer identity.Peer, req Request) 
 		}
 	}
 	g, err := m.tryGrantLocked(peer, req, bind)
-	if err == nil || req.Wait == 0 || !errors.Is(err, api.ErrInsufficientUnits) || errors.Is(err, placement.ErrNeverFits) {
+	if err == nil || req.Wait == 0 || !errors.Is(err, errdefs.ErrNoCapacity) || errors.Is(err, placement.ErrNeverFits) {
 		return m.answerLocked(g, err, bind)
 	}
 	release, err := m.waitCap.take(peer.UID, m.cfg.MaxWaitersPerUID)
@@ -181,7 +182,7 @@ func (m *Manager) answerLocked(g Grant, err error, bind binding) (Grant, error) 
 	return g, nil
 }
 
-var errCancelled = api.Errorf(api.ErrUnavailable, "request cancelled while waiting for units")
+var errCancelled = errdefs.Errorf(errdefs.ErrUnavailable, "request cancelled while waiting for units")
 
 // served answers a waiter whose request another goroutine granted (g), or
 // that the Manager's closing let go (nil). A grant made just as the caller
@@ -300,7 +301,7 @@ func (m *Manager) placeLocked(peer identity.Peer, req Request) (placement.Decisi
 // what one process may hold (M, --units-per-client).
 func (m *Manager) processCap(pid, held, units int) error {
 	if held+units > m.cfg.Model.UnitsPerClient {
-		return api.Errorf(api.ErrBadRequest, "units: process %d holds %d unit(s) already; one process may hold at most %d (--units-per-client)", pid, held, m.cfg.Model.UnitsPerClient)
+		return errdefs.Errorf(errdefs.ErrInvalid, "units: process %d holds %d unit(s) already; one process may hold at most %d (--units-per-client)", pid, held, m.cfg.Model.UnitsPerClient)
 	}
 	return nil
 }

@@ -3,7 +3,7 @@ package lease
 import (
 	"sync"
 
-	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // uidCap counts what each uid has under way (requests queued for units), so
@@ -15,7 +15,7 @@ type uidCap struct {
 	n  map[uint32]int
 }
 
-// take counts one more for uid, or refuses with api.ErrTooManyRequests when uid
+// take counts one more for uid, or refuses with errdefs.ErrTooMany when uid
 // has max under way already (max 0: no cap). Call release once the thing
 // counted is over.
 func (c *uidCap) take(uid uint32, max int) (release func(), err error) {
@@ -25,7 +25,7 @@ func (c *uidCap) take(uid uint32, max int) (release func(), err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.n[uid] >= max {
-		return nil, api.Errorf(api.ErrTooManyRequests, "wait: uid %d already has %d requests waiting for units, the most one user may (--max-waiters-per-uid); retry when one has ended", uid, max)
+		return nil, errdefs.Errorf(errdefs.ErrTooMany, "wait: uid %d already has %d requests waiting for units, the most one user may (--max-waiters-per-uid); retry when one has ended", uid, max)
 	}
 	if c.n == nil {
 		c.n = map[uint32]int{}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gpulet/gpulet/agent/procwatch"
-	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // pidError says why a lease cannot be bound to process pid: asked when the
@@ -24,11 +24,11 @@ func pidError(pid int, asked, admin bool, err error) error {
 	case !asked:
 		// The caller's own process, from its connection: it exited after
 		// connecting (and its pid may be another's by now).
-		return api.Errorf(api.ErrBadRequest, "pid: process %d, which connected, is not running", pid)
+		return errdefs.Errorf(errdefs.ErrInvalid, "pid: process %d, which connected, is not running", pid)
 	case !admin:
-		return api.Errorf(api.ErrBadRequest, "pid: process %d is not running or is not yours (give a process id, not a thread id)", pid)
+		return errdefs.Errorf(errdefs.ErrInvalid, "pid: process %d is not running or is not yours (give a process id, not a thread id)", pid)
 	case thread:
-		return api.Errorf(api.ErrBadRequest, "pid: %d is a thread id, not a process id", pid)
+		return errdefs.Errorf(errdefs.ErrInvalid, "pid: %d is a thread id, not a process id", pid)
 	}
-	return api.Errorf(api.ErrBadRequest, "pid: process %d is not running", pid)
+	return errdefs.Errorf(errdefs.ErrInvalid, "pid: process %d is not running", pid)
 }

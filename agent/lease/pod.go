@@ -9,6 +9,7 @@ import (
 	"github.com/gpulet/gpulet/agent/journal"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -76,7 +77,7 @@ func (p *Pods) PreferPod(available, mustInclude []Unit, size int) ([]Unit, error
 		return nil, err
 	}
 	if len(mustInclude) > size {
-		return nil, api.Errorf(api.ErrBadRequest, "%d device(s) must be included in an allocation of %d", len(mustInclude), size)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "%d device(s) must be included in an allocation of %d", len(mustInclude), size)
 	}
 	offered := map[Unit]bool{}
 	for _, u := range available {
@@ -96,7 +97,7 @@ func (p *Pods) PreferPod(available, mustInclude []Unit, size int) ([]Unit, error
 		gpu, instance = mustInclude[0].GPU, p.t.cfg.Model.InstanceOf(mustInclude[0].Index)
 		for _, u := range mustInclude[1:] {
 			if u.GPU != gpu || p.t.cfg.Model.InstanceOf(u.Index) != instance {
-				return nil, api.Errorf(api.ErrBadRequest, "the devices that must be included lie on more than one GPU or MPS instance; a container's units share one of each")
+				return nil, errdefs.Errorf(errdefs.ErrInvalid, "the devices that must be included lie on more than one GPU or MPS instance; a container's units share one of each")
 			}
 		}
 	}
@@ -106,7 +107,7 @@ func (p *Pods) PreferPod(available, mustInclude []Unit, size int) ([]Unit, error
 	defer p.t.unlock()
 	for _, u := range mustInclude {
 		if !p.podMayTakeLocked(u) {
-			return nil, api.Errorf(api.ErrInsufficientUnits, "unit %d of GPU %d, which must be included, is held outside Kubernetes", u.Index, u.GPU)
+			return nil, errdefs.Errorf(errdefs.ErrNoCapacity, "unit %d of GPU %d, which must be included, is held outside Kubernetes", u.Index, u.GPU)
 		}
 	}
 	n := p.offeredNodeLocked(offered, mustInclude, gpu, instance)
@@ -201,17 +202,17 @@ func (p *Pods) AdoptPod(units []Unit, pod api.LeasePod) (Grant, error) {
 
 func (p *Pods) checkPodSize(n int) error {
 	if n < 1 {
-		return api.Errorf(api.ErrBadRequest, "no devices asked for")
+		return errdefs.Errorf(errdefs.ErrInvalid, "no devices asked for")
 	}
 	if M := p.t.cfg.Model.UnitsPerClient; n > M {
-		return api.Errorf(api.ErrBadRequest, "%d units asked for one container; one client may hold at most %d (--units-per-client)", n, M)
+		return errdefs.Errorf(errdefs.ErrInvalid, "%d units asked for one container; one client may hold at most %d (--units-per-client)", n, M)
 	}
 	return nil
 }
 
 func (p *Pods) checkUnit(u Unit) error {
 	if u.GPU < 0 || u.GPU >= len(p.t.gpus) || u.Index < 0 || u.Index >= p.t.cfg.Model.UnitsPerGPU {
-		return api.Errorf(api.ErrBadRequest, "no unit %d on GPU %d on this node", u.Index, u.GPU)
+		return errdefs.Errorf(errdefs.ErrInvalid, "no unit %d on GPU %d on this node", u.Index, u.GPU)
 	}
 	return nil
 }
@@ -219,7 +220,7 @@ func (p *Pods) checkUnit(u Unit) error {
 // podLease is GrantPod and AdoptPod: adopt skips the placement engine.
 func (p *Pods) podLease(units []Unit, pod api.LeasePod, adopt bool) (Grant, bool, error) {
 	if len(units) == 0 {
-		return Grant{}, false, api.Errorf(api.ErrBadRequest, "no devices asked for")
+		return Grant{}, false, errdefs.Errorf(errdefs.ErrInvalid, "no devices asked for")
 	}
 	gpu, instance := units[0].GPU, -1
 	seen := map[int]bool{}
@@ -228,15 +229,15 @@ func (p *Pods) podLease(units []Unit, pod api.LeasePod, adopt bool) (Grant, bool
 			return Grant{}, false, err
 		}
 		if u.GPU != gpu {
-			return Grant{}, false, api.Errorf(api.ErrBadRequest, "the devices lie on GPUs %d and %d: a container's units must all be on one GPU", gpu, u.GPU)
+			return Grant{}, false, errdefs.Errorf(errdefs.ErrInvalid, "the devices lie on GPUs %d and %d: a container's units must all be on one GPU", gpu, u.GPU)
 		}
 		k := p.t.cfg.Model.InstanceOf(u.Index)
 		if instance >= 0 && k != instance {
-			return Grant{}, false, api.Errorf(api.ErrBadRequest, "the devices lie on MPS instances %d and %d of GPU %d: a container's units must all be on one instance", instance, k, gpu)
+			return Grant{}, false, errdefs.Errorf(errdefs.ErrInvalid, "the devices lie on MPS instances %d and %d of GPU %d: a container's units must all be on one instance", instance, k, gpu)
 		}
 		instance = k
 		if seen[u.Index] {
-			return Grant{}, false, api.Errorf(api.ErrBadRequest, "unit %d of GPU %d is named twice", u.Index, gpu)
+			return Grant{}, false, errdefs.Errorf(errdefs.ErrInvalid, "unit %d of GPU %d is named twice", u.Index, gpu)
 		}
 		seen[u.Index] = true
 	}
@@ -266,7 +267,7 @@ func (p *Pods) podLease(units []Unit, pod api.LeasePod, adopt bool) (Grant, bool
 	}
 	if adopt && len(stale) > 0 {
 		p.t.unlock()
-		return Grant{}, false, api.Errorf(api.ErrInsufficientUnits, "units %v of GPU %d overlap those of pod lease %s (%v)", idx, gpu, stale[0].ID, stale[0].Units)
+		return Grant{}, false, errdefs.Errorf(errdefs.ErrNoCapacity, "units %v of GPU %d overlap those of pod lease %s (%v)", idx, gpu, stale[0].ID, stale[0].Units)
 	}
 	for _, l := range stale {
 		if err := p.supersedeLocked(l); err != nil {
@@ -297,17 +298,17 @@ func (p *Pods) podHoldersLocked(g int, idx []int) ([]*lease, error) {
 		case slotFree:
 		case slotLeased:
 			if s.lease.Binding != string(KindPod) {
-				return nil, api.Errorf(api.ErrInsufficientUnits, "unit %d of GPU %d is held by lease %s (binding %s), outside Kubernetes", i, g, s.lease.ID, s.lease.Binding)
+				return nil, errdefs.Errorf(errdefs.ErrNoCapacity, "unit %d of GPU %d is held by lease %s (binding %s), outside Kubernetes", i, g, s.lease.ID, s.lease.Binding)
 			}
 			if !slices.Contains(out, s.lease) {
 				out = append(out, s.lease)
 			}
 		case slotOffline:
-			return nil, api.Errorf(api.ErrInsufficientUnits, "unit %d of GPU %d is claimed offline by uid %d, outside Kubernetes", i, g, s.uid)
+			return nil, errdefs.Errorf(errdefs.ErrNoCapacity, "unit %d of GPU %d is claimed offline by uid %d, outside Kubernetes", i, g, s.uid)
 		case slotReserved:
-			return nil, api.Errorf(api.ErrInsufficientUnits, "unit %d of GPU %d is set aside for workflow reservation %s", i, g, s.res.Name)
+			return nil, errdefs.Errorf(errdefs.ErrNoCapacity, "unit %d of GPU %d is set aside for workflow reservation %s", i, g, s.res.Name)
 		default:
-			return nil, api.Errorf(api.ErrInsufficientUnits, "unit %d of GPU %d is blocked by a file that is no claim, until the ledger's sweep removes it", i, g)
+			return nil, errdefs.Errorf(errdefs.ErrNoCapacity, "unit %d of GPU %d is blocked by a file that is no claim, until the ledger's sweep removes it", i, g)
 		}
 	}
 	return out, nil
@@ -343,7 +344,7 @@ func (p *Pods) grantPodLocked(g, k int, idx []int, pod api.LeasePod, adopt bool)
 		return nil, err
 	}
 	if retry {
-		return nil, api.Errorf(api.ErrInsufficientUnits, "a unit of GPU %d among %v was claimed outside Kubernetes just now", g, idx)
+		return nil, errdefs.Errorf(errdefs.ErrNoCapacity, "a unit of GPU %d among %v was claimed outside Kubernetes just now", g, idx)
 	}
 	l := p.t.newLease(podPeer, Request{LeaseRequest: api.LeaseRequest{Units: len(idx)}}, podBinding{}, c, nil)
 	pod.Devices = slices.Clone(pod.Devices)

@@ -4,9 +4,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -158,10 +158,10 @@ func exceeds(q QuotaUse, units int) error {
 		whose = "everyone holds"
 	}
 	if q.Reserved > 0 {
-		return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), %s %d and reservations set %d aside (pending ones count too), %d more asked",
+		return errdefs.Errorf(errdefs.ErrQuota, "quota %s: limit %d unit(s), %s %d and reservations set %d aside (pending ones count too), %d more asked",
 			q.Key, q.Limit, whose, q.Held, q.Reserved, units)
 	}
-	return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), %s %d, %d more asked", q.Key, q.Limit, whose, q.Held, units)
+	return errdefs.Errorf(errdefs.ErrQuota, "quota %s: limit %d unit(s), %s %d, %d more asked", q.Key, q.Limit, whose, q.Held, units)
 }
 
 // SetRules puts a config's placement engine (pools, score weights) and

@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/gpulet/gpulet/agent/journal"
-	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // This file is what the Manager does when the journal cannot be written (a
@@ -35,7 +35,7 @@ func (j *journalKeeper) unrecordedLocked() string {
 // unrecorded is the answer to a change that was not made because it could
 // not be recorded.
 func unrecorded(what string, err error) error {
-	return api.Errorf(api.ErrUnavailable, "the lease journal cannot be written, so %s: %v", what, err)
+	return errdefs.Errorf(errdefs.ErrUnavailable, "the lease journal cannot be written, so %s: %v", what, err)
 }
 
 // repairJournalLocked writes a failed journal anew from the table, and once

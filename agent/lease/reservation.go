@@ -27,6 +27,7 @@ import (
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -187,7 +188,7 @@ func (rs *Reservations) Reserve(peer identity.Peer, spec reserve.Spec) (api.Rese
 	total := rs.t.cfg.Model.UnitsPerGPU * len(rs.t.gpus)
 	for i, n := range spec.Needs {
 		if n > total {
-			return api.Reservation{}, api.Errorf(api.ErrBadRequest, "stages[%d]: %d units, more than this node has (%d)", i, n, total)
+			return api.Reservation{}, errdefs.Errorf(errdefs.ErrInvalid, "stages[%d]: %d units, more than this node has (%d)", i, n, total)
 		}
 	}
 	if !rs.t.lockOpen() {
@@ -198,10 +199,10 @@ func (rs *Reservations) Reserve(peer identity.Peer, spec reserve.Spec) (api.Rese
 		return api.Reservation{}, unsaved("nothing is reserved", rs.unread)
 	}
 	if _, dup := rs.byName[spec.Name]; dup {
-		return api.Reservation{}, api.Errorf(api.ErrConflict, "name: a reservation named %q exists already", spec.Name)
+		return api.Reservation{}, errdefs.Errorf(errdefs.ErrConflict, "name: a reservation named %q exists already", spec.Name)
 	}
 	if len(rs.byName) >= maxReservations {
-		return api.Reservation{}, api.Errorf(api.ErrTooManyRequests, "this node holds %d reservations, the most it keeps", maxReservations)
+		return api.Reservation{}, errdefs.Errorf(errdefs.ErrTooMany, "this node holds %d reservations, the most it keeps", maxReservations)
 	}
 	if !peer.Admin && peer.UID != 0 {
 		mine := 0
@@ -211,7 +212,7 @@ func (rs *Reservations) Reserve(peer identity.Peer, spec reserve.Spec) (api.Rese
 			}
 		}
 		if mine >= maxReservationsPerUID {
-			return api.Reservation{}, api.Errorf(api.ErrTooManyRequests, "you hold %d reservations, the most one user may", mine)
+			return api.Reservation{}, errdefs.Errorf(errdefs.ErrTooMany, "you hold %d reservations, the most one user may", mine)
 		}
 	}
 	rs.seq++
@@ -228,7 +229,7 @@ func (rs *Reservations) Reserve(peer identity.Peer, spec reserve.Spec) (api.Rese
 		}
 	}
 	if ahead > 0 && !spec.Wait {
-		return api.Reservation{}, api.Errorf(api.ErrInsufficientUnits, "%d reservation(s) of higher or equal priority wait for units before this one; with \"wait\": true (gpulet reserve --wait) it waits too", ahead)
+		return api.Reservation{}, errdefs.Errorf(errdefs.ErrNoCapacity, "%d reservation(s) of higher or equal priority wait for units before this one; with \"wait\": true (gpulet reserve --wait) it waits too", ahead)
 	}
 	rs.byName[r.Name] = r
 	rs.pending++
@@ -279,14 +280,14 @@ func (rs *Reservations) reservableLocked(r *reservation) error {
 		return err
 	}
 	if size > reach {
-		return &neverReservable{api.Errorf(api.ErrInsufficientUnits, "%s: reserving %d unit(s): the GPUs you may use hold %d", placement.ErrNeverFits, size, reach)}
+		return &neverReservable{errdefs.Errorf(errdefs.ErrNoCapacity, "%s: reserving %d unit(s): the GPUs you may use hold %d", placement.ErrNeverFits, size, reach)}
 	}
 	if r.admin {
 		return nil
 	}
 	for _, q := range rs.t.quotas.applying(r.owner.UID, r.groups, &rs.t.quotaUse, rs.reservedUseLocked()) {
 		if size > q.Limit {
-			return api.Errorf(api.ErrQuotaExceeded, "quota %s: limit %d unit(s), less than the %d this reservation sets aside, which could never all be leased", q.Key, q.Limit, size)
+			return errdefs.Errorf(errdefs.ErrQuota, "quota %s: limit %d unit(s), less than the %d this reservation sets aside, which could never all be leased", q.Key, q.Limit, size)
 		}
 		// Reserved units count toward the owner's quotas, summed over all
 		// its reservations, pending ones included.
@@ -466,10 +467,10 @@ func (rs *Reservations) Unreserve(peer identity.Peer, name string) error {
 func (rs *Reservations) managedLocked(peer identity.Peer, name, what string) (*reservation, error) {
 	r, ok := rs.byName[name]
 	if !ok {
-		return nil, api.Errorf(api.ErrNotFound, "no reservation named %q", name)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no reservation named %q", name)
 	}
 	if !mayManage(peer, r) {
-		return nil, api.Errorf(api.ErrForbidden, "reservation %q is uid %d's: only its owner and admins may %s it", name, r.owner.UID, what)
+		return nil, errdefs.Errorf(errdefs.ErrPermission, "reservation %q is uid %d's: only its owner and admins may %s it", name, r.owner.UID, what)
 	}
 	if rs.unread != nil {
 		return nil, unsaved("the reservation is left as it is", rs.unread)
@@ -495,5 +496,5 @@ func (rs *Reservations) endReservationLocked(r *reservation, why string) error {
 // unsaved is the error of a change refused because the reservations file
 // cannot be written: nothing is promised that a restart could forget.
 func unsaved(what string, err error) error {
-	return api.Errorf(api.ErrUnavailable, "%s: the reservations file cannot be written: %v", what, err)
+	return errdefs.Errorf(errdefs.ErrUnavailable, "%s: the reservations file cannot be written: %v", what, err)
 }

@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/gpulet/gpulet/agent/reserve"
-	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -38,7 +38,7 @@ func (d *draw) member() string {
 	return d.share
 }
 
-func isInsufficient(err error) bool { return errors.Is(err, api.ErrInsufficientUnits) }
+func isInsufficient(err error) bool { return errors.Is(err, errdefs.ErrNoCapacity) }
 
 // placeLocked places a request that names a reservation: its owner's (or
 // an admin's) draw, or a share member's borrow.
@@ -74,12 +74,12 @@ func (rs *Reservations) shortLocked(eng *placement.Engine, peer identity.Peer, r
 func (rs *Reservations) placeOnReservationLocked(eng *placement.Engine, peer identity.Peer, name string, pr placement.Request) (placement.Decision, *draw, error) {
 	r, ok := rs.byName[name]
 	if !ok {
-		return placement.Decision{}, nil, api.Errorf(api.ErrNotFound, "reservation: no reservation named %q", name)
+		return placement.Decision{}, nil, errdefs.Errorf(errdefs.ErrNotFound, "reservation: no reservation named %q", name)
 	}
 	if peer.UID != r.owner.UID && !peer.Admin && peer.UID != 0 {
 		i := reserve.MemberOf(r.Share, peer.UID, peer.GID, peer.Groups)
 		if i < 0 {
-			return placement.Decision{}, nil, api.Errorf(api.ErrForbidden, "reservation %q: only its owner (uid %d), admins and its share group may lease on it", name, r.owner.UID)
+			return placement.Decision{}, nil, errdefs.Errorf(errdefs.ErrPermission, "reservation %q: only its owner (uid %d), admins and its share group may lease on it", name, r.owner.UID)
 		}
 		d, err := rs.borrowFromLocked(eng, r, i, pr)
 		if err != nil {
@@ -88,7 +88,7 @@ func (rs *Reservations) placeOnReservationLocked(eng *placement.Engine, peer ide
 		return d, &draw{res: r, borrow: true, share: r.Share[i].Name}, nil
 	}
 	if !r.active {
-		return placement.Decision{}, nil, api.Errorf(api.ErrInsufficientUnits, "reservation %q is pending: its units are not set aside yet", name)
+		return placement.Decision{}, nil, errdefs.Errorf(errdefs.ErrNoCapacity, "reservation %q is pending: its units are not set aside yet", name)
 	}
 	d, err := eng.Place(rs.reservationNodeLocked(r), pr)
 	if err != nil {
@@ -133,13 +133,13 @@ func (rs *Reservations) borrowLocked(eng *placement.Engine, peer identity.Peer, 
 // within what r lends this stage and the member's share of it.
 func (rs *Reservations) borrowFromLocked(eng *placement.Engine, r *reservation, i int, pr placement.Request) (placement.Decision, error) {
 	if !r.active {
-		return placement.Decision{}, api.Errorf(api.ErrInsufficientUnits, "reservation %q is pending: it has nothing to lend yet", r.Name)
+		return placement.Decision{}, errdefs.Errorf(errdefs.ErrNoCapacity, "reservation %q is pending: it has nothing to lend yet", r.Name)
 	}
 	u := rs.usageLocked(r)
 	lendable := reserve.Lendable(len(r.slots), r.need())
 	room := min(reserve.Caps(lendable, r.Share)[i]-u.lentTo[i], lendable-u.lent)
 	if room < pr.Units {
-		return placement.Decision{}, api.Errorf(api.ErrInsufficientUnits, "reservation %q lends %s %d more unit(s) this stage (lendable %d, lent %d, %d of them to %s)",
+		return placement.Decision{}, errdefs.Errorf(errdefs.ErrNoCapacity, "reservation %q lends %s %d more unit(s) this stage (lendable %d, lent %d, %d of them to %s)",
 			r.Name, r.Share[i].Name, max(room, 0), lendable, u.lent, u.lentTo[i], r.Share[i].Name)
 	}
 	d, err := eng.Place(rs.reservationNodeLocked(r), pr)

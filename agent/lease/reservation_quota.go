@@ -5,8 +5,8 @@ package lease
 // the configured ceiling needs an admin.
 
 import (
-	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // SetPriorityCeiling sets the highest reservation priority a caller who is
@@ -21,7 +21,7 @@ func (rs *Reservations) checkPriority(peer identity.Peer, priority int) error {
 	if peer.Admin || peer.UID == 0 || int64(priority) <= ceiling {
 		return nil
 	}
-	return api.Errorf(api.ErrForbidden, "priority: %d is above %d, the highest a user who is not an admin may ask (the config's reservations.max_user_priority)", priority, ceiling)
+	return errdefs.Errorf(errdefs.ErrPermission, "priority: %d is above %d, the highest a user who is not an admin may ask (the config's reservations.max_user_priority)", priority, ceiling)
 }
 
 // reservedUseLocked counts, toward each reservation owner (its uid, the

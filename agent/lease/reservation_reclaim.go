@@ -13,6 +13,7 @@ import (
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // Advance starts the next stage of reservation name for peer (its owner or
@@ -32,7 +33,7 @@ func (rs *Reservations) Advance(peer identity.Peer, name string) (api.Reservatio
 		return api.Reservation{}, err
 	}
 	if !r.active {
-		return api.Reservation{}, api.Errorf(api.ErrInsufficientUnits, "reservation %q is pending: its units are not set aside yet, so no stage runs", name)
+		return api.Reservation{}, errdefs.Errorf(errdefs.ErrNoCapacity, "reservation %q is pending: its units are not set aside yet, so no stage runs", name)
 	}
 	if r.stage+1 == len(r.Needs) {
 		v := rs.reservationViewLocked(r)

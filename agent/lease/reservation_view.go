@@ -6,6 +6,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/reserve"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // List lists the reservations as last published, by name.
@@ -20,7 +21,7 @@ func (rs *Reservations) Get(name string) (api.Reservation, error) {
 			return r, nil
 		}
 	}
-	return api.Reservation{}, api.Errorf(api.ErrNotFound, "no reservation named %q", name)
+	return api.Reservation{}, errdefs.Errorf(errdefs.ErrNotFound, "no reservation named %q", name)
 }
 
 // reservationViewsLocked is what the View shows of the reservations.

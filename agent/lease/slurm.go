@@ -13,6 +13,7 @@ import (
 	"github.com/gpulet/gpulet/agent/slurmjob"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 	"github.com/gpulet/gpulet/internal/procfs"
 )
 
@@ -166,24 +167,24 @@ func (sj *SlurmJobs) bindingFor(peer identity.Peer, scope string) (binding, erro
 	}
 	job, err := slurmjob.Parse(b)
 	if errors.Is(err, slurmjob.ErrNoJob) {
-		return nil, api.Errorf(api.ErrBadRequest, "slurm: process %d runs in no Slurm job's cgroup (run it under srun or sbatch, with ProctrackType=proctrack/cgroup)", peer.PID)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "slurm: process %d runs in no Slurm job's cgroup (run it under srun or sbatch, with ProctrackType=proctrack/cgroup)", peer.PID)
 	}
 	if err != nil {
-		return nil, api.Errorf(api.ErrBadRequest, "slurm: the cgroup of process %d: %v", peer.PID, err)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "slurm: the cgroup of process %d: %v", peer.PID, err)
 	}
 	if job.UID >= 0 && uint32(job.UID) != peer.UID && peer.UID != 0 {
-		return nil, api.Errorf(api.ErrForbidden, "slurm: job %d is uid %d's, not yours", job.ID, job.UID)
+		return nil, errdefs.Errorf(errdefs.ErrPermission, "slurm: job %d is uid %d's, not yours", job.ID, job.UID)
 	}
 	root := sj.slurm.root()
 	ls, dir := api.LeaseSlurm{JobID: job.ID}, job.Dir(root)
 	if scope == api.SlurmScopeStep {
 		if job.Step == "" {
-			return nil, api.Errorf(api.ErrBadRequest, "slurm: process %d is in job %d but in none of its steps", peer.PID, job.ID)
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "slurm: process %d is in job %d but in none of its steps", peer.PID, job.ID)
 		}
 		ls.Step, dir = job.Step, job.StepDir(root)
 	}
 	if err := slurmjob.CheckMadeBySlurm(dir); err != nil {
-		return nil, api.Errorf(api.ErrBadRequest, "slurm: the cgroup of job %d: %v", job.ID, err)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "slurm: the cgroup of job %d: %v", job.ID, err)
 	}
 	return newSlurmBinding(ls, dir), nil
 }
@@ -208,9 +209,9 @@ func (sj *SlurmJobs) answerLocked(peer identity.Peer, req Request, bind binding)
 	case held == nil:
 		return Grant{}, false, nil
 	case (req.GPUs > 0) != (len(held.GPUs) > 0) || len(held.GPUs) < req.GPUs:
-		return Grant{}, true, api.Errorf(api.ErrConflict, "slurm: job %d holds lease %s of %d whole GPU(s) already; %d asked", sb.job.JobID, held.ID, len(held.GPUs), req.GPUs)
+		return Grant{}, true, errdefs.Errorf(errdefs.ErrConflict, "slurm: job %d holds lease %s of %d whole GPU(s) already; %d asked", sb.job.JobID, held.ID, len(held.GPUs), req.GPUs)
 	case len(held.Units) < req.Units:
-		return Grant{}, true, api.Errorf(api.ErrConflict, "slurm: job %d holds lease %s of %d unit(s) already; %d asked", sb.job.JobID, held.ID, len(held.Units), req.Units)
+		return Grant{}, true, errdefs.Errorf(errdefs.ErrConflict, "slurm: job %d holds lease %s of %d unit(s) already; %d asked", sb.job.JobID, held.ID, len(held.Units), req.Units)
 	}
 	return held.grant(), true, nil
 }
@@ -234,7 +235,7 @@ func rebindSlurm(e journal.Entry) (binding, string) {
 // happens even when it cannot be recorded.
 func (sj *SlurmJobs) ReleaseJob(peer identity.Peer, id uint64) ([]string, error) {
 	if !peer.Admin && peer.UID != 0 {
-		return nil, api.Errorf(api.ErrForbidden, "releasing a Slurm job's leases is for root and the admin group")
+		return nil, errdefs.Errorf(errdefs.ErrPermission, "releasing a Slurm job's leases is for root and the admin group")
 	}
 	if !sj.t.lockOpen() {
 		return nil, errStopping

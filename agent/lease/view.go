@@ -7,6 +7,7 @@ import (
 	"github.com/gpulet/gpulet/agent/ledger"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -339,7 +340,7 @@ func (m *Manager) Get(peer identity.Peer, id string) (api.Lease, error) {
 	defer m.mu.Unlock()
 	l, ok := m.leases[id]
 	if !ok || !m.visible(peer, l) {
-		return api.Lease{}, api.Errorf(api.ErrNotFound, "no lease %q", id)
+		return api.Lease{}, errdefs.Errorf(errdefs.ErrNotFound, "no lease %q", id)
 	}
 	return *l.Lease, nil
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/errdefs"
 )
 
 // Bounds on a request, so that no request can make the daemon keep much.
@@ -26,7 +27,7 @@ const (
 
 // Decode reads one JSON reservation request from r, strictly (unknown fields
 // and trailing data refused), and checks every field that can be checked
-// without the node or the system's accounts. Errors wrap api.ErrBadRequest
+// without the node or the system's accounts. Errors wrap errdefs.ErrInvalid
 // and name the field.
 func Decode(r io.Reader) (Spec, error) {
 	var w wireRequest
@@ -36,16 +37,16 @@ func Decode(r io.Reader) (Spec, error) {
 		return Spec{}, decodeError(err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Spec{}, api.Errorf(api.ErrBadRequest, "request body: trailing data after the JSON object")
+		return Spec{}, errdefs.Errorf(errdefs.ErrInvalid, "request body: trailing data after the JSON object")
 	}
 	req := api.ReservationRequest{Name: w.Name, Priority: w.Priority, Share: w.Share, Wait: w.Wait}
 	if len(w.Stages) > MaxStages {
-		return Spec{}, api.Errorf(api.ErrBadRequest, "stages: %d, more than %d", len(w.Stages), MaxStages)
+		return Spec{}, errdefs.Errorf(errdefs.ErrInvalid, "stages: %d, more than %d", len(w.Stages), MaxStages)
 	}
 	for i, raw := range w.Stages {
 		var st api.Stage
 		if err := st.UnmarshalJSON(raw); err != nil {
-			return Spec{}, api.Errorf(api.ErrBadRequest, "stages[%d]: %v", i, err)
+			return Spec{}, errdefs.Errorf(errdefs.ErrInvalid, "stages[%d]: %v", i, err)
 		}
 		req.Stages = append(req.Stages, st)
 	}
@@ -70,9 +71,9 @@ func Check(req api.ReservationRequest) (Spec, error) {
 	s := Spec{Name: req.Name, Priority: req.Priority, Wait: req.Wait}
 	switch {
 	case len(req.Stages) == 0:
-		return Spec{}, api.Errorf(api.ErrBadRequest, "stages: empty; give each stage's units in order, such as [2,6,6,8]")
+		return Spec{}, errdefs.Errorf(errdefs.ErrInvalid, "stages: empty; give each stage's units in order, such as [2,6,6,8]")
 	case len(req.Stages) > MaxStages:
-		return Spec{}, api.Errorf(api.ErrBadRequest, "stages: %d, more than %d", len(req.Stages), MaxStages)
+		return Spec{}, errdefs.Errorf(errdefs.ErrInvalid, "stages: %d, more than %d", len(req.Stages), MaxStages)
 	}
 	for i, st := range req.Stages {
 		need, err := stageNeed(i, st)
@@ -82,7 +83,7 @@ func Check(req api.ReservationRequest) (Spec, error) {
 		s.Needs = append(s.Needs, need)
 	}
 	if req.Priority < -MaxPriority || req.Priority > MaxPriority {
-		return Spec{}, api.Errorf(api.ErrBadRequest, "priority: %d is outside -%d to %d", req.Priority, MaxPriority, MaxPriority)
+		return Spec{}, errdefs.Errorf(errdefs.ErrInvalid, "priority: %d is outside -%d to %d", req.Priority, MaxPriority, MaxPriority)
 	}
 	share, err := checkShare(req.Share)
 	if err != nil {
@@ -95,20 +96,20 @@ func Check(req api.ReservationRequest) (Spec, error) {
 func stageNeed(i int, st api.Stage) (int, error) {
 	if st.Jobs == nil {
 		if st.Units < 1 || st.Units > maxJobUnits {
-			return 0, api.Errorf(api.ErrBadRequest, "stages[%d]: %d units; a stage needs at least 1", i, st.Units)
+			return 0, errdefs.Errorf(errdefs.ErrInvalid, "stages[%d]: %d units; a stage needs at least 1", i, st.Units)
 		}
 		return st.Units, nil
 	}
 	switch {
 	case len(st.Jobs) == 0:
-		return 0, api.Errorf(api.ErrBadRequest, "stages[%d]: no jobs; a stage needs at least one job of at least 1 unit", i)
+		return 0, errdefs.Errorf(errdefs.ErrInvalid, "stages[%d]: no jobs; a stage needs at least one job of at least 1 unit", i)
 	case len(st.Jobs) > MaxJobsPerStage:
-		return 0, api.Errorf(api.ErrBadRequest, "stages[%d]: %d jobs, more than %d", i, len(st.Jobs), MaxJobsPerStage)
+		return 0, errdefs.Errorf(errdefs.ErrInvalid, "stages[%d]: %d jobs, more than %d", i, len(st.Jobs), MaxJobsPerStage)
 	}
 	sum := 0
 	for j, u := range st.Jobs {
 		if u < 1 || u > maxJobUnits {
-			return 0, api.Errorf(api.ErrBadRequest, "stages[%d][%d]: %d units; a job needs at least 1", i, j, u)
+			return 0, errdefs.Errorf(errdefs.ErrInvalid, "stages[%d][%d]: %d units; a job needs at least 1", i, j, u)
 		}
 		sum += u
 	}
@@ -120,15 +121,15 @@ func stageNeed(i int, st api.Stage) (int, error) {
 // '.', '_' and '-', at most MaxNameLen bytes.
 func CheckName(name string) error {
 	if name == "" {
-		return api.Errorf(api.ErrBadRequest, "name: empty; give the reservation a name such as wf1")
+		return errdefs.Errorf(errdefs.ErrInvalid, "name: empty; give the reservation a name such as wf1")
 	}
 	if len(name) > MaxNameLen {
-		return api.Errorf(api.ErrBadRequest, "name: longer than %d bytes", MaxNameLen)
+		return errdefs.Errorf(errdefs.ErrInvalid, "name: longer than %d bytes", MaxNameLen)
 	}
 	for i, r := range name {
 		alnum := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
 		if !alnum && (i == 0 || r != '.' && r != '_' && r != '-') {
-			return api.Errorf(api.ErrBadRequest, "name: %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", name)
+			return errdefs.Errorf(errdefs.ErrInvalid, "name: %q: use letters, digits, '.', '_' and '-', starting with a letter or digit", name)
 		}
 	}
 	return nil
@@ -137,7 +138,7 @@ func CheckName(name string) error {
 // checkShare checks the share group's shape; names are resolved later.
 func checkShare(in []api.ShareMember) ([]Member, error) {
 	if len(in) > MaxMembers {
-		return nil, api.Errorf(api.ErrBadRequest, "share: %d members, more than %d", len(in), MaxMembers)
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "share: %d members, more than %d", len(in), MaxMembers)
 	}
 	var out []Member
 	seen := map[string]bool{}
@@ -149,13 +150,13 @@ func checkShare(in []api.ShareMember) ([]Member, error) {
 		}
 		switch {
 		case err != nil:
-			return nil, api.Errorf(api.ErrBadRequest, "share[%d].user: %v", i, err)
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "share[%d].user: %v", i, err)
 		case seen[who.String()]:
-			return nil, api.Errorf(api.ErrBadRequest, "share[%d].user: %q is listed twice", i, m.User)
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "share[%d].user: %q is listed twice", i, m.User)
 		case m.Weight < 0 || m.Weight > MaxWeight:
-			return nil, api.Errorf(api.ErrBadRequest, "share[%d].weight: %d is outside 1 to %d", i, m.Weight, MaxWeight)
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "share[%d].weight: %d is outside 1 to %d", i, m.Weight, MaxWeight)
 		case weighted != (m.Weight != 0):
-			return nil, api.Errorf(api.ErrBadRequest, "share[%d].weight: give every member a weight, or none (then they are served in the order listed)", i)
+			return nil, errdefs.Errorf(errdefs.ErrInvalid, "share[%d].weight: give every member a weight, or none (then they are served in the order listed)", i)
 		}
 		seen[who.String()] = true
 		out = append(out, Member{Name: who.String(), Group: who.Kind == identity.Group, ID: who.ID, Weight: m.Weight})
@@ -170,7 +171,7 @@ func (s *Spec) Resolve(acc identity.Directory) error {
 		m := &s.Share[i]
 		who, err := m.Principal().Resolve(acc)
 		if err != nil {
-			return api.Errorf(api.ErrBadRequest, "share[%d].user: no %s %q on this node", i, who.Kind, who.Name)
+			return errdefs.Errorf(errdefs.ErrInvalid, "share[%d].user: no %s %q on this node", i, who.Kind, who.Name)
 		}
 		m.ID = who.ID
 	}
@@ -184,17 +185,17 @@ func decodeError(err error) error {
 	var syntaxErr *json.SyntaxError
 	switch {
 	case errors.Is(err, io.EOF):
-		return api.Errorf(api.ErrBadRequest, `request body: empty, want a JSON object such as {"name":"wf1","stages":[2,6,6,8]}`)
+		return errdefs.Errorf(errdefs.ErrInvalid, `request body: empty, want a JSON object such as {"name":"wf1","stages":[2,6,6,8]}`)
 	case errors.Is(err, io.ErrUnexpectedEOF):
-		return api.Errorf(api.ErrBadRequest, "request body: malformed JSON: it ends too early")
+		return errdefs.Errorf(errdefs.ErrInvalid, "request body: malformed JSON: it ends too early")
 	case errors.As(err, &typeErr):
-		return api.Errorf(api.ErrBadRequest, "%s: must be %s, got a JSON %s", typeErr.Field, kindOf(typeErr.Field), typeErr.Value)
+		return errdefs.Errorf(errdefs.ErrInvalid, "%s: must be %s, got a JSON %s", typeErr.Field, kindOf(typeErr.Field), typeErr.Value)
 	case errors.As(err, &syntaxErr):
-		return api.Errorf(api.ErrBadRequest, "request body: malformed JSON at byte %d: %v", syntaxErr.Offset, err)
+		return errdefs.Errorf(errdefs.ErrInvalid, "request body: malformed JSON at byte %d: %v", syntaxErr.Offset, err)
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return api.Errorf(api.ErrBadRequest, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
+		return errdefs.Errorf(errdefs.ErrInvalid, "request body: %s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	return api.Errorf(api.ErrBadRequest, "request body: %v", err)
+	return errdefs.Errorf(errdefs.ErrInvalid, "request body: %v", err)
 }
 
 // kindOf says what a field of the request holds, for a message.

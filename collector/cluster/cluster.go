@@ -18,6 +18,7 @@ import (
 	"slices"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/errdefs"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -327,7 +328,7 @@ func (c *Cluster) placeByModel(n *node, r *Request, units bool) (placement.Decis
 }
 
 // Place ranks the nodes that can take r now, best first, and returns up to
-// limit of them (at least one). It fails with api.ErrInsufficientUnits when
+// limit of them (at least one). It fails with errdefs.ErrNoCapacity when
 // no node can.
 func (c *Cluster) Place(r Request, limit int) (Answer, error) {
 	limit = max(limit, 1)
@@ -341,7 +342,7 @@ func (c *Cluster) Place(r Request, limit int) (Answer, error) {
 		c.placeAll(&r, limit, &a)
 	}
 	if len(a.Ranked) == 0 {
-		return a, api.Errorf(api.ErrInsufficientUnits, "no node can take the request now (%d of %d nodes could fit it on their free resources; their engines refused)", a.Considered, len(c.nodes))
+		return a, errdefs.Errorf(errdefs.ErrNoCapacity, "no node can take the request now (%d of %d nodes could fit it on their free resources; their engines refused)", a.Considered, len(c.nodes))
 	}
 	return a, c.complete(&r, a.Ranked)
 }
