@@ -210,6 +210,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err := a.openProfiles(); err != nil {
 		return err
 	}
+	// Closed after the leases: their last runs are recorded, then written.
+	closers = append(closers, a.profiles.Close)
 	if err := a.startMPS(ctx, &closers); err != nil {
 		return err
 	}
