@@ -52,6 +52,9 @@ type File struct {
 	// live counts the leases the file holds: granted and not ended, for
 	// the room their ends need.
 	live int
+	// kept is the offset up to which room is kept: nothing gives it back
+	// but a truncate, which fails the file, or a rewrite, which starts anew.
+	kept int64
 	// buf is the last record's line, kept to build the next one in.
 	buf []byte
 	// cleaned is set once the first rewrite has looked for what a crashed
@@ -124,7 +127,7 @@ func (j *File) rewrite(entries []Entry) error {
 		return fmt.Errorf("opening %s: %w", j.path, err)
 	}
 	j.Close()
-	j.w, j.size, j.records, j.failed, j.short, j.live = f, int64(len(buf)), 0, nil, nil, len(entries)
+	j.w, j.size, j.records, j.failed, j.short, j.live, j.kept = f, int64(len(buf)), 0, nil, nil, len(entries), 0
 	if err := j.reserve(0); err != nil {
 		j.short = fmt.Errorf("%s written anew, but %w", j.path, err)
 		return j.short
@@ -143,28 +146,50 @@ var endRoom = func() int64 {
 }()
 
 // reserveSlack is room kept beyond the ends' own: a page, what tmpfs
-// allocates at a time.
-const reserveSlack = 4096
+// allocates at a time. reserveAhead is kept beyond that where it can be, so
+// that most records find their room kept already and cost no system call.
+const (
+	reserveSlack = 4096
+	reserveAhead = 4 << 10
+)
 
 // reserve keeps room past the end of the file for next bytes and an end
-// record of every lease the file will then hold (live, and ends more). A
-// file system without fallocate keeps none, as before there was any.
+// record of every lease the file will then hold (j.live). A file system
+// without fallocate keeps none, as before there was any.
 func (j *File) reserve(next int64) error {
-	n := next + int64(j.live)*endRoom + reserveSlack
-	var err error
-	switch w := j.w.(type) {
-	case Reserver:
-		err = w.Reserve(j.size, n)
-	case interface{ Fd() uintptr }:
-		err = unix.Fallocate(int(w.Fd()), unix.FALLOC_FL_KEEP_SIZE, j.size, n)
-		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
-			err = nil
-		}
+	need := j.size + next + int64(j.live)*endRoom + reserveSlack
+	if need <= j.kept {
+		return nil
+	}
+	err := j.allocate(need + reserveAhead)
+	if err != nil {
+		err = j.allocate(need)
 	}
 	if err != nil {
 		return fmt.Errorf("the room to record the release of each of its %d leases cannot be kept (%w): releases are recorded, grants and renewals not", j.live, err)
 	}
 	return nil
+}
+
+// allocate keeps room up to the offset end.
+func (j *File) allocate(end int64) error {
+	var err error
+	switch w := j.w.(type) {
+	case Reserver:
+		err = w.Reserve(j.size, end-j.size)
+	case interface{ Fd() uintptr }:
+		err = unix.Fallocate(int(w.Fd()), unix.FALLOC_FL_KEEP_SIZE, j.size, end-j.size)
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+			// Nothing to keep room with: every record tries its luck.
+			return nil
+		}
+	default:
+		return nil
+	}
+	if err == nil {
+		j.kept = end
+	}
+	return err
 }
 
 // Append writes one record with one write(2). When the write fails, what it
