@@ -2,7 +2,9 @@ package agent
 
 import (
 	"cmp"
+	"path/filepath"
 	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -16,7 +18,7 @@ import (
 )
 
 // claimsOf groups each GPU's claimed units by instance, owner and the
-// process holding their FIFOs, with their share of the GPU's memory: once a
+// processes holding their FIFOs, with their share of the GPU's memory: once a
 // round, for the simulated backend and the accounting alike. /proc/locks is
 // read only when some unit is claimed, so that an idle ledger costs nothing.
 func (a *Agent) claimsOf(view *lease.View) [][]usage.Claim {
@@ -24,8 +26,13 @@ func (a *Agent) claimsOf(view *lease.View) [][]usage.Claim {
 		return nil
 	}
 	var held map[procfs.LockedFile]int
+	holders := map[procfs.File][]int{}
+	// Samples from the API (a simulated GPU set, an Xid cleared) may run
+	// beside the main loop's.
+	a.claimHolders.mu.Lock()
+	defer a.claimHolders.mu.Unlock()
 	out := make([][]usage.Claim, len(view.GPUs))
-	for g, gv := range view.GPUs {
+	for _, gv := range view.GPUs {
 		if len(gv.Claimed) > 0 && held == nil {
 			// A failed read leaves every claim's process unknown (pid 0).
 			held, _ = procfs.FlockHolders()
@@ -34,10 +41,21 @@ func (a *Agent) claimsOf(view *lease.View) [][]usage.Claim {
 			}
 		}
 		for _, u := range gv.Claimed {
-			pid := held[procfs.LockedFile{Major: unix.Major(u.FIFO.Dev), Minor: unix.Minor(u.FIFO.Dev), Inode: u.FIFO.Ino}]
+			f := procfs.File{Dev: u.FIFO.Dev, Ino: u.FIFO.Ino}
+			holders[f] = a.cheapHolders(f, held[procfs.LockedFile{Major: unix.Major(u.FIFO.Dev), Minor: unix.Minor(u.FIFO.Dev), Inode: u.FIFO.Ino}])
+		}
+	}
+	a.findFIFOHolders(holders)
+	for g, gv := range view.GPUs {
+		for _, u := range gv.Claimed {
+			hs := holders[procfs.File{Dev: u.FIFO.Dev, Ino: u.FIFO.Ino}]
+			pid := 0
+			if len(hs) > 0 {
+				pid = hs[0]
+			}
 			k := slices.IndexFunc(out[g], func(c usage.Claim) bool { return c.Instance == u.Instance && c.UID == u.UID && c.PID == pid })
 			if k < 0 {
-				out[g] = append(out[g], usage.Claim{GPU: g, Instance: u.Instance, UID: u.UID, PID: pid})
+				out[g] = append(out[g], usage.Claim{GPU: g, Instance: u.Instance, UID: u.UID, PID: pid, Holders: hs})
 				k = len(out[g]) - 1
 			}
 			out[g][k].Units = append(out[g][k].Units, u.Unit)
@@ -47,6 +65,62 @@ func (a *Agent) claimsOf(view *lease.View) [][]usage.Claim {
 		}
 	}
 	return out
+}
+
+// fifoHolders are the processes last found holding each claim FIFO open.
+type fifoHolders struct {
+	mu   sync.Mutex // guards last, and one round's look at once
+	last map[procfs.File][]int
+}
+
+// cheapHolders is who holds the claim FIFO f open, as far as a cheap look
+// tells: the process /proc/locks names as having taken its lock (locked),
+// when it still holds the FIFO, else the holders found last round that still
+// do. /proc/locks keeps naming the process that took the lock after it has
+// passed its descriptor on and exited, and then names whatever process
+// reuses its pid: neither is charged. Nil: findFIFOHolders must look.
+func (a *Agent) cheapHolders(f procfs.File, locked int) []int {
+	under := a.ledgerRoot()
+	if locked > 0 && procfs.Holds(locked, f, under) {
+		return []int{locked}
+	}
+	var still []int
+	for _, pid := range a.claimHolders.last[f] {
+		if procfs.Holds(pid, f, under) {
+			still = append(still, pid)
+		}
+	}
+	return still
+}
+
+// findFIFOHolders walks every process's descriptors for the FIFOs of
+// holders that cheapHolders could not tell, fills them in, and keeps all for
+// the next round's cheap look. The walk costs a round only when a claimer
+// handed its descriptor on since the last one.
+func (a *Agent) findFIFOHolders(holders map[procfs.File][]int) {
+	missing := map[procfs.File]bool{}
+	for f, hs := range holders {
+		if len(hs) == 0 {
+			missing[f] = true
+		}
+	}
+	if len(missing) > 0 {
+		found, _ := procfs.Holders(missing, a.ledgerRoot())
+		for f := range missing {
+			holders[f] = found[f]
+		}
+	}
+	a.claimHolders.last = holders
+}
+
+// ledgerRoot is the ledger's folder as descriptors' links name it: with
+// symlinks in the run dir's path resolved.
+func (a *Agent) ledgerRoot() string {
+	root := a.ledger.Root()
+	if r, err := filepath.EvalSymlinks(root); err == nil {
+		return r
+	}
+	return root
 }
 
 // shareMiB is a lease's share of its GPU's memory: what it asked for, else
@@ -93,7 +167,7 @@ func (a *Agent) account(view *lease.View, samples []inventory.Sample, claims [][
 		return
 	}
 	in := usage.Input{Now: time.Now().UTC(), Processes: make([][]inventory.Process, len(samples)), MemoryTotalMiB: make([]uint64, len(a.devs)),
-		Parent: parentOf, JobOf: slurmJobOf}
+		Parent: parentOf, JobOf: slurmJobOf, UIDOf: uidOf}
 	for g, d := range a.devs {
 		in.Processes[g] = samples[g].Processes
 		in.MemoryTotalMiB[g] = d.MemoryTotalMiB
@@ -129,6 +203,11 @@ func slurmJobOf(pid int) uint64 {
 		return 0
 	}
 	return job.ID
+}
+
+func uidOf(pid int) (uint32, bool) {
+	uid, err := procfs.RealUID(pid)
+	return uid, err == nil
 }
 
 func parentOf(pid int) int {

@@ -144,6 +144,10 @@ type Agent struct {
 	// in force one step, for a reload and for the frag policy's new mixes:
 	// neither may put back an engine of rules no longer in force.
 	engineMu sync.Mutex
+
+	// claimHolders are the processes last found holding each claim FIFO
+	// open (accounting.go).
+	claimHolders fifoHolders
 }
 
 // Run starts gpuletd and serves until ctx ends, then stops cleanly. Parts

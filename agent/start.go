@@ -113,11 +113,16 @@ func (b *boot) listenAPI(s *lifecycle.Stack) error {
 }
 
 // openStateDir makes the state dir and opens the task profiles kept there.
-func (b *boot) openStateDir(*lifecycle.Stack) error {
+func (b *boot) openStateDir(s *lifecycle.Stack) error {
 	if err := os.MkdirAll(b.cfg.StateDir, 0o755); err != nil {
 		return fmt.Errorf("--state-dir: %w", err)
 	}
-	return b.openProfiles()
+	if err := b.openProfiles(); err != nil {
+		return err
+	}
+	// Closed after the leases: their last runs are recorded, then written.
+	s.Push(b.profiles.Close)
+	return nil
 }
 
 // openLedger makes the node model and the pipe-file ledger, and writes

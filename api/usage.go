@@ -27,8 +27,11 @@ type MPSServer struct {
 
 // GPUProcess is a process on a GPU that is no part of gpulet's sharing.
 type GPUProcess struct {
-	PID           int    `json:"pid"`
-	MemoryUsedMiB uint64 `json:"memory_used_mib"`
+	PID int `json:"pid"`
+	// UID is the process's real uid; absent when it could not be read (the
+	// process exited meanwhile).
+	UID           *uint32 `json:"uid,omitempty"`
+	MemoryUsedMiB uint64  `json:"memory_used_mib"`
 }
 
 // Claim is what one process claimed offline, through the pipe-file ledger, of
@@ -37,8 +40,9 @@ type Claim struct {
 	Instance int    `json:"instance"`
 	Units    []int  `json:"units"`
 	UID      uint32 `json:"uid"`
-	// PID is the process that holds the claim's FIFO locked; 0 when it
-	// could not be told.
+	// PID is a process that holds the claim's FIFO open, the lowest pid of
+	// them (the one that took the lock when it still does); 0 when none
+	// could be told.
 	PID   int    `json:"pid,omitempty"`
 	Usage *Usage `json:"usage,omitempty"`
 }

@@ -30,7 +30,7 @@ const MaxUsers = 16 << 20
 type Users struct {
 	Schema string `json:"schema"`
 	// PID is gpuletd's: a file whose writer is gone says nothing (it stopped
-	// without removing it), so readers pass it by.
+	// without removing it), as if there were none.
 	PID int `json:"pid"`
 	// GPUs holds, by GPU UUID and then by instance, the uids an instance
 	// serves, ascending.
@@ -76,7 +76,8 @@ func DecodeUsers(b []byte) (*Users, error) {
 
 // ReadUsers reads <runDir>/units/users.json. It returns nil and no error when
 // there is none or its writer is no longer running: then nothing is known of
-// the instances' users but the owners of their offline claims.
+// the instances' users but the owners of their offline claims, and under MPS
+// a claimer refuses (package offline).
 func ReadUsers(runDir string) (*Users, error) {
 	path := filepath.Join(UnitsRoot(runDir), UsersFile)
 	b, err := readCapped(path, MaxUsers)

@@ -218,3 +218,28 @@ func TestMPSAutoRunsOnWithoutWorkingMPS(t *testing.T) {
 		})
 	}
 }
+
+// TestOfflineClaimRefusedUnderMPSWhileDaemonIsDown: gpuletd stops and takes
+// users.json with it, while MPS servers with clients stay up; a claim made
+// then could land on an instance serving another user's job and wait there.
+// So with MPS on, gpurun --offline refuses until gpuletd runs again.
+func TestOfflineClaimRefusedUnderMPSWhileDaemonIsDown(t *testing.T) {
+	d, runDir := startMPSDaemon(t)
+	claim := func() (string, int) {
+		return e2e.Output(t, exec.Command(e2e.Bin("gpurun"), "--offline", "--run-dir", runDir, "--", "true"))
+	}
+	if out, code := claim(); code != 0 {
+		t.Fatalf("claim with gpuletd up: exit %d\n%s", code, out)
+	}
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := claim(); code != 125 || !strings.Contains(out, "gpuletd is not running") || !strings.Contains(out, "MPS") {
+		t.Fatalf("claim with gpuletd down: exit %d\n%s\nwant 125 saying gpuletd is not running", code, out)
+	}
+	d.Restart()
+	testutil.Eventually(t, "claims once gpuletd runs again", func() bool {
+		_, code := claim()
+		return code == 0
+	})
+}

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/internal/statefile"
 )
@@ -17,9 +20,22 @@ type Writer interface {
 	Close() error
 }
 
+// Reserver is a Writer that keeps room past the end of the file without
+// changing its size. An *os.File does, through fallocate(FALLOC_FL_KEEP_SIZE)
+// (tmpfs and the common disk file systems have it); a test's stand-in may.
+type Reserver interface {
+	Reserve(off, n int64) error
+}
+
 // File is the open log. Nothing is appended while it is failed: the file may
 // then be behind the caller's table (an end that could not be recorded) or
 // end in part of a record, and only a rewrite from the table puts it right.
+//
+// Releases are recorded even on a full run dir: past its end the file keeps
+// room for an end record of every lease it holds (reserve), set aside before
+// each grant or renewal is written. When that room cannot be had, the file is
+// short (Failed says why): it takes no grant or renewal, but still takes end
+// records, which land in the room kept for them.
 type File struct {
 	path string
 	w    Writer
@@ -30,6 +46,15 @@ type File struct {
 	records int
 	// failed says why records cannot be written; nil when they can.
 	failed error
+	// short says why grants and renewals cannot be written while end
+	// records can (the room for them is kept); nil when they can.
+	short error
+	// live counts the leases the file holds: granted and not ended, for
+	// the room their ends need.
+	live int
+	// kept is the offset up to which room is kept: nothing gives it back
+	// but a truncate, which fails the file, or a rewrite, which starts anew.
+	kept int64
 	// buf is the last record's line, kept to build the next one in.
 	buf []byte
 	// cleaned is set once the first rewrite has looked for what a crashed
@@ -41,8 +66,14 @@ type File struct {
 // and opens it for appending.
 func NewFile(path string) *File { return &File{path: path} }
 
-// Failed says why records cannot be appended; nil when they can.
-func (j *File) Failed() error { return j.failed }
+// Failed says why records cannot be appended; nil when they can. While the
+// file is short (see File) it says why, though end records are still taken.
+func (j *File) Failed() error {
+	if j.failed != nil {
+		return j.failed
+	}
+	return j.short
+}
 
 // Records counts the records appended since the last rewrite.
 func (j *File) Records() int { return j.records }
@@ -96,8 +127,69 @@ func (j *File) rewrite(entries []Entry) error {
 		return fmt.Errorf("opening %s: %w", j.path, err)
 	}
 	j.Close()
-	j.w, j.size, j.records, j.failed = f, int64(len(buf)), 0, nil
+	j.w, j.size, j.records, j.failed, j.short, j.live, j.kept = f, int64(len(buf)), 0, nil, nil, len(entries), 0
+	if err := j.reserve(0); err != nil {
+		j.short = fmt.Errorf("%s written anew, but %w", j.path, err)
+		return j.short
+	}
 	return nil
+}
+
+// endRoom is the most bytes one end record takes.
+var endRoom = func() int64 {
+	id := IDPrefix
+	for range IDHexLen {
+		id += "f"
+	}
+	b, _ := AppendRecord(nil, Record{Op: OpEnd, ID: id, PeakMemoryMiB: math.MaxUint64})
+	return int64(len(b))
+}()
+
+// reserveSlack is room kept beyond the ends' own: a page, what tmpfs
+// allocates at a time. reserveAhead is kept beyond that where it can be, so
+// that most records find their room kept already and cost no system call.
+const (
+	reserveSlack = 4096
+	reserveAhead = 4 << 10
+)
+
+// reserve keeps room past the end of the file for next bytes and an end
+// record of every lease the file will then hold (j.live). A file system
+// without fallocate keeps none, as before there was any.
+func (j *File) reserve(next int64) error {
+	need := j.size + next + int64(j.live)*endRoom + reserveSlack
+	if need <= j.kept {
+		return nil
+	}
+	err := j.allocate(need + reserveAhead)
+	if err != nil {
+		err = j.allocate(need)
+	}
+	if err != nil {
+		return fmt.Errorf("the room to record the release of each of its %d leases cannot be kept (%w): releases are recorded, grants and renewals not", j.live, err)
+	}
+	return nil
+}
+
+// allocate keeps room up to the offset end.
+func (j *File) allocate(end int64) error {
+	var err error
+	switch w := j.w.(type) {
+	case Reserver:
+		err = w.Reserve(j.size, end-j.size)
+	case interface{ Fd() uintptr }:
+		err = unix.Fallocate(int(w.Fd()), unix.FALLOC_FL_KEEP_SIZE, j.size, end-j.size)
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
+			// Nothing to keep room with: every record tries its luck.
+			return nil
+		}
+	default:
+		return nil
+	}
+	if err == nil {
+		j.kept = end
+	}
+	return err
 }
 
 // Append writes one record with one write(2). When the write fails, what it
@@ -118,6 +210,25 @@ func (j *File) Append(r Record) error {
 		// A rare large record (labels) is not kept for ever.
 		j.buf = b
 	}
+	// An end needs no room of its own: it was kept when its lease was
+	// granted. Anything else first keeps room for what follows it.
+	ends := j.live
+	if r.Op == OpLease {
+		ends++
+	}
+	if r.Op != OpEnd {
+		if j.short != nil {
+			return j.short
+		}
+		live := j.live
+		j.live = ends
+		err := j.reserve(int64(len(b)))
+		j.live = live
+		if err != nil {
+			j.short = err
+			return err
+		}
+	}
 	n, err := j.w.Write(b)
 	if err == nil && n < len(b) {
 		err = io.ErrShortWrite
@@ -133,6 +244,12 @@ func (j *File) Append(r Record) error {
 	}
 	j.size += int64(n)
 	j.records++
+	switch {
+	case r.Op == OpLease:
+		j.live++
+	case r.Op == OpEnd && j.live > 0:
+		j.live--
+	}
 	return nil
 }
 

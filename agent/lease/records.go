@@ -26,7 +26,7 @@ func (j *journalKeeper) recordLocked(r journal.Record) error {
 	first := j.t.journal.Failed() == nil
 	if err := j.t.journal.Append(r); err != nil {
 		if first {
-			j.t.log.Error("cannot record leases: no grants, releases or renewals until the lease journal can be written again", "err", err)
+			j.t.log.Error("cannot record leases: no grants or renewals until the lease journal can be written again; releases are recorded in the room it keeps for them", "err", err)
 			j.t.dirty = true
 		}
 		return err

@@ -13,8 +13,9 @@ import (
 // so, put the journal right once it can, and name what a replay lost.
 
 // JournalError says why leases cannot be recorded now; nil when they can.
-// While it is set the Manager grants, releases and renews nothing (those
-// answer unavailable), and each Tick tries to write the journal anew.
+// While it is set the Manager grants and renews nothing (those
+// answer unavailable; releases go on while the journal takes end records,
+// in the room it keeps for them), and each Tick tries to write it anew.
 // It reads the published view and takes no lock.
 func (m *Manager) JournalError() error {
 	if v := m.view.Load(); v != nil && v.Unrecorded != "" {
@@ -29,7 +30,7 @@ func (j *journalKeeper) unrecordedLocked() string {
 	if j.t.journal.Failed() == nil {
 		return ""
 	}
-	return fmt.Sprintf("cannot record leases (%v): no grants, releases or renewals until the lease journal can be written", j.t.journal.Failed())
+	return fmt.Sprintf("cannot record leases (%v): no grants or renewals until the lease journal can be written; releases are recorded in the room it keeps for them", j.t.journal.Failed())
 }
 
 // unrecorded is the answer to a change that was not made because it could
@@ -47,7 +48,7 @@ func (j *journalKeeper) repairJournalLocked() bool {
 	if j.t.journal.Rewrite(j.entriesLocked()) != nil {
 		return false
 	}
-	j.t.log.Warn("lease journal written again: grants, releases and renewals resume", "leases", len(j.t.leases))
+	j.t.log.Warn("lease journal written again: grants and renewals resume", "leases", len(j.t.leases))
 	j.t.dirty = true
 	j.t.serveWaitersLocked()
 	return true

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -71,6 +72,13 @@ type Ledger struct {
 	trash atomic.Uint64
 	// sweepBudget is defaultSweepBudget, less in tests.
 	sweepBudget int
+	// strays holds, like dirs, each instance folder open for listing, read
+	// on by each Sweep from where the last one stopped (strays.go); nil
+	// until first listed. strayReads is defaultStrayReads, less in tests;
+	// now tells the age of a stray FIFO.
+	strays     [][]*dirFile
+	strayReads int
+	now        func() time.Time
 	// watching counts the watches' goroutines, which Close waits for.
 	watching sync.WaitGroup
 }
@@ -105,6 +113,8 @@ func New(runDir string, model units.Model, gpus []GPU, gid int, log *slog.Logger
 		watchLog:    ratelog.New(log, "pipe-file ledger watch", watchLinesPerSecond, nil),
 		folderGone:  make([]atomic.Bool, len(gpus)*model.InstancesPerGPU),
 		sweepBudget: defaultSweepBudget,
+		strayReads:  defaultStrayReads,
+		now:         time.Now,
 	}
 	mode := uint32(0o1770)
 	if gid < 0 {
@@ -115,6 +125,7 @@ func New(runDir string, model units.Model, gpus []GPU, gid int, log *slog.Logger
 		return nil, err
 	}
 	l.dirs = make([][]*pipefile.Folder, len(gpus))
+	l.strays = make([][]*dirFile, len(gpus))
 	for _, g := range gpus {
 		if err := prepareDir(filepath.Join(l.Root(), g.UUID), 0o755, -1); err != nil {
 			l.Close()
@@ -132,6 +143,7 @@ func New(runDir string, model units.Model, gpus []GPU, gid int, log *slog.Logger
 				return nil, fmt.Errorf("ledger: %w", err)
 			}
 			l.dirs[g.Index] = append(l.dirs[g.Index], f)
+			l.strays[g.Index] = append(l.strays[g.Index], nil)
 		}
 	}
 	return l, nil
@@ -181,6 +193,14 @@ func (l *Ledger) Close() error {
 		}
 	}
 	l.dirs = nil
+	for _, ds := range l.strays {
+		for _, d := range ds {
+			if d != nil {
+				d.Close()
+			}
+		}
+	}
+	l.strays = nil
 	return nil
 }
 

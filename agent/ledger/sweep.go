@@ -13,11 +13,13 @@ import (
 	"github.com/gpulet/gpulet/pipefile"
 )
 
-// Removed is an entry that Sweep removed from a unit name: not a FIFO, so no
-// claim.
+// Removed is an entry that Sweep removed: one at a unit name that is not a
+// FIFO, so no claim, or one at another name (strays.go).
 type Removed struct {
-	GPU, Instance, Unit int
-	Path                string
+	GPU, Instance int
+	// Unit is the unit whose name the entry had; -1 for another name.
+	Unit int
+	Path string
 	// Type is what it was: "file", "folder", "symlink", "socket", ...
 	Type string
 	// UID owns the entry itself (never what a symlink points to).
@@ -40,8 +42,9 @@ var errBudget = errors.New("sweep budget used up")
 // would keep the daemon from making the unit's FIFO. Each removal is logged
 // once, with its owner's uid, within a budget of lines a second. Sweep also
 // logs what the watch noted since the last call. The daemon calls it every
-// sample interval. It looks at the unit names only, so its cost does not grow
-// with what else is in the folders.
+// sample interval. Then it reads on through each folder's other names, a
+// bounded number each time, and removes what gpuletd did not make there
+// (strays.go): its cost does not grow with what else is in the folders.
 func (l *Ledger) Sweep() []Removed {
 	var out []Removed
 	budget := l.sweepBudget
@@ -49,19 +52,7 @@ func (l *Ledger) Sweep() []Removed {
 		for k, dir := range l.dirs[g.Index] {
 			for _, i := range l.model.InstanceUnits(k) {
 				name := pipefile.UnitName(i)
-				st, err := dir.Stat(i)
-				for n := 0; errors.Is(err, unix.EACCES) && n < maxOpenDepth; n++ {
-					// Root may look at anything but a local user's FUSE
-					// mount, which fusermount3 lets them put on a folder or
-					// file of their own: no claim, and nothing else would
-					// ever remove it. It is detached (one mount on another
-					// at a time), and what it was mounted on goes as below.
-					if derr := detachMount(dir.FD(), name); derr != nil {
-						l.sweptLog.Log(slog.LevelWarn, "pipe-file ledger: cannot detach a mount at a unit name", "path", l.Path(g.Index, i), "err", derr)
-						break
-					}
-					st, err = dir.Stat(i)
-				}
+				st, err := l.lstatDetaching(dir.FD(), name, l.Path(g.Index, i))
 				if err != nil || pipefile.IsFIFO(&st) {
 					continue
 				}
@@ -77,6 +68,7 @@ func (l *Ledger) Sweep() []Removed {
 			}
 		}
 	}
+	out = append(out, l.sweepStrays(&budget)...)
 	l.logWatchNotes()
 	l.sweptLog.Flush()
 	l.watchLog.Flush()

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -91,30 +92,40 @@ func TestSweepRemovesWhatIsNoClaim(t *testing.T) {
 	ln, err := net.Listen("unix", at(0, 3))
 	must(err)
 	defer ln.Close()
-	// What stays: a FIFO (a claim, or the daemon's), a FIFO at a unit of
-	// another instance, names that are no unit names.
+	// What stays: a FIFO (a claim, or the daemon's), and a FIFO at another
+	// name while it may still be a claim's temporary name.
 	must(unix.Mkfifo(at(1, 5), 0o600))
-	must(os.WriteFile(filepath.Join(inst0, "unit-5"), nil, 0o644))
-	must(os.WriteFile(filepath.Join(inst0, "junk"), nil, 0o644))
-	must(os.WriteFile(filepath.Join(inst0, ".claim-x"), nil, 0o644))
-	must(os.WriteFile(filepath.Join(inst0, "unit-01"), nil, 0o644))
+	tmpFIFO := filepath.Join(inst0, ".claim-1-0000")
+	must(unix.Mkfifo(tmpFIFO, 0o600))
+	// Strays, whatever their name: gpuletd made none of them, and a file
+	// among them could fill the run dir.
+	stray := func(name string, uid int) Removed {
+		p := filepath.Join(inst0, name)
+		must(os.WriteFile(p, []byte("fill"), 0o644))
+		lchown(t, p, uid)
+		return Removed{GPU: 0, Instance: 0, Unit: -1, Path: p, Type: "file", UID: wantUID(uid)}
+	}
 
-	got := l.Sweep()
 	want := []Removed{
 		{GPU: 0, Instance: 0, Unit: 0, Path: at(0, 0), Type: "file", UID: wantUID(2001)},
 		{GPU: 0, Instance: 0, Unit: 1, Path: at(0, 1), Type: "symlink", UID: wantUID(2002)},
 		{GPU: 0, Instance: 0, Unit: 2, Path: at(0, 2), Type: "folder", UID: wantUID(2003)},
 		{GPU: 0, Instance: 0, Unit: 3, Path: at(0, 3), Type: "socket", UID: uint32(os.Geteuid())},
+		stray("unit-5", 2004), stray("junk", 2005), stray(".claim-x", 2006), stray("unit-01", 2007),
 	}
+	got := l.Sweep()
+	byPath := func(a, b Removed) int { return strings.Compare(a.Path, b.Path) }
+	slices.SortFunc(got, byPath)
+	slices.SortFunc(want, byPath)
 	if !slices.Equal(got, want) {
 		t.Fatalf("Sweep removed\n%+v\nwant\n%+v", got, want)
 	}
-	for i := 0; i < 4; i++ {
-		if _, err := os.Lstat(at(0, i)); !os.IsNotExist(err) {
-			t.Fatalf("unit-%d still there: %v", i, err)
+	for _, w := range want {
+		if _, err := os.Lstat(w.Path); !os.IsNotExist(err) {
+			t.Fatalf("%s still there: %v", w.Path, err)
 		}
 	}
-	for _, p := range []string{at(1, 5), filepath.Join(inst0, "unit-5"), filepath.Join(inst0, "junk"), filepath.Join(inst0, ".claim-x"), filepath.Join(inst0, "unit-01")} {
+	for _, p := range []string{at(1, 5), tmpFIFO} {
 		if _, err := os.Lstat(p); err != nil {
 			t.Fatalf("%s was removed: %v", p, err)
 		}
@@ -127,6 +138,9 @@ func TestSweepRemovesWhatIsNoClaim(t *testing.T) {
 	}
 	for _, w := range want {
 		line := fmt.Sprintf("path=%s type=%s uid=%d", w.Path, w.Type, w.UID)
+		if w.Unit < 0 {
+			line += " bytes=4"
+		}
 		if n := strings.Count(logs.String(), line); n != 1 {
 			t.Fatalf("%q logged %d times:\n%s", line, n, logs.String())
 		}
@@ -135,6 +149,14 @@ func TestSweepRemovesWhatIsNoClaim(t *testing.T) {
 	before := logs.String()
 	if got := l.Sweep(); len(got) != 0 || logs.String() != before {
 		t.Fatalf("second Sweep removed %+v and logged\n%s", got, strings.TrimPrefix(logs.String(), before))
+	}
+	// A temporary name past any claim's time is a leftover.
+	l.now = func() time.Time { return time.Now().Add(strayFIFOGrace + time.Second) }
+	if got := l.Sweep(); len(got) != 1 || got[0].Path != tmpFIFO || got[0].Type != "FIFO" {
+		t.Fatalf("Sweep after the grace removed %+v, want %s", got, tmpFIFO)
+	}
+	if _, err := os.Lstat(at(1, 5)); err != nil {
+		t.Fatalf("claim removed: %v", err)
 	}
 	// The unit is free for the daemon's FIFO again.
 	if err := l.Create(0, 1); err != nil {
@@ -291,5 +313,42 @@ func TestClaimSeenThroughAFloodOfJunk(t *testing.T) {
 	testutil.Eventually(t, "both claims seen", func() bool { return h.has(1, 5) && h.has(0, 2) })
 	if n := calls.Load(); n != 0 {
 		t.Fatalf("the watch logged %d lines for junk", n)
+	}
+}
+
+// A flood of strays in one folder is read a bounded number of names per
+// Sweep, from where the last stopped, and takes no turn from other folders.
+func TestSweepReadsStraysOnInBoundedSteps(t *testing.T) {
+	var logs testutil.SyncBuffer
+	l := newLoggedLedger(t, &logs)
+	l.strayReads = 100
+	fd, err := unix.Open(l.InstanceDir(0, 0), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const flood = 250
+	for j := 0; j < flood; j++ {
+		if err := unix.Mknodat(fd, fmt.Sprintf(".fill-%d", j), unix.S_IFREG|0o644, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	unix.Close(fd)
+	other := filepath.Join(l.InstanceDir(1, 1), ".fill")
+	if err := os.WriteFile(other, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	removed := 0
+	for sweep := 1; removed < flood+1; sweep++ {
+		got := l.Sweep()
+		if len(got) > l.strayReads+1 {
+			t.Fatalf("sweep %d removed %d entries, more than it may read", sweep, len(got))
+		}
+		if sweep == 1 && !slices.ContainsFunc(got, func(r Removed) bool { return r.Path == other }) {
+			t.Fatalf("first sweep left %s for the flood elsewhere", other)
+		}
+		removed += len(got)
+		if sweep > 5 {
+			t.Fatalf("%d of %d strays removed after %d sweeps", removed, flood+1, sweep)
+		}
 	}
 }

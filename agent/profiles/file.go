@@ -40,6 +40,9 @@ type fileFormat struct {
 type fileEntry struct {
 	Seconds float64 `json:"seconds"`
 	Runs    int     `json:"runs"`
+	// Last is when the last run was measured, in Unix seconds; a file
+	// written before it was kept has none, read as the time it is read.
+	Last int64 `json:"last,omitempty"`
 }
 
 // load reads the file into s.measured; see Open.
@@ -51,7 +54,7 @@ func (s *Store) load(log *slog.Logger) error {
 	case err != nil:
 		return fmt.Errorf("task profiles: %w", err)
 	}
-	measured, migrated, err := decode(b)
+	measured, migrated, err := decode(b, s.now())
 	if err != nil {
 		aside, serr := statefile.SetAside(s.path)
 		if serr != nil {
@@ -107,7 +110,11 @@ func readBounded(path string) ([]byte, fs.FileMode, error) {
 // to every user would keep whatever one user taught in force for all;
 // keeping them for their owner alone bounds that to one user, whose own
 // runs soon outweigh the rest.
-func decode(b []byte) (measured map[uint32]map[string]models, migrated bool, err error) {
+//
+// Runs without a time (older files) are taken as run at now; a time after
+// now (a clock set back since) is read as now, so that a figure never stays
+// longer than MaxAge from its reading.
+func decode(b []byte, now time.Time) (measured map[uint32]map[string]models, migrated bool, err error) {
 	var f fileFormat
 	if err := json.Unmarshal(b, &f); err != nil {
 		return nil, false, err
@@ -138,7 +145,7 @@ func decode(b []byte) (measured map[uint32]map[string]models, migrated bool, err
 		// A task without an owner is checked all the same: a file with a
 		// bad entry is damaged, not migrated.
 		for task, ms := range f.Tasks {
-			if _, err := decodeTask(task, ms); err != nil {
+			if _, err := decodeTask(task, ms, now); err != nil {
 				return nil, false, err
 			}
 		}
@@ -155,7 +162,7 @@ func decode(b []byte) (measured map[uint32]map[string]models, migrated bool, err
 		}
 		measured[uid] = make(map[string]models, len(tasks))
 		for task, ms := range tasks {
-			if measured[uid][task], err = decodeTask(task, ms); err != nil {
+			if measured[uid][task], err = decodeTask(task, ms, now); err != nil {
 				return nil, false, fmt.Errorf("uid %d: %w", uid, err)
 			}
 		}
@@ -164,7 +171,7 @@ func decode(b []byte) (measured map[uint32]map[string]models, migrated bool, err
 }
 
 // decodeTask checks and converts one task's measured entries.
-func decodeTask(task string, ms map[string]fileEntry) (models, error) {
+func decodeTask(task string, ms map[string]fileEntry, now time.Time) (models, error) {
 	if task == "" || len(ms) > MaxModelsPerTask {
 		return nil, fmt.Errorf("task %q: empty name or more than %d models", task, MaxModelsPerTask)
 	}
@@ -174,13 +181,21 @@ func decodeTask(task string, ms map[string]fileEntry) (models, error) {
 		if model == "" || !(e.Seconds > 0) || e.Seconds > maxSeconds || mean <= 0 || e.Runs < 1 {
 			return nil, fmt.Errorf("task %q model %q: run time %gs over %d runs is not a measured run", task, model, e.Seconds, e.Runs)
 		}
-		out[model] = Entry{Mean: mean, Runs: e.Runs}
+		if e.Last < 0 {
+			return nil, fmt.Errorf("task %q model %q: last run at %d, before 1970", task, model, e.Last)
+		}
+		last := now
+		if e.Last != 0 && e.Last < now.Unix() {
+			last = time.Unix(e.Last, 0)
+		}
+		out[model] = Entry{Mean: mean, Runs: e.Runs, Last: last}
 	}
 	return out, nil
 }
 
 // writeLocked writes the measured runs: a temporary file, fsync, rename over
-// the old one, fsync of the folder. A failure leaves the old file whole.
+// the old one, fsync of the folder. A failure leaves the old file whole. Only
+// Open (a migration), flush and Close call it: runs are written together.
 func (s *Store) writeLocked() error {
 	f := fileFormat{Schema: fileSchema, Users: map[uint32]map[string]map[string]fileEntry{}}
 	for uid, tasks := range s.measured {
@@ -188,7 +203,7 @@ func (s *Store) writeLocked() error {
 		for task, ms := range tasks {
 			f.Users[uid][task] = map[string]fileEntry{}
 			for model, e := range ms {
-				f.Users[uid][task][model] = fileEntry{Seconds: e.Mean.Seconds(), Runs: e.Runs}
+				f.Users[uid][task][model] = fileEntry{Seconds: e.Mean.Seconds(), Runs: e.Runs, Last: e.Last.Unix()}
 			}
 		}
 	}
@@ -196,5 +211,11 @@ func (s *Store) writeLocked() error {
 	if err != nil {
 		return err
 	}
-	return statefile.Write(s.path, append(b, '\n'), stateFileMode)
+	// A failed write counts too: it is the writes' pace that is bounded.
+	s.lastWrite = time.Now()
+	if err := statefile.Write(s.path, append(b, '\n'), stateFileMode); err != nil {
+		return err
+	}
+	s.written += int64(len(b)) + 1
+	return nil
 }

@@ -6,14 +6,17 @@
 // exponentially weighted mean, and steers only uid's later placements, so
 // that no user can steer another's by running a task badly on purpose.
 // Measured entries are kept in the state dir (file.go), private to root and
-// written with fsync, so that they survive restarts and reboots.
+// written with fsync, so that they survive restarts and reboots; runs are
+// written together, at most once per WriteEvery (keep.go), whatever the rate
+// of runs. The table is bounded, and shared fairly: a user's new task takes
+// the place of the least recently run task of the user who holds the most,
+// and figures no run has moved for MaxAge are dropped (keep.go).
 //
 // Readers never lock: each change publishes an immutable table, and a
 // request's preference (Prefer) is a lookup in it.
 package profiles
 
 import (
-	"fmt"
 	"log/slog"
 	"maps"
 	"path/filepath"
@@ -33,15 +36,28 @@ import (
 const Weight = 0.3
 
 // Limits on what measured runs can make the store keep: a task name comes
-// from any caller, so a flood of names must not grow the file without end.
+// from any caller, so a flood of names must not grow the file without end,
+// nor keep another user's runs out.
 const (
 	// MaxTasks bounds the measured tasks of all users together (a task
-	// two users ran counts twice).
+	// two users ran counts twice). When it is reached, a new task takes the
+	// place of the least recently run task of the user who holds the most
+	// (the new task's user's own when that is it): each user keeps at least
+	// an equal share of the table, whoever else fills it.
 	MaxTasks = 4096
 	// MaxTasksPerUID bounds the tasks one uid (root aside) has measured
-	// runs of, so that no user can fill the table for the others.
-	MaxTasksPerUID   = 256
+	// runs of: a new one past it takes the place of that uid's least
+	// recently run task.
+	MaxTasksPerUID = 256
+	// MaxModelsPerTask bounds a task's models; a new one past it takes the
+	// place of the model the task ran on least recently.
 	MaxModelsPerTask = 64
+	// MaxAge is how long a measured figure stays without a run that moves
+	// it: a task not run for that long has likely changed or gone.
+	MaxAge = 90 * 24 * time.Hour
+	// WriteEvery is the least time between two writes of the file: a flood
+	// of runs costs at most one file a WriteEvery.
+	WriteEvery = 10 * time.Second
 )
 
 // Entry is one task's run time on one GPU model.
@@ -50,6 +66,8 @@ type Entry struct {
 	Mean time.Duration
 	// Runs counts the measured runs it rests on (0: the config's figure only).
 	Runs int
+	// Last is when the last of them was measured (zero: none).
+	Last time.Time
 }
 
 // models is one task's entries by GPU model name.
@@ -97,13 +115,30 @@ func (t *Table) Of(uid uint32) map[string]models {
 // Store is the table, its seeds from the config, and its file.
 type Store struct {
 	path string
-	// mu serializes changes and writes of the file; readers use table.
+	log  *slog.Logger
+	// now is the clock of runs' ages; writeEvery is WriteEvery, less in
+	// tests.
+	now        func() time.Time
+	writeEvery time.Duration
+	// mu guards everything below and serializes writes of the file;
+	// readers use table.
 	mu       sync.Mutex
 	seeds    map[string]map[string]time.Duration
 	measured map[uint32]map[string]models
 	// kept counts the measured tasks of all uids (MaxTasks).
-	kept  int
-	table atomic.Pointer[Table]
+	kept int
+	// dirty says runs were recorded (or figures dropped) since the file was
+	// last written; writeTimer writes them, when armed; lastWrite is when
+	// the file was last written, written the bytes written in all.
+	dirty      bool
+	writeTimer *time.Timer
+	lastWrite  time.Time
+	written    int64
+	// expireTimer drops stale figures every expireEvery; closed stops both
+	// timers for good.
+	expireTimer *time.Timer
+	closed      bool
+	table       atomic.Pointer[Table]
 }
 
 // Open loads the measured runs kept in dir (none yet: an empty table). A
@@ -112,15 +147,23 @@ type Store struct {
 // and the table starts from the config's figures alone: log says so. A file
 // of the older shared format, or one others may read, is written again at
 // once in the current format, mode 0600 (file.go says how it migrates).
+//
+// Figures older than MaxAge are dropped at once, and then every expireEvery.
+// Close writes what is not written yet.
 func Open(dir string, log *slog.Logger) (*Store, error) {
-	s := &Store{path: filepath.Join(dir, fileName), measured: map[uint32]map[string]models{}}
+	s := &Store{path: filepath.Join(dir, fileName), log: log, now: time.Now, writeEvery: WriteEvery,
+		measured: map[uint32]map[string]models{}}
 	if err := s.load(log); err != nil {
 		return nil, err
 	}
 	for _, tasks := range s.measured {
 		s.kept += len(tasks)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expireLocked()
 	s.publishLocked()
+	s.expireTimer = time.AfterFunc(expireEvery, s.expire)
 	return s, nil
 }
 
@@ -135,22 +178,17 @@ func (s *Store) Seed(seeds map[string]map[string]time.Duration) {
 }
 
 // Record adds one measured run of task on model, by a lease of uid, to uid's
-// own figures and writes the file. A task or model past the limits is left
-// out (and said so); a write that fails keeps the run in memory and returns
-// the error.
-func (s *Store) Record(task, model string, uid uint32, ran time.Duration) error {
+// own figures, making room as the limits say, and has the file written
+// within WriteEvery.
+func (s *Store) Record(task, model string, uid uint32, ran time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	tasks := s.measured[uid]
 	ms, ok := tasks[task]
+	evicted := noUID
 	if !ok {
-		if s.kept >= MaxTasks {
-			return fmt.Errorf("task profiles: %d tasks kept already; run of %q left out", MaxTasks, task)
-		}
-		if uid != 0 && len(tasks) >= MaxTasksPerUID {
-			return fmt.Errorf("task profiles: uid %d has measured runs of %d tasks already, the most one user may; run of %q left out", uid, MaxTasksPerUID, task)
-		}
-		if tasks == nil {
+		evicted = s.makeRoomLocked(uid)
+		if tasks = s.measured[uid]; tasks == nil {
 			tasks = map[string]models{}
 			s.measured[uid] = tasks
 		}
@@ -161,7 +199,7 @@ func (s *Store) Record(task, model string, uid uint32, ran time.Duration) error 
 	e, ok := ms[model]
 	if !ok {
 		if len(ms) >= MaxModelsPerTask {
-			return fmt.Errorf("task profiles: task %q has %d models already; run on %q left out", task, MaxModelsPerTask, model)
+			delete(ms, leastRecent(ms))
 		}
 		if seed, ok := s.seeds[task][model]; ok {
 			e.Mean = seed
@@ -171,12 +209,13 @@ func (s *Store) Record(task, model string, uid uint32, ran time.Duration) error 
 	}
 	e.Mean = time.Duration((1-Weight)*float64(e.Mean) + Weight*float64(ran))
 	e.Runs++
+	e.Last = s.now()
 	ms[model] = e
-	// Written before it is shown: what GET /v1/profiles shows survives a
-	// restart. A run that cannot be written is still shown and used.
-	err := s.writeLocked()
-	s.publishLocked()
-	return err
+	s.publishTaskLocked(uid, task)
+	if evicted != uid && evicted != noUID {
+		s.publishUIDsLocked(evicted)
+	}
+	s.changedLocked()
 }
 
 // Table returns the table as last published.
@@ -198,20 +237,71 @@ func (s *Store) publishLocked() {
 		}
 		t.prefer[task] = fastestFirst(t.Seeds[task])
 	}
-	for uid, tasks := range s.measured {
-		t.Learned[uid] = make(map[string]models, len(tasks))
-		t.preferOf[uid] = make(map[string][]string, len(tasks))
-		for task, ms := range tasks {
-			t.Learned[uid][task] = maps.Clone(ms)
-			merged := maps.Clone(t.Seeds[task])
-			if merged == nil {
-				merged = models{}
-			}
-			maps.Copy(merged, ms)
-			t.preferOf[uid][task] = fastestFirst(merged)
+	for uid := range s.measured {
+		t.publishUID(uid, s.measured[uid])
+	}
+	s.table.Store(t)
+}
+
+// publishUIDsLocked makes a new Table in which only the measured runs of
+// uids changed: the rest is the last Table's, which nobody modifies, so a
+// run costs its own user's tasks, not the whole table's.
+func (s *Store) publishUIDsLocked(uids ...uint32) {
+	old := s.table.Load()
+	t := &Table{Seeds: old.Seeds, prefer: old.prefer, Learned: maps.Clone(old.Learned), preferOf: maps.Clone(old.preferOf)}
+	for _, uid := range uids {
+		delete(t.Learned, uid)
+		delete(t.preferOf, uid)
+		if tasks, ok := s.measured[uid]; ok {
+			t.publishUID(uid, tasks)
 		}
 	}
 	s.table.Store(t)
+}
+
+// publishTaskLocked makes a new Table in which only uid's task changed, and
+// uid's tasks dropped since the last Table are gone: a run costs a copy of
+// its user's list of tasks, and its task's entries.
+func (s *Store) publishTaskLocked(uid uint32, task string) {
+	old := s.table.Load()
+	t := &Table{Seeds: old.Seeds, prefer: old.prefer, Learned: maps.Clone(old.Learned), preferOf: maps.Clone(old.preferOf)}
+	learned, prefer := maps.Clone(t.Learned[uid]), maps.Clone(t.preferOf[uid])
+	if learned == nil {
+		learned, prefer = map[string]models{}, map[string][]string{}
+	}
+	tasks := s.measured[uid]
+	for name := range learned {
+		if _, ok := tasks[name]; !ok {
+			delete(learned, name)
+			delete(prefer, name)
+		}
+	}
+	ms := tasks[task]
+	learned[task] = maps.Clone(ms)
+	merged := maps.Clone(t.Seeds[task])
+	if merged == nil {
+		merged = models{}
+	}
+	maps.Copy(merged, ms)
+	prefer[task] = fastestFirst(merged)
+	t.Learned[uid], t.preferOf[uid] = learned, prefer
+	s.table.Store(t)
+}
+
+// publishUID puts uid's measured runs, tasks, into t, which is not yet
+// published.
+func (t *Table) publishUID(uid uint32, tasks map[string]models) {
+	t.Learned[uid] = make(map[string]models, len(tasks))
+	t.preferOf[uid] = make(map[string][]string, len(tasks))
+	for task, ms := range tasks {
+		t.Learned[uid][task] = maps.Clone(ms)
+		merged := maps.Clone(t.Seeds[task])
+		if merged == nil {
+			merged = models{}
+		}
+		maps.Copy(merged, ms)
+		t.preferOf[uid][task] = fastestFirst(merged)
+	}
 }
 
 // fastestFirst lists the models of ms by run time, then by name.

@@ -44,8 +44,14 @@ type Claim struct {
 	GPU, Instance int
 	Units         []int
 	UID           uint32
-	// PID holds the claim's FIFOs locked; 0 when unknown.
-	PID      int
+	// PID holds the claim's FIFOs open, the lowest pid of Holders; 0 when
+	// unknown.
+	PID int
+	// Holders are every process holding the claim's FIFOs open: the one
+	// that took the lock may have passed the descriptor on and exited (or
+	// its pid been reused), and what the descriptor's holders and their
+	// descendants use is the claim's. Empty: PID alone.
+	Holders  []int
 	ShareMiB uint64
 }
 
@@ -70,6 +76,9 @@ type Input struct {
 	// JobOf is the Slurm job a process runs in, 0 when none or unknown;
 	// asked only of processes no pid tells, and only when a lease has a job.
 	JobOf func(pid int) uint64
+	// UIDOf is the real uid of a process, false when unknown; asked only of
+	// processes that belong to nobody.
+	UIDOf func(pid int) (uint32, bool)
 }
 
 // Table is what one round found. It is never modified once published.
@@ -152,8 +161,14 @@ func (a *Accountant) Update(in Input) *Table {
 		}
 	}
 	for i, c := range in.Claims {
-		if _, ok := byPID[key{c.GPU, c.PID}]; c.PID > 0 && !ok {
-			byPID[key{c.GPU, c.PID}] = owner{lease: -1, claim: i}
+		holders := c.Holders
+		if len(holders) == 0 {
+			holders = []int{c.PID}
+		}
+		for _, pid := range holders {
+			if _, ok := byPID[key{c.GPU, pid}]; pid > 0 && !ok {
+				byPID[key{c.GPU, pid}] = owner{lease: -1, claim: i}
+			}
 		}
 	}
 	for _, s := range in.Servers {
@@ -197,7 +212,13 @@ func (a *Accountant) Update(in Input) *Table {
 			switch {
 			case !found:
 				t.GPUs[g].OutsideMiB += p.MemoryUsedMiB
-				t.GPUs[g].Outside = append(t.GPUs[g].Outside, api.GPUProcess{PID: p.PID, MemoryUsedMiB: p.MemoryUsedMiB})
+				gp := api.GPUProcess{PID: p.PID, MemoryUsedMiB: p.MemoryUsedMiB}
+				if in.UIDOf != nil {
+					if uid, ok := in.UIDOf(p.PID); ok {
+						gp.UID = &uid
+					}
+				}
+				t.GPUs[g].Outside = append(t.GPUs[g].Outside, gp)
 			case o.lease >= 0:
 				charge(&leaseUse[o.lease], p)
 			case o.claim >= 0:

@@ -172,3 +172,33 @@ func TestWholeGPULeaseSumsItsGPUs(t *testing.T) {
 		}
 	}
 }
+
+// TestClaimChargedToItsHolders: a claimer that exited leaving its FIFO's
+// descriptor to a re-parented child. The child (and what it starts) is the
+// claim's, not the dead pid's, nor a process that reused that pid; a process
+// of nobody's shows its uid.
+func TestClaimChargedToItsHolders(t *testing.T) {
+	// 700 took the lock and exited; its pid now runs 700's namesake of
+	// another user, which is no holder. 800 holds the descriptor, 801 is
+	// its CUDA child.
+	parents := map[int]int{700: 1, 800: 1, 801: 800, 900: 1}
+	uids := map[int]uint32{700: 1002, 900: 1003}
+	in := Input{
+		MemoryTotalMiB: []uint64{81559},
+		Processes:      [][]inventory.Process{{{PID: 700, MemoryUsedMiB: 50}, {PID: 801, MemoryUsedMiB: 12000}, {PID: 900, MemoryUsedMiB: 70}}},
+		Claims:         []Claim{{GPU: 0, Units: []int{0}, UID: 1001, PID: 800, Holders: []int{800}, ShareMiB: 5097}},
+		Parent:         func(pid int) int { return parents[pid] },
+		UIDOf: func(pid int) (uint32, bool) {
+			uid, ok := uids[pid]
+			return uid, ok
+		},
+	}
+	g := New().Update(in).GPUs[0]
+	if len(g.Claims) != 1 || g.Claims[0].Usage.MemoryUsedMiB != 12000 || !slices.Equal(g.Claims[0].Usage.PIDs, []int{801}) {
+		t.Fatalf("claims %+v, want the holder's child's 12000 MiB", g.Claims)
+	}
+	if len(g.Outside) != 2 || g.Outside[0].PID != 700 || g.Outside[0].UID == nil || *g.Outside[0].UID != 1002 ||
+		g.Outside[1].PID != 900 || g.Outside[1].UID == nil || *g.Outside[1].UID != 1003 {
+		t.Fatalf("outside %+v, want 700 of uid 1002 and 900 of uid 1003", g.Outside)
+	}
+}

@@ -24,6 +24,9 @@ func usageNotes(g api.GPU) []string {
 		pids := make([]string, len(g.OutsideProcesses))
 		for i, p := range g.OutsideProcesses {
 			pids[i] = fmt.Sprint(p.PID)
+			if p.UID != nil {
+				pids[i] += fmt.Sprintf(" of uid %d", *p.UID)
+			}
 		}
 		n := fmt.Sprintf("GPU %d: processes beside gpulet use %d MiB (pid %s)", g.Index, g.OutsideMemoryMiB, strings.Join(pids, ", "))
 		if g.OutsideOverShare {

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/client"
@@ -329,6 +330,14 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "gpurun:", err)
 		return ExitFailure
 	}
+	// The command becomes the subreaper of what it starts (the setting
+	// survives exec): a process that double-forks away from it, as daemons
+	// do, is re-parented to the command, not to init, so that its GPU use
+	// is still found under the lease's or claim's process. No privilege is
+	// needed; it fails only on kernels older than 3.4, and then costs only
+	// that attribution. Orphans that the command does not reap stay
+	// zombies, holding a pid and no memory, until it exits.
+	unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	err = syscall.Exec(path, o.Command, MergeEnv(os.Environ(), env))
 	// Exec returned: the command did not start, so the units go back.
 	giveBack()

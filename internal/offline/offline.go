@@ -53,6 +53,10 @@ type Claim struct {
 // ErrNoUnits means no instance of a matching GPU had enough free unit names.
 var ErrNoUnits = errors.New("no free units")
 
+// ErrNoDaemon means MPS is on and gpuletd is not running: nothing says whom
+// the MPS servers it left up serve.
+var ErrNoDaemon = errors.New("gpuletd is not running")
+
 // Take claims req.Units units of one instance of one GPU of the layout: the
 // first matching GPU, in layout order, with an instance that has them. Units
 // of one claim share an instance because one process is one client of one MPS
@@ -84,6 +88,12 @@ func Take(runDir string, lay *pipefile.Layout, req Request) (*Claim, error) {
 	users, err := pipefile.ReadUsers(runDir)
 	if err != nil {
 		return nil, err
+	}
+	if users == nil && mpsOn(gpus) {
+		// gpuletd leaves busy MPS servers up when it stops, and its users
+		// file goes with it: a claim could land on an instance whose server
+		// serves another user's job, and wait there until that job ends.
+		return nil, fmt.Errorf("%w (no %s written by a live gpuletd): with MPS on, an offline claim cannot tell which instances serve another user's jobs, and a process on one would wait until they end; claim once gpuletd runs again", ErrNoDaemon, pipefile.UsersFile)
 	}
 	var free, others []string
 	// The first refusal, returned when no matching folder let the claimer in.
@@ -127,6 +137,19 @@ func Take(runDir string, lay *pipefile.Layout, req Request) (*Claim, error) {
 			ErrNoUnits, req.UID, req.Units, strings.Join(others, "; "))
 	}
 	return nil, fmt.Errorf("%w: no instance has %d unit(s) free; free now: %s", ErrNoUnits, req.Units, strings.Join(free, ", "))
+}
+
+// mpsOn says whether the layout's instances run under MPS: their
+// environment names an MPS pipe folder.
+func mpsOn(gpus []pipefile.LayoutGPU) bool {
+	for _, g := range gpus {
+		for _, in := range g.Instances {
+			if in.Env[pipefile.EnvPipeDirectory] != "" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // takeIn claims req.Units units of instance in of GPU g, or returns how many

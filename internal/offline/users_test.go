@@ -77,7 +77,10 @@ func TestTakeKeepsOffOtherUsersInstances(t *testing.T) {
 		{name: "next GPU", mps: true, pid: me, users: map[string][][]uint32{"GPU-a": {{1001}, {1001}}}, req: Request{Units: 1, UID: 1002}, gpu: 1, instance: 0},
 		{name: "none serves only me", mps: true, pid: me, users: allBusy, req: Request{Units: 1, UID: 1002},
 			err: "no instance that serves only uid 1002 has 1 unit(s) free; GPU 0 instance 0 has 2 free but serves uid 1001; GPU 0 instance 1 has 2 free but serves uid 1001, 1003; GPU 1 instance 0 has 2 free but serves uid 1001"},
-		{name: "a file whose writer is gone says nothing", mps: true, pid: goneProcess(t), users: allBusy, req: Request{Units: 1, UID: 1002}, gpu: 0, instance: 0},
+		{name: "a file whose writer is gone: no claim under MPS", mps: true, pid: goneProcess(t), users: allBusy, req: Request{Units: 1, UID: 1002},
+			err: "gpuletd is not running (no users.json written by a live gpuletd)"},
+		{name: "no file: no claim under MPS", mps: true, req: Request{Units: 1, UID: 1002}, err: "gpuletd is not running"},
+		{name: "no file without MPS: anyone shares", mps: false, req: Request{Units: 1, UID: 1002}, gpu: 0, instance: 0},
 		{name: "without MPS anyone shares", mps: false, pid: me, users: allBusy, req: Request{Units: 1, UID: 1002}, gpu: 0, instance: 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -85,11 +88,13 @@ func TestTakeKeepsOffOtherUsersInstances(t *testing.T) {
 			if tc.mps {
 				dir = mpsLayout(t)
 			}
-			writeUsers(t, dir, tc.pid, tc.users)
+			if tc.pid != 0 {
+				writeUsers(t, dir, tc.pid, tc.users)
+			}
 			c, err := take(t, dir, tc.req)
 			if tc.err != "" {
-				if !errors.Is(err, ErrNoUnits) || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err %v, want ErrNoUnits and %q", err, tc.err)
+				if !(errors.Is(err, ErrNoUnits) || errors.Is(err, ErrNoDaemon)) || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want ErrNoUnits or ErrNoDaemon and %q", err, tc.err)
 				}
 				return
 			}
@@ -111,6 +116,7 @@ func TestTakeKeepsOffAnotherUsersClaim(t *testing.T) {
 		t.Skip("needs root to make a claim FIFO of another uid; runs as uid", os.Geteuid())
 	}
 	dir := mpsLayout(t)
+	writeUsers(t, dir, os.Getpid(), nil)
 	theirs := filepath.Join(dir, "units", "GPU-a", "0", pipefile.UnitName(0))
 	if err := unix.Mkfifo(theirs, 0o600); err != nil {
 		t.Fatal(err)
