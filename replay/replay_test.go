@@ -184,12 +184,12 @@ func TestOpenbTrace(t *testing.T) {
 	if got := res.Alloc[100]; got != 94.30 {
 		t.Errorf("best-fit, seed 42: %.2f%% at 100%% arrived, want 94.30", got)
 	}
-	// The paper's baselines come out as published for seed 42
-	// (published_alloc.csv: default, BestFit and GpuPacking, 42).
+	// The paper's policies come out as published for seed 42
+	// (published_alloc.csv: default, BestFit, GpuPacking and FGD, 42).
 	for _, tc := range []struct {
 		policy       string
 		at100, at130 float64
-	}{{PaperBestFit, 92.94, 93.13}, {PaperGpuPacking, 91.37, 91.57}} {
+	}{{PaperBestFit, 92.94, 93.13}, {PaperGpuPacking, 91.37, 91.57}, {PaperFGD, 95.14, 95.29}} {
 		res, err := ReplayPaper(context.Background(), nodes, pods, w, tc.policy, 42, nil)
 		if err != nil {
 			t.Fatal(err)
