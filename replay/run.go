@@ -167,15 +167,13 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--pods: %w", err)
 	}
 	progress := progressLine(stderr)
-	workloads := make([]Workload, len(o.seeds))
-	for i, seed := range o.seeds {
-		workloads[i] = PaperWorkload(pods, nodes, o.tune, seed, o.fileOrder)
-	}
 	var results [][]Result // per policy, per seed
 	for _, p := range o.policies {
 		var per []Result
-		for i, seed := range o.seeds {
-			w := workloads[i]
+		for _, seed := range o.seeds {
+			// Made again for each policy: it costs little next to a
+			// replay, and up to 1,000 seeds' workloads are not kept.
+			w := PaperWorkload(pods, nodes, o.tune, seed, o.fileOrder)
 			show := func(done int) { progress.show(p, seed, done, len(w.Pods)) }
 			var res Result
 			var err error
