@@ -10,14 +10,23 @@ import (
 
 // published are the FGD paper's figures (mean of seeds 42–51, allocation
 // ratio in % at 100% arrived) for the openb traces, by the word that names
-// the trace in its pod list's file name.
+// the trace in its pod list's file name (the table of the trace's README).
 var published = []struct {
 	trace   string
 	figures []publishedFigure
 }{
+	{"default", []publishedFigure{{"Random", 86.3}, {"DotProd", 90.6}, {"GpuClustering", 91.7}, {"GpuPacking", 91.8}, {"BestFit", 92.9}, {"FGD", 95.2}}},
 	{"gpushare40", []publishedFigure{{"Random", 84.9}, {"DotProd", 89.3}, {"GpuClustering", 89.8}, {"GpuPacking", 89.8}, {"BestFit", 91.4}, {"FGD", 94.0}}},
 	{"multigpu20", []publishedFigure{{"Random", 86.9}, {"DotProd", 91.8}, {"GpuClustering", 93.3}, {"GpuPacking", 93.5}, {"BestFit", 93.7}, {"FGD", 95.5}}},
-	{"default", []publishedFigure{{"Random", 86.3}, {"DotProd", 90.6}, {"GpuClustering", 91.7}, {"GpuPacking", 91.8}, {"BestFit", 92.9}, {"FGD", 95.2}}},
+	{"cpu050", []publishedFigure{{"Random", 89.0}, {"DotProd", 93.0}, {"GpuClustering", 93.5}, {"GpuPacking", 93.5}, {"BestFit", 93.6}, {"FGD", 95.0}}},
+	{"cpu100", []publishedFigure{{"Random", 87.4}, {"DotProd", 91.7}, {"GpuClustering", 92.4}, {"GpuPacking", 92.5}, {"BestFit", 93.3}, {"FGD", 95.2}}},
+	{"cpu200", []publishedFigure{{"Random", 83.0}, {"DotProd", 87.5}, {"GpuClustering", 89.7}, {"GpuPacking", 90.0}, {"BestFit", 92.2}, {"FGD", 94.8}}},
+	{"gpushare60", []publishedFigure{{"Random", 82.8}, {"DotProd", 86.8}, {"GpuClustering", 86.9}, {"GpuPacking", 87.1}, {"BestFit", 89.1}, {"FGD", 91.3}}},
+	{"gpushare80", []publishedFigure{{"Random", 80.6}, {"DotProd", 84.1}, {"GpuClustering", 84.5}, {"GpuPacking", 84.6}, {"BestFit", 86.7}, {"FGD", 89.1}}},
+	{"gpuspec10", []publishedFigure{{"Random", 86.3}, {"DotProd", 90.2}, {"GpuClustering", 92.0}, {"GpuPacking", 92.2}, {"BestFit", 93.1}, {"FGD", 94.7}}},
+	{"gpuspec20", []publishedFigure{{"Random", 85.9}, {"DotProd", 88.3}, {"GpuClustering", 89.1}, {"GpuPacking", 89.3}, {"BestFit", 88.5}, {"FGD", 94.7}}},
+	{"multigpu30", []publishedFigure{{"Random", 86.6}, {"DotProd", 93.1}, {"GpuClustering", 94.6}, {"GpuPacking", 94.7}, {"BestFit", 94.6}, {"FGD", 96.4}}},
+	{"multigpu40", []publishedFigure{{"Random", 85.4}, {"DotProd", 94.0}, {"GpuClustering", 95.3}, {"GpuPacking", 95.6}, {"BestFit", 95.1}, {"FGD", 96.9}}},
 }
 
 type publishedFigure struct {

@@ -8,8 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"slices"
+	"math"
 	"time"
 
 	"github.com/gpulet/gpulet/collector/cluster"
@@ -22,39 +21,15 @@ const UnitsPerGPU = 1000
 // MaxArrived is the last arrived percent a curve reports.
 const MaxArrived = 130
 
-// Tune is the published protocol's workload at ratio: the pod list in its
-// order, then pods drawn from it at random with replacement (seeded), in the
-// order drawn, for as long as the GPU asked in all stays within ratio times
-// the cluster's capacity (capacity in milli-GPU).
-func Tune(pods []Pod, capacity int64, ratio float64, seed uint64) []Pod {
-	limit := int64(ratio * float64(capacity))
-	out := slices.Clone(pods)
-	var total int64
-	for _, p := range pods {
-		total += int64(p.Milli())
-	}
-	if len(pods) == 0 || total == 0 {
-		return out
-	}
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	for {
-		p := pods[rng.IntN(len(pods))]
-		if total+int64(p.Milli()) > limit {
-			return out
-		}
-		total += int64(p.Milli())
-		out = append(out, p)
-	}
-}
-
 // Result is one replay of one policy and one seed.
 type Result struct {
-	Policy placement.Policy
+	Policy string
 	Seed   uint64
-	// Alloc[p] is the GPU allocated (percent of the cluster's) when the
-	// arrived GPU first reached p percent of the cluster's; Failed[p] the
-	// pods failed by then, and Frag[p] the fragmented milli-GPU then
-	// (placement.Fragmentation under the mix learned so far).
+	// Alloc[p] is the paper's figure at p percent of the cluster's GPU
+	// arrived (Figure); Failed[p] the pods failed when the arrived GPU
+	// first reached p percent, and Frag[p] the fragmented milli-GPU then
+	// (placement.Fragmentation under the mix learned so far; NaN under a
+	// paper policy, which keeps no such model).
 	Alloc  [MaxArrived + 1]float64
 	Failed [MaxArrived + 1]int
 	Frag   [MaxArrived + 1]float64
@@ -102,11 +77,11 @@ func request(p Pod) cluster.Request {
 }
 
 // Replay places the pods of work, in order, on an empty cluster of nodes
-// under policy p, none ever leaving. progress, if not nil, is called now and
-// then with the pods placed so far.
+// under gpulet's policy p, none ever leaving. progress, if not nil, is
+// called now and then with the pods placed so far.
 func Replay(ctx context.Context, nodes []TraceNode, work []Pod, p placement.Policy, seed uint64, progress func(done int)) (Result, error) {
 	start := time.Now()
-	res := Result{Policy: p, Seed: seed, Pods: len(work), Decisions: make([]time.Duration, 0, len(work))}
+	res := Result{Policy: string(p), Seed: seed, Pods: len(work), Decisions: make([]time.Duration, 0, len(work))}
 	learner := cluster.NewLearner()
 	base := placement.New(p)
 	c, err := newCluster(nodes, base)
@@ -119,10 +94,10 @@ func Replay(ctx context.Context, nodes []TraceNode, work []Pod, p placement.Poli
 	}
 	var mix *placement.Mix
 	var arrived, allocated int64
+	arrivals, allocs := make([]int64, 0, len(work)), make([]int64, 0, len(work))
 	next := 0 // the next arrived percent to record
 	record := func() {
 		for next <= MaxArrived && float64(arrived)*100 >= float64(next)*capacity {
-			res.Alloc[next] = float64(allocated) * 100 / capacity
 			res.Failed[next] = res.FailedPods
 			res.Frag[next] = c.Fragmentation(mix)
 			next++
@@ -158,15 +133,49 @@ func Replay(ctx context.Context, nodes []TraceNode, work []Pod, p placement.Poli
 			}
 			allocated += int64(pod.Milli())
 		}
+		arrivals, allocs = append(arrivals, arrived), append(allocs, allocated)
 		record()
 	}
 	// A workload that stops short of the last percents keeps its last
 	// figures there.
 	for ; next <= MaxArrived; next++ {
-		res.Alloc[next], res.Failed[next], res.Frag[next] = float64(allocated)*100/capacity, res.FailedPods, c.Fragmentation(mix)
+		res.Failed[next], res.Frag[next] = res.FailedPods, c.Fragmentation(mix)
 	}
+	res.Alloc = Figure(arrivals, allocs, Capacity(nodes))
 	if progress != nil {
 		progress(len(work))
+	}
+	res.Wall = time.Since(start)
+	return res, nil
+}
+
+// ReplayPaper places w's pods under one of the paper's policies
+// (PaperPolicies); pods is the pod list as read, whose shapes FGD weighs.
+func ReplayPaper(ctx context.Context, nodes []TraceNode, pods []Pod, w Workload, policy string, seed uint64, progress func(done int)) (Result, error) {
+	start := time.Now()
+	res := Result{Policy: policy, Seed: seed, Pods: len(w.Pods)}
+	capacity := Capacity(nodes)
+	if capacity == 0 {
+		return res, errors.New("the node list has no GPU")
+	}
+	arrived, allocated, failedAt, decisions, err := paperReplay(ctx, nodes, pods, w, policy, progress)
+	if err != nil {
+		return res, err
+	}
+	res.Decisions = decisions
+	res.Alloc = Figure(arrived, allocated, capacity)
+	next := 1 // nothing has failed before the first pod
+	for i := range arrived {
+		res.FailedPods = failedAt[i]
+		for ; next <= MaxArrived && arrived[i]*100 >= int64(next)*capacity; next++ {
+			res.Failed[next] = res.FailedPods
+		}
+	}
+	for ; next <= MaxArrived; next++ {
+		res.Failed[next] = res.FailedPods
+	}
+	for i := range res.Frag {
+		res.Frag[i] = math.NaN()
 	}
 	res.Wall = time.Since(start)
 	return res, nil

@@ -12,31 +12,6 @@ import (
 	"github.com/gpulet/gpulet/placement"
 )
 
-func TestTune(t *testing.T) {
-	pods := []Pod{{Name: "a", GPUs: 1, GPUMilli: 500}, {Name: "b", GPUs: 2}, {Name: "c"}}
-	// Capacity 4000: the list asks 2500; draws are added while the total
-	// stays within 1.3 × 4000 = 5200.
-	work := Tune(pods, 4000, 1.3, 42)
-	total := 0
-	for i, p := range work {
-		if i < len(pods) && p.Name != pods[i].Name {
-			t.Fatalf("the list's own order is not kept: %v", work[:3])
-		}
-		total += p.Milli()
-	}
-	// Draws stop at the first that would pass 5200.
-	if total > 5200 || len(work) <= len(pods) {
-		t.Fatalf("tuned to %d milli-GPU in %d pods, want more pods, within 5200", total, len(work))
-	}
-	again := Tune(pods, 4000, 1.3, 42)
-	if len(again) != len(work) {
-		t.Fatal("the same seed drew another workload")
-	}
-	if len(Tune(nil, 4000, 1.3, 1)) != 0 {
-		t.Fatal("an empty list grew")
-	}
-}
-
 // A tiny cluster whose answer is known: two nodes of two GPUs; pods of
 // 600 and 400 milli-GPU pair up on the four GPUs, a pod asking no GPU
 // takes CPU only, and one asking four whole GPUs of one node fails.
@@ -97,7 +72,8 @@ func TestRunErrors(t *testing.T) {
 		err  string
 	}{
 		{"no files", nil, 2, "--nodes and --pods are required"},
-		{"unknown policy", []string{"--nodes", nodes, "--pods", pods, "--policy", "random"}, 2, `--policy "random"`},
+		{"unknown policy", []string{"--nodes", nodes, "--pods", pods, "--policy", "random"}, 2, `--policy "random": must be one of best-fit`},
+		{"unknown paper policy", []string{"--nodes", nodes, "--pods", pods, "--policy", "paper-random"}, 2, `paper-bestfit, paper-gpupacking`},
 		{"a policy twice", []string{"--nodes", nodes, "--pods", pods, "--policy", "frag,frag"}, 2, "frag twice"},
 		{"bad seeds", []string{"--nodes", nodes, "--pods", pods, "--seeds", "51-42"}, 2, "--seeds"},
 		{"too many seeds", []string{"--nodes", nodes, "--pods", pods, "--seeds", "1-5000"}, 2, "--seeds"},
@@ -129,13 +105,13 @@ func TestRunWritesLinesCSVAndPlot(t *testing.T) {
 	write(t, pods, "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\np0,1000,1,1,500,\np1,1000,1,2,1000,\np2,1000,1,1,300,G2\np3,1000,1,0,0,\n")
 	csvPath, svgPath := filepath.Join(dir, "out.csv"), filepath.Join(dir, "out.svg")
 	var out, errOut bytes.Buffer
-	args := []string{"--nodes", nodes, "--pods", pods, "--policy", "best-fit,frag", "--seeds", "1-2,7", "--csv", csvPath, "--plot", svgPath}
+	args := []string{"--nodes", nodes, "--pods", pods, "--policy", "best-fit,frag,paper-fgd", "--seeds", "1-2,7", "--csv", csvPath, "--plot", svgPath}
 	if code := Run(context.Background(), args, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
-	line := regexp.MustCompile(`^(best-fit|frag) alloc@100=\d+\.\d\d% alloc@130=\d+\.\d\d% failed=\d+ seeds=3 time=\d+\.\ds$`)
+	line := regexp.MustCompile(`^(best-fit|frag|paper-fgd) alloc@100=\d+\.\d\d% alloc@130=\d+\.\d\d% failed=\d+ seeds=3 time=\d+\.\ds$`)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2 || !line.MatchString(lines[0]) || !line.MatchString(lines[1]) {
+	if len(lines) != 3 || !line.MatchString(lines[0]) || !line.MatchString(lines[1]) || !line.MatchString(lines[2]) {
 		t.Fatalf("stdout %q: want one line per policy in the documented form", out.String())
 	}
 	if !strings.Contains(errOut.String(), "best-fit decision p50=") {
@@ -149,8 +125,12 @@ func TestRunWritesLinesCSVAndPlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A header, then 131 rows per policy and seed.
-	if rows := strings.Count(string(csv), "\n"); rows != 1+2*3*131 || !strings.HasPrefix(string(csv), "policy,seed,arrived_pct,alloc_pct,failed_pods,frag_milli_gpu\nbest-fit,1,0,0.0000,0,") {
+	// A header, then 131 rows per policy and seed; a paper policy's rows
+	// have no fragmentation.
+	if !regexp.MustCompile(`(?m)^paper-fgd,7,100,\d+\.\d{4},\d+,$`).Match(csv) {
+		t.Errorf("csv: no paper-fgd row without fragmentation")
+	}
+	if rows := strings.Count(string(csv), "\n"); rows != 1+3*3*131 || !strings.HasPrefix(string(csv), "policy,seed,arrived_pct,alloc_pct,failed_pods,frag_milli_gpu\nbest-fit,1,0,0.0000,0,") {
 		t.Errorf("csv: %d lines, starting %q", rows, string(csv[:min(len(csv), 120)]))
 	}
 	svg, err := os.ReadFile(svgPath)
@@ -194,12 +174,28 @@ func TestOpenbTrace(t *testing.T) {
 		t.Skip("-short: not replaying the trace")
 	}
 	pods, _ := readFile(filepath.Join(dir, "openb_pod_list_default.csv"), ReadPods)
-	res, err := Replay(context.Background(), nodes, Tune(pods, Capacity(nodes), 1.3, 42), placement.BestFit, 42, nil)
+	w := PaperWorkload(pods, nodes, 1.3, 42, false)
+	res, err := Replay(context.Background(), nodes, w.Pods, placement.BestFit, 42, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// docs/replay.md: best-fit, seed 42, allocates 92.41% at 100% arrived.
-	if got := res.Alloc[100]; got < 92.40 || got > 92.42 {
-		t.Errorf("best-fit, seed 42: %.2f%% at 100%% arrived, want 92.41", got)
+	// docs/replay.md: gpulet's best-fit, seed 42, allocates 94.30% at 100%
+	// arrived.
+	if got := res.Alloc[100]; got != 94.30 {
+		t.Errorf("best-fit, seed 42: %.2f%% at 100%% arrived, want 94.30", got)
+	}
+	// The paper's policies come out as published for seed 42
+	// (published_alloc.csv: default, BestFit, GpuPacking and FGD, 42).
+	for _, tc := range []struct {
+		policy       string
+		at100, at130 float64
+	}{{PaperBestFit, 92.94, 93.13}, {PaperGpuPacking, 91.37, 91.57}, {PaperFGD, 95.14, 95.29}} {
+		res, err := ReplayPaper(context.Background(), nodes, pods, w, tc.policy, 42, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Alloc[100] != tc.at100 || res.Alloc[130] != tc.at130 {
+			t.Errorf("%s, seed 42: %.2f%% and %.2f%% at 100%% and 130%% arrived, want %.2f and %.2f as published", tc.policy, res.Alloc[100], res.Alloc[130], tc.at100, tc.at130)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strconv"
@@ -20,19 +21,22 @@ import (
 // options are gpulet-replay's flags.
 type options struct {
 	nodes, pods string
-	policies    []placement.Policy
+	policies    []string
 	seeds       []uint64
 	tune        float64
+	fileOrder   bool
 	csv, plot   string
 }
 
-const usage = `Usage: gpulet-replay --nodes FILE --pods FILE [--policy P[,P...]] [--seeds 42-51] [--tune 1.3] [--csv FILE] [--plot FILE.svg]
+const usage = `Usage: gpulet-replay --nodes FILE --pods FILE [--policy P[,P...]] [--seeds 42-51] [--tune 1.3] [--file-order] [--csv FILE] [--plot FILE.svg]
 
 Replays a node list and a pod list (the CSV files of Alibaba's openb trace) in the
-protocol of the FGD paper: the pod list tuned to --tune times the cluster's GPU
-capacity with seeded draws, pods placed in order and never leaving, through
-gpulet's cluster placement over node models in memory. Prints, per policy, the
-mean over the seeds of the GPU allocated at 100% and 130% of the capacity arrived:
+protocol of the FGD paper's artifact: for each seed, the pods shuffled with Go's
+seeded math/rand and tuned to --tune times the cluster's GPU capacity, placed one
+at a time and never leaving, through gpulet's cluster placement over node models in
+memory, or through one of the paper's own policies (paper-*, replay only). Prints,
+per policy, the mean over the seeds of the paper's figure, the GPU allocated at
+100% and 130% of the capacity arrived:
 
   POLICY alloc@100=95.31% alloc@130=95.60% failed=123 seeds=10 time=12.3s
 
@@ -49,9 +53,10 @@ func parse(args []string, stdout io.Writer) (options, error) {
 	var policies, seeds string
 	fs.StringVar(&o.nodes, "nodes", "", "node list CSV: sn,cpu_milli,memory_mib,gpu,model (required)")
 	fs.StringVar(&o.pods, "pods", "", "pod list CSV: name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec] (required)")
-	fs.StringVar(&policies, "policy", "first-fit,best-fit,spread,score,frag", "placement policies, comma-separated")
-	fs.StringVar(&seeds, "seeds", "42-51", "seeds of the tuning draws: N, N-M, or a comma-separated list of them")
+	fs.StringVar(&policies, "policy", "first-fit,best-fit,spread,score,frag", "placement policies, comma-separated: gpulet's ("+policyNames(placement.Policies)+") or the paper's ("+strings.Join(PaperPolicies, ", ")+")")
+	fs.StringVar(&seeds, "seeds", "42-51", "seeds of the shuffle and the tuning draws: N, N-M, or a comma-separated list of them")
 	fs.Float64Var(&o.tune, "tune", 1.3, "workload as a multiple of the cluster's GPU capacity")
+	fs.BoolVar(&o.fileOrder, "file-order", false, "place the pods in the pod list's order, not shuffled: not the paper's protocol")
 	fs.StringVar(&o.csv, "csv", "", "write the curves here: policy,seed,arrived_pct,alloc_pct,failed_pods,frag_milli_gpu")
 	fs.StringVar(&o.plot, "plot", "", "draw the mean curves, with the published figures, as SVG here")
 	fs.Usage = func() {
@@ -71,9 +76,9 @@ func parse(args []string, stdout io.Writer) (options, error) {
 		return o, fmt.Errorf("--tune %v: want a number above 0, at most 10", o.tune)
 	}
 	for _, s := range strings.Split(policies, ",") {
-		p, err := placement.ParsePolicy(strings.TrimSpace(s))
-		if err != nil {
-			return o, err
+		p := strings.TrimSpace(s)
+		if _, err := placement.ParsePolicy(p); err != nil && !slices.Contains(PaperPolicies, p) {
+			return o, fmt.Errorf("--policy %q: must be one of %s, %s", p, policyNames(placement.Policies), strings.Join(PaperPolicies, ", "))
 		}
 		if slices.Contains(o.policies, p) {
 			return o, fmt.Errorf("--policy: %s twice", p)
@@ -85,6 +90,14 @@ func parse(args []string, stdout io.Writer) (options, error) {
 		return o, err
 	}
 	return o, nil
+}
+
+func policyNames(ps []placement.Policy) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = string(p)
+	}
+	return strings.Join(names, ", ")
 }
 
 // maxSeeds bounds --seeds: each seed is a whole replay.
@@ -154,13 +167,21 @@ func run(ctx context.Context, o options, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--pods: %w", err)
 	}
 	progress := progressLine(stderr)
-	capacity := Capacity(nodes)
 	var results [][]Result // per policy, per seed
 	for _, p := range o.policies {
 		var per []Result
 		for _, seed := range o.seeds {
-			work := Tune(pods, capacity, o.tune, seed)
-			res, err := Replay(ctx, nodes, work, p, seed, func(done int) { progress.show(p, seed, done, len(work)) })
+			// Made again for each policy: it costs little next to a
+			// replay, and up to 1,000 seeds' workloads are not kept.
+			w := PaperWorkload(pods, nodes, o.tune, seed, o.fileOrder)
+			show := func(done int) { progress.show(p, seed, done, len(w.Pods)) }
+			var res Result
+			var err error
+			if slices.Contains(PaperPolicies, p) {
+				res, err = ReplayPaper(ctx, nodes, pods, w, p, seed, show)
+			} else {
+				res, err = Replay(ctx, nodes, w.Pods, placement.Policy(p), seed, show)
+			}
 			if err != nil {
 				return err
 			}
@@ -238,7 +259,11 @@ func writeCSV(w io.Writer, results [][]Result) error {
 	for _, per := range results {
 		for _, r := range per {
 			for p := 0; p <= MaxArrived; p++ {
-				if _, err := fmt.Fprintf(w, "%s,%d,%d,%.4f,%d,%.1f\n", r.Policy, r.Seed, p, r.Alloc[p], r.Failed[p], r.Frag[p]); err != nil {
+				frag := "" // a paper policy keeps no fragmentation model
+				if !math.IsNaN(r.Frag[p]) {
+					frag = strconv.FormatFloat(r.Frag[p], 'f', 1, 64)
+				}
+				if _, err := fmt.Fprintf(w, "%s,%d,%d,%.4f,%d,%s\n", r.Policy, r.Seed, p, r.Alloc[p], r.Failed[p], frag); err != nil {
 					return err
 				}
 			}
@@ -264,7 +289,7 @@ func progressLine(w io.Writer) progress {
 	return progress{w: w, terminal: err == nil}
 }
 
-func (p progress) show(policy placement.Policy, seed uint64, done, total int) {
+func (p progress) show(policy string, seed uint64, done, total int) {
 	switch {
 	case p.terminal:
 		fmt.Fprintf(p.w, "\r%s seed %d: %d/%d pods (%d%%)   ", policy, seed, done, total, done*100/max(total, 1))
