@@ -8,6 +8,10 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 # exported method of the binary, 2.7 MB of gpuletd's 17.5 MB loaded image. The
 # e2e harness builds with the same tags (test/e2e/harness.go BuildTags).
 BUILD_TAGS := grpcnotrace
+# --version prints the module version and commit that Go records in each
+# binary from the git checkout it is built in; -buildvcs=auto asks for that
+# even where GOFLAGS turns it off, and builds without it outside a checkout.
+BUILD_FLAGS := -tags $(BUILD_TAGS) -buildvcs=auto
 
 # Where make run keeps gpuletd's files (scripts/run.sh says more, and prints them).
 # As root with RUN_DIR empty: gpuletd's defaults (/run/gpulet, /var/lib/gpulet).
@@ -35,11 +39,11 @@ SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 all: build
 
 build:
-	$(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpuletd ./cmd/gpuletd
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpurun ./cmd/gpurun
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpulet ./cmd/gpulet
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpulet-collector ./cmd/gpulet-collector
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpulet-replay ./cmd/gpulet-replay
+	$(GO) build $(BUILD_FLAGS) -o $(BIN)/gpuletd ./cmd/gpuletd
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/gpurun ./cmd/gpurun
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/gpulet ./cmd/gpulet
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/gpulet-collector ./cmd/gpulet-collector
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/gpulet-replay ./cmd/gpulet-replay
 
 run: $(if $(NO_BUILD),,build)
 	@./scripts/run.sh run $(BIN) '$(LOCAL)' '$(RUN_DIR)' $(RUN_FLAGS)

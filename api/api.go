@@ -56,18 +56,23 @@ func SnapshotNewer(boot string, seq uint64, lastBoot string, lastSeq uint64) boo
 // Snapshot is the node's state at one moment (docs/design.md §8). A published
 // snapshot is immutable: readers share it and must not modify it.
 type Snapshot struct {
-	Schema        string    `json:"schema"`
-	Node          string    `json:"node"`
-	BootID        string    `json:"boot_id"`
-	Seq           uint64    `json:"seq"`
-	Time          time.Time `json:"time"`
-	State         string    `json:"state"`
-	Backend       string    `json:"backend"`
-	MPS           string    `json:"mps"`
-	UnitsTotal    int       `json:"units_total"`
-	UnitsFree     int       `json:"units_free"`
-	UnitsReserved int       `json:"units_reserved"`
-	GPUs          []GPU     `json:"gpus"`
+	Schema  string    `json:"schema"`
+	Node    string    `json:"node"`
+	BootID  string    `json:"boot_id"`
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	State   string    `json:"state"`
+	Backend string    `json:"backend"`
+	MPS     string    `json:"mps"`
+	// Version and Commit are the gpuletd that made the snapshot: its module
+	// version and commit, from the binary's build info ("unknown" where the
+	// build recorded none).
+	Version       string `json:"version"`
+	Commit        string `json:"commit"`
+	UnitsTotal    int    `json:"units_total"`
+	UnitsFree     int    `json:"units_free"`
+	UnitsReserved int    `json:"units_reserved"`
+	GPUs          []GPU  `json:"gpus"`
 	// View says whether the FUSE view is mounted; absent when none was asked for.
 	View *ViewStatus `json:"view,omitempty"`
 	// Reason says why the node is degraded; absent otherwise.

@@ -131,9 +131,12 @@ func validate(s *api.Snapshot) error {
 	bad := func(field, format string, args ...any) error {
 		return api.Errorf(api.ErrBadRequest, "snapshot: field %s: %s", field, fmt.Sprintf(format, args...))
 	}
-	for _, f := range []struct{ name, v string }{{"node", s.Node}, {"boot_id", s.BootID}} {
+	for _, f := range []struct{ name, v string }{{"node", s.Node}, {"boot_id", s.BootID}, {"version", s.Version}, {"commit", s.Commit}} {
 		if err := checkText(f.v); err != nil {
 			return bad(f.name, "%v", err)
+		}
+		if len(f.v) > maxText {
+			return bad(f.name, "longer than %d bytes", maxText)
 		}
 	}
 	switch {
@@ -145,10 +148,6 @@ func validate(s *api.Snapshot) error {
 		return bad("boot_id", "missing")
 	case s.Seq == 0:
 		return bad("seq", "missing (seq starts at 1)")
-	case len(s.Node) > maxText:
-		return bad("node", "longer than %d bytes", maxText)
-	case len(s.BootID) > maxText:
-		return bad("boot_id", "longer than %d bytes", maxText)
 	case len(s.GPUs) > MaxGPUs:
 		return bad("gpus", "%d GPUs, more than the %d a node may have", len(s.GPUs), MaxGPUs)
 	}

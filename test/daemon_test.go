@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -191,7 +192,7 @@ func TestSocketModeAndSecondDaemon(t *testing.T) {
 		t.Fatalf("socket mode %v %v", fi.Mode(), err)
 	}
 	out, err := exec.Command(e2e.Bin("gpuletd"), d.Args...).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "another gpuletd is already running with --run-dir") {
+	if err == nil || !strings.Contains(string(out), fmt.Sprintf("another gpuletd (pid %d) is already running with --run-dir", d.Pid())) {
 		t.Fatalf("second daemon: %v\n%s", err, out)
 	}
 	// Another run dir, the same socket.

@@ -9,6 +9,7 @@ import (
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/version"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -75,6 +76,7 @@ func (b *Builder) Build(in Inputs) *snapshot.Published {
 	s := &api.Snapshot{
 		Schema: api.SnapshotSchema, Node: n.Name, BootID: n.BootID, Seq: b.seq,
 		Time: in.Now.UTC(), State: api.NodeWorking, Backend: n.Backend, MPS: mpsMode(n.MPS),
+		Version: build.Version, Commit: build.Commit,
 		GPUs: make([]api.GPU, len(n.Devices)),
 	}
 	if in.Draining {
@@ -209,3 +211,6 @@ func instanceSM(servers []mpsctl.Server, smByPID map[int]int) *int {
 	}
 	return sum
 }
+
+// build is the gpuletd this is, read once: every snapshot says it.
+var build = version.Get()

@@ -22,6 +22,7 @@ import (
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/version"
 )
 
 // Exit codes.
@@ -36,6 +37,7 @@ const (
 const usage = `gpulet shows and manages the GPU units of this node through gpuletd.
 
 Usage: gpulet [--socket PATH] COMMAND [flags]
+       gpulet --version
 
 Commands:
   status [--json]            one row per GPU: state, units leased/offline/reserved/free, utilization, memory;
@@ -54,6 +56,7 @@ Commands:
   unreserve NAME             end a reservation; its units go back to the node
   config check FILE          check a gpuletd config file (pools, quotas, task profiles)
   slurm task-prolog|epilog|gres  Slurm's hooks, and the gres.conf lines of this node
+  completion bash|zsh|fish   a shell completion script
   help [COMMAND]             this text, or a command's
 
 Examples:
@@ -91,12 +94,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Flags after the command name are the command's.
 	global.SetInterspersed(false)
 	socket := global.String("socket", "", "gpuletd's socket")
+	showVersion := global.Bool("version", false, "print gpulet's version and commit")
 	global.Usage = func() { fmt.Fprint(stdout, usage) }
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return ExitOK
 		}
 		return usageError(stderr, "%v", err)
+	}
+	if *showVersion {
+		version.Print(stdout, "gpulet")
+		return ExitOK
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
@@ -109,6 +117,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, ok := commands[name]
 	if !ok {
+		if near := suggest(name); near != "" {
+			return usageError(stderr, "unknown command %q: did you mean %s?", name, near)
+		}
 		return usageError(stderr, "unknown command %q", name)
 	}
 	fs := newFlagSet(name, cmd, stdout, stderr)

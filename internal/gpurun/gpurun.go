@@ -26,6 +26,7 @@ import (
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/offline"
 	"github.com/gpulet/gpulet/internal/slurmenv"
+	"github.com/gpulet/gpulet/internal/version"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -92,7 +93,9 @@ type Options struct {
 	unitsGiven, gpuGiven bool
 	// DryRun shows where a lease would go and why, leases nothing and runs
 	// nothing.
-	DryRun  bool
+	DryRun bool
+	// Version prints gpurun's version and commit and does nothing else.
+	Version bool
 	Socket  string
 	RunDir  string
 	Command []string
@@ -149,9 +152,13 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	fs.BoolVar(&o.DryRun, "dry-run", false, "show where the lease would go now and why each GPU was kept or left out; lease nothing, run nothing (COMMAND may be left out)")
 	fs.StringVar(&o.Socket, "socket", "", "gpuletd's socket (default $GPULET_SOCKET, else "+client.DefaultSocket+")")
 	fs.StringVar(&o.RunDir, "run-dir", "", "gpuletd's run dir, for --offline (default $"+pipefile.EnvRunDir+", else "+pipefile.DefaultRunDir+")")
+	fs.BoolVar(&o.Version, "version", false, "print gpurun's version and commit, and exit")
 	fs.Usage = func() { fmt.Fprint(help, usageHead+fs.FlagUsages()) }
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	if o.Version {
+		return o, nil
 	}
 	o.Command = fs.Args()
 	o.unitsGiven, o.gpuGiven = fs.Changed("units"), fs.Changed("gpu")
@@ -288,6 +295,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "gpurun: %v\nRun 'gpurun --help' for usage.\n", err)
 		return ExitUsage
+	}
+	if o.Version {
+		version.Print(stdout, "gpurun")
+		return 0
 	}
 	if !o.Offline && slurmenv.InJob(os.Getenv) {
 		if err := o.applySlurm(ctx, os.Getenv); err != nil {
