@@ -71,6 +71,9 @@ type Config struct {
 	// requests queued for units of one uid; root is not capped.
 	MaxConnsPerUID   int
 	MaxWaitersPerUID int
+	// PrivateLeases keeps other users' leases out of GET /v1/leases?all=true
+	// for callers who are not admins.
+	PrivateLeases bool
 	// Listen is the TCP address of the read-only endpoints; empty: none.
 	Listen string
 	// ListenFullDetail serves the snapshot over Listen with its uids and
@@ -325,6 +328,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	apiServer := server.New(a, a.adminGID(), log)
 	apiServer.Live = metrics.NewLive(a.upstreams.Status)
+	apiServer.PrivateLeases = cfg.PrivateLeases
 	srv := apiServer.HTTPServer()
 	serveErr := make(chan error, 2)
 	// Requests run in a context that the stop cancels first, so that long

@@ -9,6 +9,11 @@ import "time"
 // otherwise (docs/design.md §6).
 const DefaultSocket = "/run/gpulet/gpulet.sock"
 
+// MaxSocketPath is the longest path a Unix socket may have: sun_path holds
+// 108 bytes, the last a NUL. gpuletd and its clients check it up front, so
+// that the kernel's "invalid argument" is never what a user reads.
+const MaxSocketPath = 107
+
 // SnapshotSchema names the snapshot format; a receiver checks it before use.
 const SnapshotSchema = "gpulet.snapshot/v1"
 

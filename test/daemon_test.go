@@ -230,7 +230,7 @@ func TestBadFlagsFailClearly(t *testing.T) {
 		{[]string{"--units-per-client", "1", "--units-per-gpu", "20"}, "20 is more than M×N×K"},
 		{[]string{"--sim-gpus", "2xRTX"}, "unknown model"},
 		{[]string{"--backend", "opencl"}, `gpuletd: --backend "opencl": must be auto, nvml or sim` + "\n"},
-		{[]string{"--mps", "yes"}, `--mps="yes": want on, off or auto` + "\n"},
+		{[]string{"--mps", "yes"}, `gpuletd: --mps "yes": want on, off or auto` + "\n"},
 		{[]string{"--policy", "random"}, `gpuletd: --policy "random": must be one of`},
 	} {
 		cmd := exec.Command(e2e.Bin("gpuletd"), tc.args...)

@@ -57,7 +57,7 @@ quotas:
 
 	// bob may not use the pool, nor lease on its GPU without naming it.
 	out, code := asUser(t, d, bob, "gpurun", "--pool", "training", "--", "true")
-	if code != 125 || !strings.Contains(out, "forbidden") || !strings.Contains(out, "may not lease there") {
+	if code != 125 || !strings.Contains(out, "forbidden") || !strings.Contains(out, fmt.Sprintf("pool training: %s (uid %d) may not lease there", bob.name, bob.uid)) {
 		t.Fatalf("bob in pool training: exit %d\n%s", code, out)
 	}
 	out, code = asUser(t, d, bob, "gpurun", "--dry-run", "--type", "A100")

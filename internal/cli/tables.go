@@ -172,14 +172,16 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 		}
 		return first(ls[i]) < first(ls[j])
 	})
-	tw := newTable(w, "ID", "GPU", "INSTANCE", "UNITS", "UID", "PID", "MEMORY USED/PEAK (MiB)", "EXPIRES", "TASK")
+	tw := newTable(w, "ID", "GPU", "INSTANCE", "UNITS", "USER", "PID", "COMMAND", "MEMORY USED/PEAK (MiB)", "EXPIRES", "TASK")
+	names := owners{}
 	for _, l := range ls {
 		exp, pid := "when pid exits", fmt.Sprint(l.Owner.PID)
+		command := commandOf(l.Owner.PID)
 		switch {
 		case l.Expires != nil:
 			exp = l.Expires.Local().Format(time.DateTime)
 		case l.Binding == "pod":
-			exp, pid = "when pod ends", "-"
+			exp, pid, command = "when pod ends", "-", "-"
 		}
 		task := l.Task
 		if l.Pod != nil && l.Pod.Name != "" {
@@ -187,6 +189,7 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 		}
 		if l.Slurm != nil {
 			exp, pid, task = slurmLeaseColumns(l, task)
+			command = "-"
 		}
 		if task == "" {
 			task = "-"
@@ -198,7 +201,7 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 		if len(l.GPUs) > 0 {
 			gpu, instance, units = wholeGPUList(l.GPUs), "-", "all"
 		}
-		tw.row(l.ID, gpu, instance, units, fmt.Sprint(l.Owner.UID), pid, usageCell(l.Usage), exp, task)
+		tw.row(l.ID, gpu, instance, units, names.name(l.Owner.UID), pid, command, usageCell(l.Usage), exp, task)
 	}
 	tw.flush()
 }
