@@ -129,6 +129,9 @@ type Agent struct {
 	// view is the FUSE view's state, set once mounting was tried.
 	view  atomic.Pointer[api.ViewStatus]
 	store snapshot.Store
+	// reloadFailed says why the last SIGHUP reload failed; nil once one
+	// succeeds (policy.go).
+	reloadFailed atomic.Pointer[string]
 
 	// conditions is what placement reads: eligibility per GPU and draining.
 	// condMu makes each update read and store them as one step.

@@ -91,6 +91,9 @@ type Snapshot struct {
 	// OverQuota are the quotas held above their limit (offline claims, a
 	// lowered quota, reservations); absent when none is.
 	OverQuota []QuotaOver `json:"over_quota,omitempty"`
+	// ConfigError says why the last SIGHUP reload of --config failed (the
+	// config read before stays in force); absent when none failed since.
+	ConfigError string `json:"config_error,omitempty"`
 }
 
 // UpstreamStatus is how pushing snapshots to one upstream goes.

@@ -110,6 +110,8 @@ func decodeError(err error) error {
 const (
 	maxText = 256
 	MaxGPUs = 256
+	// maxConfigError bounds config_error, a sentence with a path in it.
+	maxConfigError = 4096
 )
 
 // checkText refuses what a table reader could not show as it is: invalid
@@ -138,6 +140,14 @@ func validate(s *api.Snapshot) error {
 		if len(f.v) > maxText {
 			return bad(f.name, "longer than %d bytes", maxText)
 		}
+	}
+	// A failed reload's message names a path and a config line: longer
+	// than a name, still bounded.
+	if err := checkText(s.ConfigError); err != nil {
+		return bad("config_error", "%v", err)
+	}
+	if len(s.ConfigError) > maxConfigError {
+		return bad("config_error", "longer than %d bytes", maxConfigError)
 	}
 	switch {
 	case s.Schema != api.SnapshotSchema:

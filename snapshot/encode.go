@@ -94,6 +94,10 @@ func appendSnapshotJSON(b []byte, s *api.Snapshot, parts []*GPUPart) ([]byte, er
 			return b, err
 		}
 	}
+	if s.ConfigError != "" {
+		b = append(b, `,"config_error":`...)
+		b = jsonenc.String(b, s.ConfigError)
+	}
 	return append(b, '}'), nil
 }
 

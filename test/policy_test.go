@@ -116,6 +116,18 @@ quotas:
 	if code != 0 || !strings.Contains(out, alice.name+" 2/4") {
 		t.Fatalf("alice's status after a bad reload: exit %d\n%s", code, out)
 	}
+	// The failure is in the snapshot and gpulet status too, not the log alone.
+	want := "config: the reload of " + conf + " at "
+	if !strings.Contains(out, want) || !strings.Contains(out, "failed, and the config read before stays in force: ") || !strings.Contains(out, "line 2") {
+		t.Fatalf("alice's status after a bad reload lacks %q…:\n%s", want, out)
+	}
+	// A good reload clears it.
+	writeConfigFile(t, conf, fmt.Sprintf("quotas:\n  %s: 4\n", alice.name))
+	syscall.Kill(d.Pid(), syscall.SIGHUP)
+	testutil.Eventually(t, "the config_error to clear", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.ConfigError == ""
+	})
 }
 
 // TestBadConfigStopsTheStart: a config that does not hold is refused at

@@ -29,6 +29,8 @@ type Inputs struct {
 	// Upstreams is how pushing to each upstream goes: as of this snapshot,
 	// since a push changes nothing that makes a new one.
 	Upstreams []api.UpstreamStatus
+	// ConfigError says why the last SIGHUP reload failed; nil when none did.
+	ConfigError *string
 	// Usage is the accounting's last table; nil with accounting off.
 	Usage *usage.Table
 }
@@ -90,6 +92,9 @@ func (b *Builder) Build(in Inputs) *snapshot.Published {
 	}
 	s.View = in.ViewStatus
 	s.Upstreams = in.Upstreams
+	if in.ConfigError != nil {
+		s.ConfigError = *in.ConfigError
+	}
 	parts := make([]*snapshot.GPUPart, len(n.Devices))
 	for i := range n.Devices {
 		gv, mpsStates := &view.GPUs[i], in.MPS.Status(n.Devices[i].UUID)

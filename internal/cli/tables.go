@@ -61,6 +61,9 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 	if s.Reason != "" {
 		fmt.Fprintf(w, "node %s: %s\n", Printable(s.State), Printable(s.Reason))
 	}
+	if s.ConfigError != "" {
+		fmt.Fprintf(w, "config: %s\n", Printable(s.ConfigError))
+	}
 	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "LEASED/OFFLINE/RESERVED/FREE", "UTIL", "MEMORY (MiB)", "MPS")
 	var notes []string
 	for _, g := range s.GPUs {
