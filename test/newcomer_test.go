@@ -173,3 +173,31 @@ func TestStopWhileWaiting(t *testing.T) {
 		t.Fatalf("gpurun: %v\n%s\nwant it to end with %q", err, stderr.String(), want)
 	}
 }
+
+// TestStatusMarksUnitsNotForYou: while alice's job holds GPU 0's only MPS
+// instance, bob's gpulet status names its free units as not his, and why.
+func TestStatusMarksUnitsNotForYou(t *testing.T) {
+	needUserTools(t)
+	sockGroup := addGroup(t)
+	alice, bob := addUser(t, sockGroup), addUser(t, sockGroup)
+	d, _ := startMPSDaemon(t, "--socket-group", sockGroup)
+	os.Chmod(filepath.Dir(d.Dir), 0o755)
+	os.Chmod(d.Dir, 0o755)
+	job := alice.command(copyForOthers(t, e2e.Bin("gpurun")), "--socket", d.Socket, "--gpu", "0", "--", "sleep", "60")
+	if err := job.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { job.Process.Kill(); job.Wait() })
+	testutil.Eventually(t, "alice's lease on GPU 0", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && len(s.GPUs[0].Instances) > 0 && s.GPUs[0].Instances[0].UID != nil
+	})
+	out, code := asUser(t, d, bob, "gpulet", "status")
+	want := fmt.Sprintf("free, but not for you:\n  GPU 0 instance 0: its 15 free unit(s) are not yours now: its MPS server serves %s, and an MPS server serves one user at a time\n", alice.name)
+	if code != 0 || !strings.Contains(out, want) {
+		t.Fatalf("bob's gpulet status: exit %d\n%s\nwant %q", code, out, want)
+	}
+	if out, _ := asUser(t, d, alice, "gpulet", "status"); strings.Contains(out, "not for you") {
+		t.Fatalf("alice's own instance is marked not hers:\n%s", out)
+	}
+}
