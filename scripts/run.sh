@@ -180,9 +180,30 @@ state_user() {
 	done
 }
 
+# mps_daemons prints the pids of the MPS control daemons ("...-control -d")
+# whose pipe folder is under $1, space-separated; nothing if none.
+mps_daemons() {
+	local under=$1/ p i e daemon args env pids=()
+	for p in /proc/[0-9]*; do
+		# mapfile reads the NUL-separated lists without a process per pid.
+		mapfile -d '' -t args <"$p/cmdline" 2>/dev/null || continue
+		daemon=
+		for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+			[[ ${args[i]} == *nvidia-cuda-mps-control && ${args[i + 1]} == -d ]] && daemon=1
+		done
+		[ -n "$daemon" ] || continue
+		mapfile -d '' -t env <"$p/environ" 2>/dev/null || continue
+		for e in "${env[@]}"; do
+			[[ $e == "CUDA_MPS_PIPE_DIRECTORY=$under"* ]] && pids+=("${p#/proc/}") && break
+		done
+	done
+	printf '%s' "${pids[*]}"
+}
+
 # clean removes the run dir that run chose, if it is still a folder of ours that no
 # gpuletd uses; its MPS control daemons are told to quit, its view unmounted.
-# It refuses while a gpuletd uses the clone's state dir.
+# It refuses while a gpuletd uses the clone's state dir, and leaves the run dir
+# while a control daemon told to quit still serves clients.
 clean() {
 	local rec=$1/run-dir d owner mode type pid
 	pid=$(state_user "$1/state")
@@ -214,6 +235,17 @@ clean() {
 			[ -d "$p" ] || continue
 			echo quit | CUDA_MPS_PIPE_DIRECTORY=$p timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1 || true
 		done
+	fi
+	# A daemon told to quit goes once its clients end: one that gpuletd left
+	# running for the clients of a job (Ctrl-C with a lease held) stays while
+	# they run, and its folders stay with it.
+	local left tries=50
+	while left=$(mps_daemons "$d") && [ -n "$left" ] && [ $((tries -= 1)) -gt 0 ]; do
+		sleep 0.1
+	done
+	if [ -n "$left" ]; then
+		echo "make clean: the MPS control daemon(s) $left of $d still serve clients, told to quit once they end: $d is left; make clean again after" >&2
+		exit 1
 	fi
 	if mountpoint -q "$d/view" 2>/dev/null; then
 		fusermount3 -u -z "$d/view" 2>/dev/null || umount -l "$d/view" 2>/dev/null || true

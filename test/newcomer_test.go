@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
@@ -199,5 +200,62 @@ func TestStatusMarksUnitsNotForYou(t *testing.T) {
 	}
 	if out, _ := asUser(t, d, alice, "gpulet", "status"); strings.Contains(out, "not for you") {
 		t.Fatalf("alice's own instance is marked not hers:\n%s", out)
+	}
+}
+
+// TestMakeCleanLeavesMPSDaemonsWithClients: an MPS control daemon that
+// gpuletd left running for a job's clients (Ctrl-C on make run with a lease
+// held) goes once told to quit and its clients end; until then make clean
+// says so and leaves the run dir, whose pipe folders the daemon still
+// serves, and removes it once the daemon is gone. A script stands for the
+// daemon whose clients still run: it ignores quit.
+func TestMakeCleanLeavesMPSDaemonsWithClients(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("make clean's run dir here is root's /tmp/gpulet-0 or XDG one; runs as", os.Getuid())
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed:", err)
+	}
+	clone := makeClone(t, nil)
+	xdg := shortTemp(t, "gxc")
+	runDir := filepath.Join(xdg, "gpulet")
+	pipe := filepath.Join(runDir, "mps", "GPU-00000000-0000-0000-0000-000000000000", "0", "pipe")
+	if err := os.MkdirAll(pipe, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(runDir, 0o700)
+	os.Mkdir(filepath.Join(clone, ".run"), 0o755)
+	if err := os.WriteFile(filepath.Join(clone, ".run", "run-dir"), []byte(runDir+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fake := t.TempDir()
+	control := filepath.Join(fake, "nvidia-cuda-mps-control")
+	if err := os.WriteFile(control, []byte("#!/bin/sh\nif [ \"$1\" = -d ]; then sleep 300; fi\ncat >/dev/null\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	daemon := exec.Command(control, "-d")
+	daemon.Env = append(os.Environ(), "CUDA_MPS_PIPE_DIRECTORY="+pipe)
+	daemon.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stop := func() { syscall.Kill(-daemon.Process.Pid, syscall.SIGKILL); daemon.Wait() }
+	t.Cleanup(stop)
+	env := append(os.Environ(), "PATH="+fake+":"+os.Getenv("PATH"), "XDG_RUNTIME_DIR="+xdg)
+
+	out, code := e2e.Output(t, userCmd(nil, clone, env, "make", "clean"))
+	want := fmt.Sprintf("make clean: the MPS control daemon(s) %d of %s still serve clients, told to quit once they end: %s is left; make clean again after", daemon.Process.Pid, runDir, runDir)
+	if code == 0 || !strings.Contains(out, want) {
+		t.Fatalf("make clean with a daemon serving clients: exit %d\n%s\nwant %q", code, out, want)
+	}
+	if _, err := os.Stat(pipe); err != nil {
+		t.Fatalf("make clean removed the pipe folder a daemon still serves: %v", err)
+	}
+	stop()
+	if out, code := e2e.Output(t, userCmd(nil, clone, env, "make", "clean")); code != 0 || !strings.Contains(out, "removed "+runDir) {
+		t.Fatalf("make clean once the daemon is gone: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(runDir); !os.IsNotExist(err) {
+		t.Fatalf("run dir still there: %v", err)
 	}
 }
