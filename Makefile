@@ -8,6 +8,10 @@ export CGO_CFLAGS ?= -Wno-deprecated-declarations
 # exported method of the binary, 2.7 MB of gpuletd's 17.5 MB loaded image. The
 # e2e harness builds with the same tags (test/e2e/harness.go BuildTags).
 BUILD_TAGS := grpcnotrace
+# --version prints the module version and commit that Go records in each
+# binary from the git checkout it is built in; -buildvcs=auto asks for that
+# even where GOFLAGS turns it off, and builds without it outside a checkout.
+BUILD_FLAGS := -tags $(BUILD_TAGS) -buildvcs=auto
 
 # Where make run keeps gpuletd's files (scripts/run.sh says more, and prints them).
 # As root with RUN_DIR empty: gpuletd's defaults (/run/gpulet, /var/lib/gpulet).
@@ -23,23 +27,32 @@ NO_BUILD  ?=
 
 .PHONY: all build run test test-deps bench fuzz vet clean install
 
-# make install: binaries, systemd units and the sysusers.d entry that makes the
-# socket's group. systemd reads units and sysusers.d entries under /usr/local
+# make install: binaries, Slurm's hook links, systemd units and the sysusers.d
+# entry that makes the socket's group. systemd reads units and sysusers.d entries under /usr/local
 # too, so the defaults need no other step than enabling the socket.
 PREFIX      ?= /usr/local
 DESTDIR     ?=
 BINDIR      := $(PREFIX)/bin
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+# Slurm's TaskProlog and Epilog are gpulet under these names (docs/slurm.md).
+HOOKDIR     ?= $(PREFIX)/lib/gpulet
+HOOKS       := gpulet-slurm-task-prolog gpulet-slurm-task-prolog-batch gpulet-slurm-epilog
+
+BINARIES    := gpuletd gpurun gpulet gpulet-collector gpulet-replay
+# What make install takes from bin/: built again only when a source is newer,
+# so that `sudo make install` after `make build` needs no Go on root's PATH.
+INSTALLED   := $(addprefix $(BIN)/,$(BINARIES))
+GO_SOURCES  := go.mod go.sum $(shell find . -name '*.go' ! -name '*_test.go' ! -path './test/*' ! -path './.run/*' 2>/dev/null)
 
 all: build
 
 build:
-	$(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpuletd ./cmd/gpuletd
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpurun ./cmd/gpurun
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpulet ./cmd/gpulet
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpulet-collector ./cmd/gpulet-collector
-	CGO_ENABLED=0 $(GO) build -tags $(BUILD_TAGS) -o $(BIN)/gpulet-replay ./cmd/gpulet-replay
+	$(GO) build $(BUILD_FLAGS) -o $(BIN)/gpuletd ./cmd/gpuletd
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/gpurun ./cmd/gpurun
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/gpulet ./cmd/gpulet
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/gpulet-collector ./cmd/gpulet-collector
+	CGO_ENABLED=0 $(GO) build $(BUILD_FLAGS) -o $(BIN)/gpulet-replay ./cmd/gpulet-replay
 
 run: $(if $(NO_BUILD),,build)
 	@./scripts/run.sh run $(BIN) '$(LOCAL)' '$(RUN_DIR)' $(RUN_FLAGS)
@@ -85,9 +98,14 @@ clean:
 	@./scripts/run.sh clean '$(LOCAL)'
 	rm -rf $(BIN) '$(LOCAL)'
 
-install: build
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR)
-	install -m 0755 $(BIN)/gpuletd $(BIN)/gpurun $(BIN)/gpulet $(BIN)/gpulet-collector $(BIN)/gpulet-replay $(DESTDIR)$(BINDIR)/
+$(INSTALLED) &: $(GO_SOURCES)
+	@command -v $(GO) >/dev/null || { echo "make install: $(BIN)/ is older than the sources and $(GO) is not on PATH: run make build as yourself first" >&2; exit 1; }
+	$(MAKE) build
+
+install: $(INSTALLED)
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(UNITDIR) $(DESTDIR)$(SYSUSERSDIR) $(DESTDIR)$(HOOKDIR)
+	install -m 0755 $(INSTALLED) $(DESTDIR)$(BINDIR)/
+	for h in $(HOOKS); do ln -sfn $(BINDIR)/gpulet $(DESTDIR)$(HOOKDIR)/$$h; done
 	sed 's|/usr/local/bin/gpuletd|$(BINDIR)/gpuletd|' systemd/gpuletd.service > $(DESTDIR)$(UNITDIR)/gpuletd.service
 	install -m 0644 systemd/gpuletd.socket $(DESTDIR)$(UNITDIR)/gpuletd.socket
 	chmod 0644 $(DESTDIR)$(UNITDIR)/gpuletd.service

@@ -64,6 +64,9 @@ type Config struct {
 	// requests queued for units of one uid; root is not capped.
 	MaxConnsPerUID   int
 	MaxWaitersPerUID int
+	// PrivateLeases keeps other users' leases out of GET /v1/leases?all=true
+	// for callers who are not admins.
+	PrivateLeases bool
 	// Listen is the TCP address of the read-only endpoints; empty: none.
 	Listen string
 	// ListenFullDetail serves the snapshot over Listen with its uids and
@@ -119,6 +122,9 @@ type Agent struct {
 	// view is the FUSE view's state, set once mounting was tried.
 	view  atomic.Pointer[api.ViewStatus]
 	store snapshot.Store
+	// reloadFailed says why the last SIGHUP reload failed; nil once one
+	// succeeds (policy.go).
+	reloadFailed atomic.Pointer[string]
 
 	// conditions is what placement reads: eligibility per GPU and draining.
 	// condMu makes each update read and store them as one step.

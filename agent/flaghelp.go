@@ -10,7 +10,7 @@ var gpuletdFlagGroups = []flaghelp.Group{
 	{Title: "GPUs", Flags: []string{"backend", "sim-gpus"}},
 	{Title: "Units (M×N×K, U)", Flags: []string{"units-per-client", "clients-per-instance", "instances-per-gpu", "units-per-gpu"}},
 	{Title: "Placement and sampling", Flags: []string{"max-utilization", "policy", "sample-interval", "accounting"}},
-	{Title: "Node, admins and config", Flags: []string{"node-name", "admin-group", "config"}},
+	{Title: "Node, admins and config", Flags: []string{"node-name", "admin-group", "private-leases", "config"}},
 	{Title: "Pushing to upstreams", Flags: []string{"upstream", "report-interval", "upstream-token-file", "upstream-cert", "upstream-key", "upstream-ca"}},
 	{Title: "Read-only TCP endpoint", Flags: []string{"listen", "listen-full-detail", "listen-max-conns", "listen-max-conns-per-addr"}},
 	{Title: "Limits per uid", Flags: []string{"max-conns-per-uid", "max-waiters-per-uid"}},

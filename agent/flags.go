@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -82,6 +83,7 @@ func defineFlags(fs *pflag.FlagSet, cfg *Config, raw *rawFlags) {
 	// Node, admins and config
 	fs.StringVar(&cfg.NodeName, "node-name", host, "the node's name in snapshots")
 	fs.StringVar(&cfg.AdminGroup, "admin-group", "", "group whose members act as admins on the API (they may use every pool and are bound by no quota)")
+	fs.BoolVar(&cfg.PrivateLeases, "private-leases", false, "show users who are not admins only their own leases, even with gpulet leases --all (by default each sees every lease's user, GPU, units and command, never its id or environment)")
 	fs.StringVar(&cfg.ConfigPath, "config", "", "YAML file of pools, quotas, task profiles and score weights (checked at start; SIGHUP reloads it, keeping the old one if the new one is bad)")
 	// Pushing to upstreams
 	fs.Var(&upstreamsFlag{list: &cfg.Upstreams}, "upstream", "URL (http or https) that receives the node's snapshots by POST; repeatable, each upstream pushed to on its own")
@@ -112,6 +114,9 @@ func defineFlags(fs *pflag.FlagSet, cfg *Config, raw *rawFlags) {
 func checkFlags(fs *pflag.FlagSet, cfg Config, raw rawFlags) (Config, error) {
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q (gpuletd takes only flags; see --help)", fs.Arg(0))
+	}
+	if len(cfg.Socket) > api.MaxSocketPath {
+		return Config{}, fmt.Errorf("--socket %s is %d bytes, and a Unix socket path holds at most %d: choose a shorter one", cfg.Socket, len(cfg.Socket), api.MaxSocketPath)
 	}
 	if fs.Changed("units-per-client") && raw.m < 1 {
 		return Config{}, fmt.Errorf("--units-per-client must be at least 1, got %d", raw.m)
@@ -212,6 +217,11 @@ func (f *upstreamsFlag) Set(s string) error {
 	u, err := reporter.ParseUpstream(s)
 	if err != nil {
 		return err
+	}
+	// gpuletd POSTs to the URL as given: one without a path reaches no
+	// receiver's route, and pushes would fail with 404 for as long as it runs.
+	if p, err := url.Parse(s); err == nil && (p.Path == "" || p.Path == "/") {
+		return fmt.Errorf("--upstream %s has no path: gpuletd posts its snapshots to the URL as given; gpulet-collector takes them at /v1/snapshots (%s://%s/v1/snapshots)", u, p.Scheme, p.Host)
 	}
 	for _, have := range *f.list {
 		if have.String() == u.String() {

@@ -69,5 +69,6 @@ func (a *Agent) buildSnapshot() *snapshot.Published {
 	return a.builder.Build(node.Inputs{
 		Now: time.Now(), View: a.leases.View(), Samples: a.lastSamples(), MPS: a.mps,
 		Draining: a.draining.Load(), ViewStatus: a.view.Load(), Upstreams: a.upstreams.Status(), Usage: a.usageTable(),
+		ConfigError: a.reloadFailed.Load(),
 	})
 }

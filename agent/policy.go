@@ -128,8 +128,14 @@ func (a *Agent) reload() {
 	r, err := a.loadConfig()
 	if err != nil {
 		a.log.Error("SIGHUP: config not reloaded; the config in force stays", "err", err)
+		// Shown in the snapshot and gpulet status too: a reload that failed
+		// in the log alone looks like one that worked.
+		why := fmt.Sprintf("the reload of %s at %s failed, and the config read before stays in force: %v", a.cfg.ConfigPath, time.Now().Format(time.RFC3339), err)
+		a.reloadFailed.Store(&why)
+		a.changed()
 		return
 	}
+	a.reloadFailed.Store(nil)
 	a.applyRules(r)
 	a.log.Info("SIGHUP: config reloaded", "config", a.cfg.ConfigPath, "pools", len(r.Pools), "quotas", len(r.Quotas), "profiles", len(r.Profiles))
 }

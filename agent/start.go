@@ -264,6 +264,7 @@ func (b *boot) startView(s *lifecycle.Stack) error {
 func (b *boot) serveAPI(s *lifecycle.Stack) error {
 	b.api = server.New(server.Parts{Snapshots: &b.store, Leases: b.leases, SlurmJobs: b.leases.SlurmJobs(), Reservations: b.leases.Reservations(), Core: b.Agent, SimGPU: b.simGPU()}, b.adminGID(), b.log)
 	b.api.Live = metrics.NewLive(b.upstreams.Status)
+	b.api.PrivateLeases = b.cfg.PrivateLeases
 	srv := b.api.HTTPServer()
 	srv.BaseContext = b.baseContext
 	b.local = server.LimitListener(b.ln, b.cfg.MaxConnsPerUID, b.log)

@@ -11,6 +11,11 @@ import "time"
 // otherwise (docs/design.md §6).
 const DefaultSocket = "/run/gpulet/gpulet.sock"
 
+// MaxSocketPath is the longest path a Unix socket may have: sun_path holds
+// 108 bytes, the last a NUL. gpuletd and its clients check it up front, so
+// that the kernel's "invalid argument" is never what a user reads.
+const MaxSocketPath = 107
+
 // SnapshotSchema names the snapshot format; a receiver checks it before use.
 const SnapshotSchema = "gpulet.snapshot/v1"
 
@@ -58,18 +63,23 @@ func SnapshotNewer(boot string, seq uint64, lastBoot string, lastSeq uint64) boo
 // Snapshot is the node's state at one moment (docs/design.md §8). A published
 // snapshot is immutable: readers share it and must not modify it.
 type Snapshot struct {
-	Schema        string    `json:"schema"`
-	Node          string    `json:"node"`
-	BootID        string    `json:"boot_id"`
-	Seq           uint64    `json:"seq"`
-	Time          time.Time `json:"time"`
-	State         string    `json:"state"`
-	Backend       string    `json:"backend"`
-	MPS           string    `json:"mps"`
-	UnitsTotal    int       `json:"units_total"`
-	UnitsFree     int       `json:"units_free"`
-	UnitsReserved int       `json:"units_reserved"`
-	GPUs          []GPU     `json:"gpus"`
+	Schema  string    `json:"schema"`
+	Node    string    `json:"node"`
+	BootID  string    `json:"boot_id"`
+	Seq     uint64    `json:"seq"`
+	Time    time.Time `json:"time"`
+	State   string    `json:"state"`
+	Backend string    `json:"backend"`
+	MPS     string    `json:"mps"`
+	// Version and Commit are the gpuletd that made the snapshot: its module
+	// version and commit, from the binary's build info ("unknown" where the
+	// build recorded none).
+	Version       string `json:"version"`
+	Commit        string `json:"commit"`
+	UnitsTotal    int    `json:"units_total"`
+	UnitsFree     int    `json:"units_free"`
+	UnitsReserved int    `json:"units_reserved"`
+	GPUs          []GPU  `json:"gpus"`
 	// View says whether the FUSE view is mounted; absent when none was asked for.
 	View *ViewStatus `json:"view,omitempty"`
 	// Reason says why the node is degraded; absent otherwise.
@@ -83,6 +93,9 @@ type Snapshot struct {
 	// OverQuota are the quotas held above their limit (offline claims, a
 	// lowered quota, reservations); absent when none is.
 	OverQuota []QuotaOver `json:"over_quota,omitempty"`
+	// ConfigError says why the last SIGHUP reload of --config failed (the
+	// config read before stays in force); absent when none failed since.
+	ConfigError string `json:"config_error,omitempty"`
 }
 
 // UpstreamStatus is how pushing snapshots to one upstream goes.

@@ -129,13 +129,18 @@ func (c *Client) send(ctx context.Context, method, path string, body, out any) e
 // do makes one request and reads the answer whole: a 2xx or 304 answer is
 // returned, anything else is the error it says.
 func (c *Client) do(req *http.Request) (*http.Response, []byte, error) {
+	if c.Transport == nil {
+		if err := CheckSocketPath(c.SocketPath()); err != nil {
+			return nil, nil, fmt.Errorf("cannot reach gpuletd: %w (%w)", err, ErrNoDaemon)
+		}
+	}
 	resp, err := c.client().Do(req)
 	if err != nil {
 		if ctx := req.Context(); ctx.Err() != nil {
 			return nil, nil, ctx.Err()
 		}
 		if errors.Is(err, syscall.EACCES) {
-			return nil, nil, fmt.Errorf("cannot reach gpuletd at %s: permission denied: your user must be in the socket's group (gpuletd --socket-group, default gpulet) (%w)", c.SocketPath(), ErrNoDaemon)
+			return nil, nil, fmt.Errorf("cannot reach gpuletd at %s: %w: %s (%w)", c.SocketPath(), ErrPermission, permissionAdvice(c.SocketPath()), ErrNoDaemon)
 		}
 		return nil, nil, fmt.Errorf("cannot reach gpuletd at %s: is it running? (%w: %v)", c.SocketPath(), ErrNoDaemon, unwrapDial(err))
 	}
@@ -228,6 +233,18 @@ func (c *Client) Lease(ctx context.Context, req api.LeaseRequest) (*api.Lease, e
 func (c *Client) Leases(ctx context.Context) ([]api.Lease, error) {
 	var l api.LeaseList
 	if err := c.send(ctx, "GET", "/v1/leases", nil, &l); err != nil {
+		return nil, err
+	}
+	return l.Leases, nil
+}
+
+// LeasesAll lists every lease of the node: the caller's in full, other
+// users' with their owner, GPU and units but no id, env or labels; only the
+// caller's (and every lease, for root and admins) where gpuletd runs with
+// --private-leases.
+func (c *Client) LeasesAll(ctx context.Context) ([]api.Lease, error) {
+	var l api.LeaseList
+	if err := c.send(ctx, "GET", "/v1/leases?all=true", nil, &l); err != nil {
 		return nil, err
 	}
 	return l.Leases, nil

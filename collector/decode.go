@@ -110,6 +110,8 @@ func decodeError(err error) error {
 const (
 	maxText = 256
 	MaxGPUs = 256
+	// maxConfigError bounds config_error, a sentence with a path in it.
+	maxConfigError = 4096
 )
 
 // checkText refuses what a table reader could not show as it is: invalid
@@ -131,10 +133,21 @@ func validate(s *api.Snapshot) error {
 	bad := func(field, format string, args ...any) error {
 		return api.Errorf(api.ErrBadRequest, "snapshot: field %s: %s", field, fmt.Sprintf(format, args...))
 	}
-	for _, f := range []struct{ name, v string }{{"node", s.Node}, {"boot_id", s.BootID}} {
+	for _, f := range []struct{ name, v string }{{"node", s.Node}, {"boot_id", s.BootID}, {"version", s.Version}, {"commit", s.Commit}} {
 		if err := checkText(f.v); err != nil {
 			return bad(f.name, "%v", err)
 		}
+		if len(f.v) > maxText {
+			return bad(f.name, "longer than %d bytes", maxText)
+		}
+	}
+	// A failed reload's message names a path and a config line: longer
+	// than a name, still bounded.
+	if err := checkText(s.ConfigError); err != nil {
+		return bad("config_error", "%v", err)
+	}
+	if len(s.ConfigError) > maxConfigError {
+		return bad("config_error", "longer than %d bytes", maxConfigError)
 	}
 	switch {
 	case s.Schema != api.SnapshotSchema:
@@ -145,10 +158,6 @@ func validate(s *api.Snapshot) error {
 		return bad("boot_id", "missing")
 	case s.Seq == 0:
 		return bad("seq", "missing (seq starts at 1)")
-	case len(s.Node) > maxText:
-		return bad("node", "longer than %d bytes", maxText)
-	case len(s.BootID) > maxText:
-		return bad("boot_id", "longer than %d bytes", maxText)
 	case len(s.GPUs) > MaxGPUs:
 		return bad("gpus", "%d GPUs, more than the %d a node may have", len(s.GPUs), MaxGPUs)
 	}

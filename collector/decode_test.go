@@ -268,6 +268,9 @@ func TestDecodeBounds(t *testing.T) {
 	}{
 		{"node", func(s *api.Snapshot) { s.Node = long }},
 		{"boot_id", func(s *api.Snapshot) { s.BootID = long }},
+		{"version", func(s *api.Snapshot) { s.Version = long }},
+		{"commit", func(s *api.Snapshot) { s.Commit = "\x1b[2J" }},
+		{"config_error", func(s *api.Snapshot) { s.ConfigError = strings.Repeat("x", 4097) }},
 		{"gpus[0].name", func(s *api.Snapshot) { s.GPUs[0].Name = long }},
 		{"gpus[0].uuid", func(s *api.Snapshot) { s.GPUs[0].UUID = long }},
 		{"gpus[0].instances[1].state", func(s *api.Snapshot) {

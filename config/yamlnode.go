@@ -55,6 +55,11 @@ func syntaxError(err error, data []byte) *Error {
 	}
 	// The library may point just past the end; the last line is closer.
 	line = min(max(line, 1), bytes.Count(data, []byte("\n"))+1)
+	if tabProblems[msg] {
+		if l := tabLine(data, line); l > 0 {
+			return &Error{Line: l, Msg: "a tab in the indentation: YAML indents with spaces only"}
+		}
+	}
 	return &Error{Line: line, Msg: "YAML: " + msg}
 }
 
@@ -221,4 +226,37 @@ func eachItem(n *yaml.Node, path, expected string, fn func(i int, text string, i
 		}
 	}
 	return nil
+}
+
+// tabProblems are the library's words for a tab where YAML wants spaces,
+// which name neither the tab nor where it is.
+var tabProblems = map[string]bool{
+	"found character that cannot start any token":     true,
+	"found a tab character that violates indentation": true,
+}
+
+// tabLine is the line, from 1, with a tab among its leading blanks: the
+// line the library named if it is one, else the next (the library may name
+// the line before), else the nearest before it; 0 if none is.
+func tabLine(data []byte, near int) int {
+	lines := bytes.Split(data, []byte("\n"))
+	tabbed := func(l int) bool {
+		if l < 1 || l > len(lines) {
+			return false
+		}
+		line := lines[l-1]
+		indent := line[:len(line)-len(bytes.TrimLeft(line, " \t"))]
+		return bytes.IndexByte(indent, '\t') >= 0
+	}
+	for _, l := range []int{near, near + 1} {
+		if tabbed(l) {
+			return l
+		}
+	}
+	for l := near - 1; l >= 1; l-- {
+		if tabbed(l) {
+			return l
+		}
+	}
+	return 0
 }

@@ -30,8 +30,15 @@ func ParseMode(s string) (Mode, error) {
 			return m, nil
 		}
 	}
-	return "", fmt.Errorf("%w: --mps=%q: want %s, %s or %s", ErrBadMode, s, ModeOn, ModeOff, ModeAuto)
+	return "", badMode(fmt.Sprintf("--mps %q: want %s, %s or %s", s, ModeOn, ModeOff, ModeAuto))
 }
+
+// badMode is an error that matches [ErrBadMode] and says only its own
+// message: the flag and its value, not the package that read it.
+type badMode string
+
+func (e badMode) Error() string        { return string(e) }
+func (e badMode) Is(target error) bool { return target == ErrBadMode }
 
 // Resolve turns the --mps flag (mode) and --mps-control (control: a name looked up
 // in PATH, or a path) into the absolute path of the control binary and whether MPS

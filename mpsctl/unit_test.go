@@ -325,3 +325,12 @@ func TestLockHolderWithoutDaemon(t *testing.T) {
 		t.Fatalf("unlocked file: %d, %v", pid, err)
 	}
 }
+
+// A bad --mps value reads as the other flags' errors do, without the
+// package's name.
+func TestParseModeMessage(t *testing.T) {
+	_, err := ParseMode("yes")
+	if want := `--mps "yes": want on, off or auto`; err == nil || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
+	}
+}

@@ -100,7 +100,7 @@ func (e *Engine) accessFor(n *Node, r Request) (*access, error) {
 			return nil, errdefs.Errorf(errdefs.ErrNotFound, "pool: no pool named %q (pools: %s)", r.Pool, e.poolNames())
 		}
 		if !r.Admin && !e.pools.list[i].Allows(r.UID, r.GIDs) {
-			return nil, errdefs.Errorf(errdefs.ErrPermission, "pool %s: uid %d may not lease there", r.Pool, r.UID)
+			return nil, errdefs.Errorf(errdefs.ErrPermission, "pool %s: %s may not lease there", r.Pool, identity.UserName(r.UID))
 		}
 		a.named, a.allowed[i] = i, true
 	} else {

@@ -151,7 +151,7 @@ func wholeRefusal(r Request, verdicts []Verdict, possible, whole int) error {
 		detail = ": " + strings.Join(whys, "; ")
 	}
 	if possible < r.GPUs {
-		return &neverFits{errdefs.Errorf(errdefs.ErrNoCapacity, "%s: %d whole GPU(s)%s asked, %d on this node could ever be%s", ErrNeverFits, r.GPUs, describe(r), possible, detail)}
+		return &neverFits{errdefs.Errorf(errdefs.ErrNoCapacity, "%s: %d whole GPU(s)%s asked, and this node has only %d that could ever be given whole%s", ErrNeverFits, r.GPUs, describe(r), possible, detail)}
 	}
-	return errdefs.Errorf(errdefs.ErrNoCapacity, "%d whole GPU(s)%s asked, %d whole now%s", r.GPUs, describe(r), whole, detail)
+	return errdefs.Errorf(errdefs.ErrNoCapacity, "%d whole GPU(s)%s asked, %d of them whole now%s", r.GPUs, describe(r), whole, detail)
 }

@@ -48,8 +48,8 @@ func TestWholeGPUs(t *testing.T) {
 			n.GPUs[1].Instances[0].Clients = 1
 			n.GPUs[2].Free = 7
 		}, req: Request{GPUs: 3}, err: api.ErrInsufficientUnits, message: "GPU 1 is not whole: instance 0 has 1 MPS client(s); GPU 2 is not whole: 7 of its 8 unit(s) free"},
-		{name: "all or nothing", change: func(n *Node) { take(n, 2, 0, 8, 7) }, req: Request{GPUs: 4}, err: api.ErrInsufficientUnits, message: "4 whole GPU(s) asked, 3 whole now"},
-		{name: "more than the node has never fits", req: Request{GPUs: 5}, err: api.ErrInsufficientUnits, never: true, message: "4 on this node could ever be"},
+		{name: "all or nothing", change: func(n *Node) { take(n, 2, 0, 8, 7) }, req: Request{GPUs: 4}, err: api.ErrInsufficientUnits, message: "4 whole GPU(s) asked, 3 of them whole now"},
+		{name: "more than the node has never fits", req: Request{GPUs: 5}, err: api.ErrInsufficientUnits, never: true, message: "5 whole GPU(s) asked, and this node has only 4 that could ever be given whole"},
 		{name: "type filters", change: func(n *Node) { n.GPUs[3].Name = "Tesla T4" }, req: Request{GPUs: 2, Type: "t4"}, err: api.ErrInsufficientUnits, never: true},
 		{name: "memory per GPU", change: func(n *Node) { n.GPUs[0].MemoryFreeMiB = 1000 }, req: Request{GPUs: 2, MemoryMiB: 2000}, want: []int{2, 3}},
 		{name: "a failed GPU is not whole", change: func(n *Node) { n.GPUs[0].Unusable = "has failed" }, req: Request{GPUs: 2}, want: []int{2, 3}},

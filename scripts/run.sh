@@ -16,6 +16,8 @@ set -euo pipefail
 uid=$(id -u)
 # 87 bytes for the pipe folder, less "/mps/GPU-" (9), the UUID (36), "/k/pipe" (7).
 max_run_dir=35
+# A Unix socket path holds at most 107 bytes (sun_path's 108, less the NUL).
+max_socket=107
 
 fail() {
 	echo "make run: $*" >&2
@@ -59,6 +61,36 @@ private_dir() {
 	echo "/tmp/gpulet-$uid"
 }
 
+# lock_holder prints the pid that holds gpuletd's lock in run dir $1, as
+# /proc/locks names it by the lock file's device and inode; nothing if none.
+lock_holder() {
+	local lock=$1/gpuletd.lock dev ino
+	[ -e "$lock" ] || return 0
+	read -r dev ino < <(stat -c '%D %i' -- "$lock" 2>/dev/null) || return 0
+	# /proc/locks writes MAJOR:MINOR:INODE, the numbers in hex, hex, decimal.
+	local id
+	id=$(printf '%02x:%02x:%s' $((0x$dev >> 8 & 0xfff)) $((0x$dev & 0xff)) "$ino")
+	awk -v id="$id" '$2 == "FLOCK" && $6 == id { print $5; exit }' /proc/locks 2>/dev/null || true
+}
+
+# other_gpus says why a private instance should not drive this host's GPUs,
+# or nothing: the host has NVIDIA devices (under GPULET_DEV_DIR, default
+# /dev), or the system's gpuletd runs (GPULET_SYSTEM_RUN_DIR, default
+# /run/gpulet, where the admin's keeps its lock).
+other_gpus() {
+	local why=() pid
+	if compgen -G "${GPULET_DEV_DIR:-/dev}/nvidia[0-9]*" >/dev/null; then
+		why+=("this host has NVIDIA GPUs")
+	fi
+	# The system's gpuletd (the admin's), which holds the lock in its run dir.
+	local sys=${GPULET_SYSTEM_RUN_DIR:-/run/gpulet}
+	pid=$(lock_holder "$sys")
+	[ -z "$pid" ] || why+=("gpuletd pid $pid runs here with run dir $sys")
+	local out="" w
+	for w in "${why[@]}"; do out+="${out:+; }$w"; done
+	printf '%s' "$out"
+}
+
 # last_flag NAME DEFAULT FLAGS...: the value the last --NAME in FLAGS gives
 # (pflag keeps the last one), else DEFAULT.
 last_flag() {
@@ -89,6 +121,11 @@ run() {
 		case $run_dir in /*) ;; *) run_dir=$PWD/$run_dir ;; esac
 		# An empty --socket-group leaves the socket to its owner alone.
 		flags=(--socket-group= --socket "$run_dir/gpulet.sock" --run-dir "$run_dir" --state-dir "$local_dir/state")
+		# A private instance beside real GPUs or the admin's gpuletd would
+		# drive those GPUs with MPS daemons of its own: it simulates unless
+		# RUN_FLAGS names a backend (the last flag wins).
+		private_why=$(other_gpus)
+		[ -z "$private_why" ] || flags+=(--backend sim --mps off)
 	fi
 	flags+=("$@")
 	local sock rd state view
@@ -96,10 +133,20 @@ run() {
 	rd=$(last_flag run-dir /run/gpulet "${flags[@]}")
 	state=$(last_flag state-dir /var/lib/gpulet "${flags[@]}")
 	view=$(last_flag mount "$rd/view" "${flags[@]}")
+	[ ${#sock} -le $max_socket ] || fail "the socket $sock is ${#sock} bytes, and a Unix socket path holds at most $max_socket: choose a shorter run dir: make run RUN_DIR=/a/short/folder"
+	local holder
+	holder=$(lock_holder "$rd")
+	[ -z "$holder" ] || fail "gpuletd (pid $holder) already runs with run dir $rd: stop it first (kill $holder), or start another with make run RUN_DIR=/another/short/folder"
 	local fit=""
 	[ ${#rd} -le $max_run_dir ] || fit=" (over $max_run_dir bytes, too long for MPS: --mps auto runs without it)"
+	local backend
+	backend=$(last_flag backend auto "${flags[@]}")
+	if [ -n "${private_why:-}" ] && [ "$backend" = sim ]; then
+		backend="sim, MPS off: $private_why (RUN_FLAGS='--backend nvml --mps auto' drives the GPUs instead)"
+	fi
 	cat <<TXT
 gpuletd starts in the foreground (Ctrl-C stops it).
+  backend    $backend
   socket     $sock
   run dir    $rd$fit
              pipe-file ledger, lease journal, MPS pipe and log folders
@@ -115,10 +162,55 @@ TXT
 	exec "$bin/gpuletd" "${flags[@]}"
 }
 
+# state_user prints the pid of a gpuletd whose --state-dir is $1, or nothing:
+# make clean removes the state dir with the clone's .run, whatever run dir
+# that gpuletd has (one chosen from another $XDG_RUNTIME_DIR, say).
+state_user() {
+	local want=$1 p comm
+	for p in /proc/[0-9]*; do
+		read -r comm <"$p/comm" 2>/dev/null || continue
+		[ "$comm" = gpuletd ] || continue
+		if tr '\0' '\n' <"$p/cmdline" 2>/dev/null | awk -v d="$want" '
+			prev == "--state-dir" && $0 == d { found = 1 }
+			$0 == "--state-dir=" d { found = 1 }
+			{ prev = $0 } END { exit !found }'; then
+			printf '%s' "${p#/proc/}"
+			return
+		fi
+	done
+}
+
+# mps_daemons prints the pids of the MPS control daemons ("...-control -d")
+# whose pipe folder is under $1, space-separated; nothing if none.
+mps_daemons() {
+	local under=$1/ p i e daemon args env pids=()
+	for p in /proc/[0-9]*; do
+		# mapfile reads the NUL-separated lists without a process per pid.
+		mapfile -d '' -t args <"$p/cmdline" 2>/dev/null || continue
+		daemon=
+		for ((i = 0; i + 1 < ${#args[@]}; i++)); do
+			[[ ${args[i]} == *nvidia-cuda-mps-control && ${args[i + 1]} == -d ]] && daemon=1
+		done
+		[ -n "$daemon" ] || continue
+		mapfile -d '' -t env <"$p/environ" 2>/dev/null || continue
+		for e in "${env[@]}"; do
+			[[ $e == "CUDA_MPS_PIPE_DIRECTORY=$under"* ]] && pids+=("${p#/proc/}") && break
+		done
+	done
+	printf '%s' "${pids[*]}"
+}
+
 # clean removes the run dir that run chose, if it is still a folder of ours that no
 # gpuletd uses; its MPS control daemons are told to quit, its view unmounted.
+# It refuses while a gpuletd uses the clone's state dir, and leaves the run dir
+# while a control daemon told to quit still serves clients.
 clean() {
-	local rec=$1/run-dir d owner mode type
+	local rec=$1/run-dir d owner mode type pid
+	pid=$(state_user "$1/state")
+	if [ -n "$pid" ]; then
+		echo "make clean: gpuletd (pid $pid) still runs with state dir $1/state: stop it first" >&2
+		exit 1
+	fi
 	[ -f "$rec" ] || return 0
 	d=$(cat -- "$rec")
 	# Only the two folders run chooses, spelled exactly: a pattern would also
@@ -143,6 +235,17 @@ clean() {
 			[ -d "$p" ] || continue
 			echo quit | CUDA_MPS_PIPE_DIRECTORY=$p timeout 10 nvidia-cuda-mps-control >/dev/null 2>&1 || true
 		done
+	fi
+	# A daemon told to quit goes once its clients end: one that gpuletd left
+	# running for the clients of a job (Ctrl-C with a lease held) stays while
+	# they run, and its folders stay with it.
+	local left tries=50
+	while left=$(mps_daemons "$d") && [ -n "$left" ] && [ $((tries -= 1)) -gt 0 ]; do
+		sleep 0.1
+	done
+	if [ -n "$left" ]; then
+		echo "make clean: the MPS control daemon(s) $left of $d still serve clients, told to quit once they end: $d is left; make clean again after" >&2
+		exit 1
 	fi
 	if mountpoint -q "$d/view" 2>/dev/null; then
 		fusermount3 -u -z "$d/view" 2>/dev/null || umount -l "$d/view" 2>/dev/null || true

@@ -38,6 +38,10 @@ func appendSnapshotJSON(b []byte, s *api.Snapshot, parts []*GPUPart) ([]byte, er
 	b = jsonenc.String(b, s.Backend)
 	b = append(b, `,"mps":`...)
 	b = jsonenc.String(b, s.MPS)
+	b = append(b, `,"version":`...)
+	b = jsonenc.String(b, s.Version)
+	b = append(b, `,"commit":`...)
+	b = jsonenc.String(b, s.Commit)
 	b = append(b, `,"units_total":`...)
 	b = strconv.AppendInt(b, int64(s.UnitsTotal), 10)
 	b = append(b, `,"units_free":`...)
@@ -89,6 +93,10 @@ func appendSnapshotJSON(b []byte, s *api.Snapshot, parts []*GPUPart) ([]byte, er
 		if b, err = appendMarshaled(b, `,"over_quota":`, s.OverQuota); err != nil {
 			return b, err
 		}
+	}
+	if s.ConfigError != "" {
+		b = append(b, `,"config_error":`...)
+		b = jsonenc.String(b, s.ConfigError)
 	}
 	return append(b, '}'), nil
 }

@@ -28,8 +28,8 @@ func (p *Published) Redacted() *Published {
 }
 
 // Redact returns a copy of s without the uids of its users, the names of
-// its reservations and the users and groups its quotas name; s is not
-// changed.
+// its reservations, the users and groups its quotas name, and what a failed
+// config reload said; s is not changed.
 func Redact(s *api.Snapshot) *api.Snapshot {
 	out := *s
 	out.GPUs = make([]api.GPU, len(s.GPUs))
@@ -79,6 +79,10 @@ func Redact(s *api.Snapshot) *api.Snapshot {
 			}
 			out.OverQuota[i] = q
 		}
+	}
+	if s.ConfigError != "" {
+		// The config's problem may quote the users and groups it names.
+		out.ConfigError = "the last reload of the config failed"
 	}
 	return &out
 }

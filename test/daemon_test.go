@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -191,7 +192,7 @@ func TestSocketModeAndSecondDaemon(t *testing.T) {
 		t.Fatalf("socket mode %v %v", fi.Mode(), err)
 	}
 	out, err := exec.Command(e2e.Bin("gpuletd"), d.Args...).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "another gpuletd is already running with --run-dir") {
+	if err == nil || !strings.Contains(string(out), fmt.Sprintf("another gpuletd (pid %d) is already running with --run-dir", d.Pid())) {
 		t.Fatalf("second daemon: %v\n%s", err, out)
 	}
 	// Another run dir, the same socket.
@@ -229,7 +230,7 @@ func TestBadFlagsFailClearly(t *testing.T) {
 		{[]string{"--units-per-client", "1", "--units-per-gpu", "20"}, "20 is more than M×N×K"},
 		{[]string{"--sim-gpus", "2xRTX"}, "unknown model"},
 		{[]string{"--backend", "opencl"}, `gpuletd: --backend "opencl": must be auto, nvml or sim` + "\n"},
-		{[]string{"--mps", "yes"}, `--mps="yes": want on, off or auto` + "\n"},
+		{[]string{"--mps", "yes"}, `gpuletd: --mps "yes": want on, off or auto` + "\n"},
 		{[]string{"--policy", "random"}, `gpuletd: --policy "random": must be one of`},
 	} {
 		cmd := exec.Command(e2e.Bin("gpuletd"), tc.args...)

@@ -41,6 +41,12 @@ func TestMakeRun(t *testing.T) {
 	if mpsErr != nil {
 		t.Log("nvidia-cuda-mps-control is absent, so MPS is not checked:", mpsErr)
 	}
+	if gpus, _ := filepath.Glob("/dev/nvidia[0-9]*"); len(gpus) > 0 && mpsErr == nil {
+		// A private instance on a host with GPUs simulates without MPS
+		// (TestMakeRunBesideGPUs).
+		mpsErr = fmt.Errorf("the host has GPUs (%s): make run's private instances run without MPS", gpus[0])
+		t.Log(mpsErr)
+	}
 	nu := e2e.NewUserWithGroup(t)
 	u := &nu
 

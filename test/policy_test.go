@@ -57,7 +57,7 @@ quotas:
 
 	// bob may not use the pool, nor lease on its GPU without naming it.
 	out, code := asUser(t, d, bob, "gpurun", "--pool", "training", "--", "true")
-	if code != 125 || !strings.Contains(out, "forbidden") || !strings.Contains(out, "may not lease there") {
+	if code != 125 || !strings.Contains(out, "forbidden") || !strings.Contains(out, fmt.Sprintf("pool training: %s (uid %d) may not lease there", bob.name, bob.uid)) {
 		t.Fatalf("bob in pool training: exit %d\n%s", code, out)
 	}
 	out, code = asUser(t, d, bob, "gpurun", "--dry-run", "--type", "A100")
@@ -116,6 +116,18 @@ quotas:
 	if code != 0 || !strings.Contains(out, alice.name+" 2/4") {
 		t.Fatalf("alice's status after a bad reload: exit %d\n%s", code, out)
 	}
+	// The failure is in the snapshot and gpulet status too, not the log alone.
+	want := "config: the reload of " + conf + " at "
+	if !strings.Contains(out, want) || !strings.Contains(out, "failed, and the config read before stays in force: ") || !strings.Contains(out, "line 2") {
+		t.Fatalf("alice's status after a bad reload lacks %q…:\n%s", want, out)
+	}
+	// A good reload clears it.
+	writeConfigFile(t, conf, fmt.Sprintf("quotas:\n  %s: 4\n", alice.name))
+	syscall.Kill(d.Pid(), syscall.SIGHUP)
+	testutil.Eventually(t, "the config_error to clear", func() bool {
+		s, err := d.Client.Snapshot(e2e.Ctx(t))
+		return err == nil && s.ConfigError == ""
+	})
 }
 
 // TestBadConfigStopsTheStart: a config that does not hold is refused at

@@ -148,7 +148,8 @@ func waitNotify(t *testing.T, c *net.UnixConn, want string, within time.Duration
 }
 
 // TestMakeInstall installs into a temporary root with make install and checks
-// what an admin gets: the binaries, unit files that systemd-analyze verify
+// what an admin gets: the binaries, taken from bin/ without building when it
+// is up to date, Slurm's hook links, unit files that systemd-analyze verify
 // accepts with ExecStart at the installed gpuletd, and a sysusers.d entry
 // that makes the socket's group.
 func TestMakeInstall(t *testing.T) {
@@ -166,10 +167,17 @@ func TestMakeInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command("make", "-s", "-o", "build", "install", "PREFIX="+prefix, "BIN="+bin)
+	// bin/ is newer than every source: make install takes it as it is,
+	// without Go (GO=false fails any build), as root without Go on PATH.
+	cmd := exec.Command("make", "-s", "install", "PREFIX="+prefix, "BIN="+bin, "GO=false")
 	cmd.Dir = ".."
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("make install: %v\n%s", err, out)
+	}
+	for _, hook := range []string{"gpulet-slurm-task-prolog", "gpulet-slurm-task-prolog-batch", "gpulet-slurm-epilog"} {
+		if to, err := os.Readlink(filepath.Join(prefix, "lib", "gpulet", hook)); err != nil || to != filepath.Join(prefix, "bin", "gpulet") {
+			t.Errorf("Slurm hook %s links to %q (%v), want the installed gpulet", hook, to, err)
+		}
 	}
 	units := filepath.Join(prefix, "lib", "systemd", "system")
 	for _, f := range []string{"bin/gpuletd", "bin/gpurun", "bin/gpulet", "bin/gpulet-collector", "bin/gpulet-replay", "lib/systemd/system/gpulet-collector.service", "lib/systemd/system/gpuletd.service", "lib/systemd/system/gpuletd.socket", "lib/sysusers.d/gpulet.conf"} {
@@ -194,6 +202,21 @@ func TestMakeInstall(t *testing.T) {
 		b, _ := os.ReadFile(filepath.Join("/etc", f))
 		b = []byte(strings.Join(slices.DeleteFunc(strings.Split(string(b), "\n"), func(l string) bool { return strings.HasPrefix(l, "gpulet:") }), "\n"))
 		os.WriteFile(filepath.Join(etc, f), b, 0o644)
+	}
+	// A bin/ older than the sources is built again, which needs Go.
+	stale := t.TempDir()
+	for _, name := range []string{"gpuletd", "gpurun", "gpulet", "gpulet-collector", "gpulet-replay"} {
+		p := filepath.Join(stale, name)
+		if err := copyFile(e2e.Bin(name), p); err != nil {
+			t.Fatal(err)
+		}
+		old := time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
+		os.Chtimes(p, old, old)
+	}
+	cmd = exec.Command("make", "-s", "install", "PREFIX="+filepath.Join(root, "stale"), "BIN="+stale, "GO=/nonexistent/go")
+	cmd.Dir = ".."
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "make install: "+stale+"/ is older than the sources and /nonexistent/go is not on PATH: run make build as yourself first") {
+		t.Fatalf("make install of a stale bin/ without Go: %v\n%s", err, out)
 	}
 	users := exec.Command("systemd-sysusers", "--dry-run", "--root="+filepath.Dir(etc), filepath.Join(prefix, "lib", "sysusers.d", "gpulet.conf"))
 	if out, err := users.CombinedOutput(); err != nil || !strings.Contains(string(out), "Creating group 'gpulet'") {

@@ -53,7 +53,7 @@ func TestGpurunWholeGPUs(t *testing.T) {
 	}
 
 	// Three more: two GPUs are whole, so none is taken.
-	if _, err := d.Client.Lease(ctx, api.LeaseRequest{GPUs: 3, TTL: "1m"}); !errors.Is(err, client.ErrInsufficientUnits) || !strings.Contains(err.Error(), "3 whole GPU(s) asked, 2 whole now") {
+	if _, err := d.Client.Lease(ctx, api.LeaseRequest{GPUs: 3, TTL: "1m"}); !errors.Is(err, client.ErrInsufficientUnits) || !strings.Contains(err.Error(), "3 whole GPU(s) asked, 2 of them whole now") {
 		t.Fatalf("3 whole GPUs beside 2 leased: %v", err)
 	}
 	dry, code := gpurun(t, d, "--dry-run", "--gpus", "2")
@@ -87,7 +87,7 @@ func TestGpurunWholeGPUs(t *testing.T) {
 		}
 		return true
 	})
-	if out, code := gpurun(t, d, "--gpus", "5", "--", "true"); code != 125 || !strings.Contains(out, "can ever fit the request: 5 whole GPU(s) asked, 4 on this node could ever be\n") {
+	if out, code := gpurun(t, d, "--gpus", "5", "--", "true"); code != 125 || !strings.Contains(out, "can ever fit the request: 5 whole GPU(s) asked, and this node has only 4 that could ever be given whole\n") {
 		t.Fatalf("5 whole GPUs of 4: exit %d %q", code, out)
 	}
 }

@@ -18,7 +18,7 @@ var ContentType = string(expfmt.NewFormat(expfmt.TypeTextPlain))
 
 var (
 	gpuLabels       = []string{"gpu", "uuid", "name"}
-	descNode        = prometheus.NewDesc("gpulet_node_info", "The node: name, backend, MPS mode; value 1.", []string{"node", "backend", "mps", "boot_id"}, nil)
+	descNode        = prometheus.NewDesc("gpulet_node_info", "The node: name, backend, MPS mode, and the gpuletd that serves it (module version and commit); value 1.", []string{"node", "backend", "mps", "boot_id", "version", "commit"}, nil)
 	descNodeState   = prometheus.NewDesc("gpulet_node_state", "1 for the node's current state.", []string{"state"}, nil)
 	descSeq         = prometheus.NewDesc("gpulet_snapshot_seq", "Sequence number of the snapshot within this daemon run.", nil, nil)
 	descLeases      = prometheus.NewDesc("gpulet_leases", "Live leases.", nil, nil)
@@ -88,7 +88,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
-	gauge(descNode, 1, s.Node, s.Backend, s.MPS, s.BootID)
+	gauge(descNode, 1, s.Node, s.Backend, s.MPS, s.BootID, s.Version, s.Commit)
 	for _, st := range []string{api.NodeWorking, api.NodeDraining, api.NodeDegraded} {
 		gauge(descNodeState, b2f(s.State == st), st)
 	}

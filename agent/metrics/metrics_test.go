@@ -127,3 +127,14 @@ func TestQuotaOverIsExposed(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeInfoNamesTheBuild: gpulet_node_info carries the snapshot's version
+// and commit as labels, so that a dashboard can tell nodes' gpuletd apart.
+func TestNodeInfoNamesTheBuild(t *testing.T) {
+	s := &api.Snapshot{Node: "n", Backend: "simulated", MPS: "off", BootID: "b", Version: "v1.2.3", Commit: "abc123"}
+	out := string(Render(s, Leases{}))
+	want := `gpulet_node_info{backend="simulated",boot_id="b",commit="abc123",mps="off",node="n",version="v1.2.3"} 1`
+	if !strings.Contains(out, want) {
+		t.Errorf("missing %s in\n%s", want, out)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"github.com/gpulet/gpulet/agent/metrics"
 	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/version"
 	"github.com/gpulet/gpulet/mpsctl"
 	"github.com/gpulet/gpulet/snapshot"
 )
@@ -28,6 +29,8 @@ type Inputs struct {
 	// Upstreams is how pushing to each upstream goes: as of this snapshot,
 	// since a push changes nothing that makes a new one.
 	Upstreams []api.UpstreamStatus
+	// ConfigError says why the last SIGHUP reload failed; nil when none did.
+	ConfigError *string
 	// Usage is the accounting's last table; nil with accounting off.
 	Usage *usage.Table
 }
@@ -75,6 +78,7 @@ func (b *Builder) Build(in Inputs) *snapshot.Published {
 	s := &api.Snapshot{
 		Schema: api.SnapshotSchema, Node: n.Name, BootID: n.BootID, Seq: b.seq,
 		Time: in.Now.UTC(), State: api.NodeWorking, Backend: n.Backend, MPS: mpsMode(n.MPS),
+		Version: build.Version, Commit: build.Commit,
 		GPUs: make([]api.GPU, len(n.Devices)),
 	}
 	if in.Draining {
@@ -88,6 +92,9 @@ func (b *Builder) Build(in Inputs) *snapshot.Published {
 	}
 	s.View = in.ViewStatus
 	s.Upstreams = in.Upstreams
+	if in.ConfigError != nil {
+		s.ConfigError = *in.ConfigError
+	}
 	parts := make([]*snapshot.GPUPart, len(n.Devices))
 	for i := range n.Devices {
 		gv, mpsStates := &view.GPUs[i], in.MPS.Status(n.Devices[i].UUID)
@@ -209,3 +216,6 @@ func instanceSM(servers []mpsctl.Server, smByPID map[int]int) *int {
 	}
 	return sum
 }
+
+// build is the gpuletd this is, read once: every snapshot says it.
+var build = version.Get()

@@ -202,3 +202,25 @@ func TestBuildKeepsUnchangedGPUs(t *testing.T) {
 	build("a new accounting round", false, false)
 	build("nothing changed again", true, true)
 }
+
+// A failed config reload is in the snapshot, and in the redacted one without
+// what the config said (it may quote users).
+func TestBuildConfigError(t *testing.T) {
+	in := testInputs()
+	why := `the reload of /etc/gpulet.yaml failed: line 3: no user "bob" on this machine`
+	in.ConfigError = &why
+	p := NewBuilder(testNode()).Build(in)
+	if got := p.Snapshot.ConfigError; got != why {
+		t.Errorf("config_error %q, want %q", got, why)
+	}
+	if got := p.Redacted().Snapshot.ConfigError; got != "the last reload of the config failed" {
+		t.Errorf("redacted config_error %q", got)
+	}
+	if !bytes.Contains(p.JSON(), []byte(`"config_error":`)) {
+		t.Errorf("the snapshot's JSON has no config_error: %s", p.JSON())
+	}
+	in.ConfigError = nil
+	if got := NewBuilder(testNode()).Build(in).Snapshot.ConfigError; got != "" {
+		t.Errorf("config_error %q without a failed reload", got)
+	}
+}

@@ -56,6 +56,9 @@ type Server struct {
 	// Live, when set, adds the metrics read at each scrape (process, Go
 	// runtime, build, lease latency) to /metrics, and times lease requests.
 	Live *metrics.Live
+	// PrivateLeases keeps GET /v1/leases?all=true to the caller's own
+	// leases for callers who are not admins (--private-leases).
+	PrivateLeases bool
 	// unstarted are the connections of its servers that have not begun a
 	// request, which Shutdown closes.
 	unstarted unstarted
@@ -312,10 +315,6 @@ func (s *Server) metrics(w http.ResponseWriter, r *http.Request, _ identity.Peer
 	return nil
 }
 
-func (s *Server) listLeases(w http.ResponseWriter, _ *http.Request, peer identity.Peer) error {
-	return writeJSON(w, http.StatusOK, api.LeaseList{Leases: s.core.List(peer)})
-}
-
 func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer identity.Peer) (err error) {
 	if s.Live != nil {
 		start := time.Now()
@@ -336,7 +335,7 @@ func (s *Server) createLease(w http.ResponseWriter, r *http.Request, peer identi
 	}
 	l, err := s.core.Acquire(r.Context(), peer, req)
 	if err != nil {
-		return err
+		return endedWhileWaiting(r, err)
 	}
 	w.Header().Set("Location", "/v1/leases/"+l.ID)
 	writeEncoded(w, http.StatusCreated, l.JSON)

@@ -12,9 +12,14 @@ import (
 	"syscall"
 
 	"github.com/gpulet/gpulet/collector"
+	"github.com/gpulet/gpulet/internal/version"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		version.Print(os.Stdout, "gpulet-collector")
+		return
+	}
 	// Signals are caught first, so that a SIGTERM at any time stops cleanly.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()

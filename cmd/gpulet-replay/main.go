@@ -8,10 +8,15 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/gpulet/gpulet/internal/version"
 	"github.com/gpulet/gpulet/replay"
 )
 
 func main() {
+	if version.Requested(os.Args[1:]) {
+		version.Print(os.Stdout, "gpulet-replay")
+		return
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	code := replay.Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

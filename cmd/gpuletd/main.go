@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent"
 	"github.com/gpulet/gpulet/internal/logwriter"
+	"github.com/gpulet/gpulet/internal/version"
 )
 
 // gcPercent is the garbage collector's pace unless GOGC is set. The daemon's
@@ -40,6 +41,10 @@ func main() {
 	}
 	if len(os.Args) > 1 && os.Args[1] == agent.ViewProcessArg {
 		os.Exit(agent.RunViewProcess(os.Args[2:], slog.New(slog.NewTextHandler(os.Stderr, nil))))
+	}
+	if version.Requested(os.Args[1:]) {
+		version.Print(os.Stdout, "gpuletd")
+		return
 	}
 	// Signals are caught before the slow start-up, so that a SIGTERM during it
 	// still stops cleanly.

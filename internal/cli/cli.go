@@ -22,6 +22,7 @@ import (
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/config"
 	"github.com/gpulet/gpulet/identity"
+	"github.com/gpulet/gpulet/internal/version"
 )
 
 // Exit codes.
@@ -36,14 +37,16 @@ const (
 const usage = `gpulet shows and manages the GPU units of this node through gpuletd.
 
 Usage: gpulet [--socket PATH] COMMAND [flags]
+       gpulet --version
 
 Commands:
   status [--json]            one row per GPU: state, units leased/offline/reserved/free, utilization, memory;
-                             then the pools and your quota use, when the config has any
+                             then the pools and your quota use, when the config has any;
+                             then the free units you cannot lease now, and why
   gpus [--json]              one row per GPU: what it is (compute capability, memory, bandwidth, SM clock)
   profiles [--json]          the task–engine affinity table: run time per task and GPU model
   top [--interval D]         the status table, refreshed until Ctrl-C
-  leases [--all] [--json]    your leases (--all: every lease gpuletd shows you)
+  leases [--all] [--json]    your leases (--all: every lease of the node, with its user and command)
   release ID...              end leases
   release --slurm-job ID     end every lease of a Slurm job (root and gpuletd's --admin-group)
   drain                      stop new leases on this node (root and gpuletd's --admin-group)
@@ -54,6 +57,7 @@ Commands:
   unreserve NAME             end a reservation; its units go back to the node
   config check FILE          check a gpuletd config file (pools, quotas, task profiles)
   slurm task-prolog|epilog|gres  Slurm's hooks, and the gres.conf lines of this node
+  completion bash|zsh|fish   a shell completion script
   help [COMMAND]             this text, or a command's
 
 Examples:
@@ -91,12 +95,17 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Flags after the command name are the command's.
 	global.SetInterspersed(false)
 	socket := global.String("socket", "", "gpuletd's socket")
+	showVersion := global.Bool("version", false, "print gpulet's version and commit")
 	global.Usage = func() { fmt.Fprint(stdout, usage) }
 	if err := global.Parse(args); err != nil {
 		if errors.Is(err, pflag.ErrHelp) {
 			return ExitOK
 		}
 		return usageError(stderr, "%v", err)
+	}
+	if *showVersion {
+		version.Print(stdout, "gpulet")
+		return ExitOK
 	}
 	rest := global.Args()
 	if len(rest) == 0 {
@@ -109,6 +118,9 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cmd, ok := commands[name]
 	if !ok {
+		if near := suggest(name); near != "" {
+			return usageError(stderr, "unknown command %q: did you mean %s?", name, near)
+		}
 		return usageError(stderr, "unknown command %q", name)
 	}
 	fs := newFlagSet(name, cmd, stdout, stderr)
@@ -137,17 +149,23 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintln(stderr, "gpulet: interrupted")
 			return ExitInterrupted
 		}
-		fmt.Fprintln(stderr, "gpulet:", describe(err))
+		fmt.Fprintln(stderr, "gpulet:", describe(e.c, err))
 		return ExitFailure
 	}
 	return ExitOK
 }
 
 // describe prints an API error as "CODE: message", anything else as it is.
-func describe(err error) string {
+func describe(c *client.Client, err error) string {
 	// An error's message may quote what a peer sent or another user named.
 	msg := Printable(err.Error())
-	if errors.Is(err, client.ErrNoDaemon) {
+	switch {
+	case errors.Is(err, client.ErrPermission), errors.Is(err, client.ErrSocketPathTooLong):
+		return msg
+	case errors.Is(err, client.ErrNoDaemon):
+		if hint := c.NoDaemonHint(os.Getenv); hint != "" {
+			return msg + "\n  " + hint
+		}
 		return msg + "\n  start gpuletd (systemctl start gpuletd), or point --socket or GPULET_SOCKET at its socket"
 	}
 	if _, code := api.StatusOf(err); code != api.CodeInternal {
@@ -157,7 +175,7 @@ func describe(err error) string {
 }
 
 var commands = map[string]command{
-	"status": {"[--json]", "Show one row per GPU: state, eligibility, a bar of its units (# leased, o offline,\nr reserved, . free), utilization and memory; then the node's totals; then, when\ngpuletd's --config has any, the pools (their GPUs, free units, and whether you may\nuse them) and the quotas that bind you with what you hold.", 0, 0,
+	"status": {"[--json]", "Show one row per GPU: state, eligibility, a bar of its units (# leased, o offline,\nr reserved, . free), utilization and memory; then the node's totals; then, when\ngpuletd's --config has any, the pools (their GPUs, free units, and whether you may\nuse them) and the quotas that bind you with what you hold; last, the free units you\ncannot lease now and why (another user's MPS server, a pool not yours, your quota\nat its limit).", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			asJSON := fs.Bool("json", false, "print the snapshot exactly as gpuletd sent it")
 			return func(ctx context.Context, e *env) error {
@@ -183,6 +201,7 @@ var commands = map[string]command{
 					return err
 				}
 				writeAccess(e.out, pools, quotas)
+				writeNotForYou(e.out, notForYou(s, pools, quotas, uint32(os.Getuid())))
 				return nil
 			}
 		}},
@@ -211,12 +230,16 @@ var commands = map[string]command{
 				return top(ctx, e, *interval)
 			}
 		}},
-	"leases": {"[--all] [--json]", "List your leases. With --all, every lease gpuletd shows you: all of them for root\nand its --admin-group, your own for anyone else.", 0, 0,
+	"leases": {"[--all] [--json]", "List your leases, with the user and command of each. With --all, every lease of the\nnode: other users' show who holds them and where, but not their ids (gpuletd's\n--private-leases shows users who are not admins their own alone).", 0, 0,
 		func(fs *pflag.FlagSet) func(context.Context, *env) error {
 			all := fs.Bool("all", false, "every lease gpuletd shows you, not only your own")
 			asJSON := fs.Bool("json", false, `print {"leases":[...]} as the API does`)
 			return func(ctx context.Context, e *env) error {
-				ls, err := e.c.Leases(ctx)
+				list := e.c.Leases
+				if *all {
+					list = e.c.LeasesAll
+				}
+				ls, err := list(ctx)
 				if err != nil {
 					return err
 				}
@@ -228,6 +251,14 @@ var commands = map[string]command{
 					return writeJSON(e.out, api.LeaseList{Leases: ls})
 				}
 				WriteLeases(e.out, ls)
+				if *all {
+					// Offline claims are no leases: the snapshot lists them.
+					s, err := e.c.Snapshot(ctx)
+					if err != nil {
+						return err
+					}
+					WriteClaims(e.out, s)
+				}
 				if hidden > 0 {
 					fmt.Fprintf(e.errOut, "gpulet: %d lease(s) of other users not shown; --all shows them\n", hidden)
 				}
@@ -254,7 +285,7 @@ var commands = map[string]command{
 						// With several ids, each failure gets its line and the
 						// others are still released.
 						if len(e.args) > 1 {
-							fmt.Fprintln(e.errOut, "gpulet:", Printable(id)+":", describe(err))
+							fmt.Fprintln(e.errOut, "gpulet:", Printable(id)+":", describe(e.c, err))
 						}
 						continue
 					}
@@ -435,7 +466,7 @@ func top(ctx context.Context, e *env, interval time.Duration) error {
 		}
 		fmt.Fprintf(&frame, "%s  every %s, Ctrl-C ends\n", time.Now().Format(time.TimeOnly), interval)
 		if err != nil {
-			fmt.Fprintf(&frame, "gpulet: %s (retrying)\n", describe(err))
+			fmt.Fprintf(&frame, "gpulet: %s (retrying)\n", describe(e.c, err))
 		} else {
 			WriteStatus(&frame, s)
 		}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -376,5 +377,49 @@ func TestConfigCheckDaemonHangs(t *testing.T) {
 	code := Run(context.Background(), []string{"--socket", sock, "config", "check", path}, &out, &errb)
 	if code != ExitOK || !strings.Contains(errb.String(), "gpuletd at "+sock+" did not answer within 5s") {
 		t.Fatalf("exit %d\nstdout %q\nstderr %q", code, out.String(), errb.String())
+	}
+}
+
+// The lease table names each lease's user and the command its process runs.
+func TestWriteLeasesNamesUserAndCommand(t *testing.T) {
+	var b bytes.Buffer
+	WriteLeases(&b, []api.Lease{
+		{ID: "l-a", Units: []int{0}, Owner: api.Owner{UID: 0, PID: os.Getpid()}},
+		{ID: "l-b", Units: []int{1}, Owner: api.Owner{UID: 4294967294, PID: 0}, Binding: "ttl"},
+	})
+	lines := strings.Split(b.String(), "\n")
+	if !strings.Contains(lines[0], " USER ") || !strings.Contains(lines[0], " COMMAND ") {
+		t.Fatalf("header %q", lines[0])
+	}
+	self, err := os.ReadFile("/proc/self/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := strings.Fields(strings.ReplaceAll(string(self), "\x00", " "))[0]
+	if row := strings.Fields(lines[1]); row[4] != "root" || row[6] != cmd[:min(len(cmd), maxCommand-1)] && !strings.HasPrefix(row[6], cmd[:maxCommand-1]) {
+		t.Errorf("row of root's lease: %q, want user root and command %s", row, cmd)
+	}
+	if row := strings.Fields(lines[2]); row[4] != "4294967294" || row[6] != "-" {
+		t.Errorf("row of a nameless uid without a process: %q", row)
+	}
+}
+
+// Offline claims are listed after the leases, with their user and process.
+func TestWriteClaims(t *testing.T) {
+	var b bytes.Buffer
+	WriteClaims(&b, &api.Snapshot{GPUs: []api.GPU{{Index: 1}}})
+	if b.Len() != 0 {
+		t.Fatalf("no claims printed %q", b.String())
+	}
+	WriteClaims(&b, &api.Snapshot{GPUs: []api.GPU{{Index: 0}, {Index: 1, Claims: []api.Claim{{Instance: 0, Units: []int{2, 3}, UID: 0, PID: os.Getpid()}, {Instance: 1, Units: []int{7}, UID: 4294967294}}}}})
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 4 || !strings.HasPrefix(lines[0], "offline claims") {
+		t.Fatalf("claims:\n%s", b.String())
+	}
+	if row := strings.Fields(lines[2]); row[0] != "1" || row[2] != "2-3" || row[3] != "root" || row[4] != strconv.Itoa(os.Getpid()) || row[5] == "-" {
+		t.Errorf("root's claim: %q", row)
+	}
+	if row := strings.Fields(lines[3]); row[3] != "4294967294" || row[4] != "-" || row[5] != "-" {
+		t.Errorf("a claim of a nameless uid whose process is unknown: %q", row)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/client"
 )
 
 // hostile is what an upstream answered in the review: a terminal title
@@ -93,8 +94,8 @@ func TestHostileTextIsEscaped(t *testing.T) {
 	WriteLeases(&b, []api.Lease{{ID: "l-" + hostile, Task: hostile, Units: []int{1}}})
 	WriteReservations(&b, []api.Reservation{{ReservationStatus: api.ReservationStatus{Name: hostile}}})
 	WriteProfiles(&b, &api.ProfileList{Profiles: []api.TaskProfile{{Task: hostile, Models: []api.ModelRunTime{{Model: hostile, Seconds: 1}}}}})
-	b.WriteString(describe(api.Errorf(api.ErrNotFound, "no lease %q", hostile)) + "\n")
-	b.WriteString(describe(api.Errorf(api.ErrNotFound, "no lease %s", hostile)) + "\n")
+	b.WriteString(describe(&client.Client{}, api.Errorf(api.ErrNotFound, "no lease %q", hostile)) + "\n")
+	b.WriteString(describe(&client.Client{}, api.Errorf(api.ErrNotFound, "no lease %s", hostile)) + "\n")
 	if !safe(b.String()) {
 		t.Fatalf("the CLI printed what a terminal acts on:\n%q", b.String())
 	}

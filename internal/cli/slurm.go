@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/gpurun"
 	"github.com/gpulet/gpulet/internal/slurmenv"
 )
@@ -46,7 +47,7 @@ var slurmCommand = command{"task-prolog [--batch] | epilog | gres [--dev-prefix 
 		return func(ctx context.Context, e *env) error {
 			switch e.args[0] {
 			case "task-prolog":
-				return printFailure(e.out, taskProlog(ctx, e, os.Getenv, *batch))
+				return printFailure(e.out, e.c, taskProlog(ctx, e, os.Getenv, *batch))
 			case "epilog":
 				return slurmEpilog(ctx, e, os.Getenv(slurmenv.EnvJobID))
 			case "gres":
@@ -81,9 +82,9 @@ func taskProlog(ctx context.Context, e *env, getenv func(string) string, batch b
 // printFailure also says err as a TaskProlog "print" line, which slurmstepd
 // writes to the task's output even when the prolog fails: the prolog's stderr
 // reaches no one.
-func printFailure(out io.Writer, err error) error {
+func printFailure(out io.Writer, c *client.Client, err error) error {
 	if err != nil {
-		fmt.Fprintln(out, "print gpulet:", strings.Join(strings.Fields(describe(err)), " "))
+		fmt.Fprintln(out, "print gpulet:", strings.Join(strings.Fields(describe(c, err)), " "))
 	}
 	return err
 }

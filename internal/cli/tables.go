@@ -61,6 +61,9 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 	if s.Reason != "" {
 		fmt.Fprintf(w, "node %s: %s\n", Printable(s.State), Printable(s.Reason))
 	}
+	if s.ConfigError != "" {
+		fmt.Fprintf(w, "config: %s\n", Printable(s.ConfigError))
+	}
 	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "LEASED/OFFLINE/RESERVED/FREE", "UTIL", "MEMORY (MiB)", "MPS")
 	var notes []string
 	for _, g := range s.GPUs {
@@ -172,14 +175,16 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 		}
 		return first(ls[i]) < first(ls[j])
 	})
-	tw := newTable(w, "ID", "GPU", "INSTANCE", "UNITS", "UID", "PID", "MEMORY USED/PEAK (MiB)", "EXPIRES", "TASK")
+	tw := newTable(w, "ID", "GPU", "INSTANCE", "UNITS", "USER", "PID", "COMMAND", "MEMORY USED/PEAK (MiB)", "EXPIRES", "TASK")
+	names := owners{}
 	for _, l := range ls {
 		exp, pid := "when pid exits", fmt.Sprint(l.Owner.PID)
+		command := commandOf(l.Owner.PID)
 		switch {
 		case l.Expires != nil:
 			exp = l.Expires.Local().Format(time.DateTime)
 		case l.Binding == "pod":
-			exp, pid = "when pod ends", "-"
+			exp, pid, command = "when pod ends", "-", "-"
 		}
 		task := l.Task
 		if l.Pod != nil && l.Pod.Name != "" {
@@ -187,6 +192,7 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 		}
 		if l.Slurm != nil {
 			exp, pid, task = slurmLeaseColumns(l, task)
+			command = "-"
 		}
 		if task == "" {
 			task = "-"
@@ -198,7 +204,7 @@ func WriteLeases(w io.Writer, ls []api.Lease) {
 		if len(l.GPUs) > 0 {
 			gpu, instance, units = wholeGPUList(l.GPUs), "-", "all"
 		}
-		tw.row(l.ID, gpu, instance, units, fmt.Sprint(l.Owner.UID), pid, usageCell(l.Usage), exp, task)
+		tw.row(l.ID, gpu, instance, units, names.name(l.Owner.UID), pid, command, usageCell(l.Usage), exp, task)
 	}
 	tw.flush()
 }

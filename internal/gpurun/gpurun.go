@@ -27,6 +27,7 @@ import (
 	"github.com/gpulet/gpulet/client"
 	"github.com/gpulet/gpulet/internal/offline"
 	"github.com/gpulet/gpulet/internal/slurmenv"
+	"github.com/gpulet/gpulet/internal/version"
 	"github.com/gpulet/gpulet/pipefile"
 )
 
@@ -93,7 +94,11 @@ type Options struct {
 	unitsGiven, gpuGiven bool
 	// DryRun shows where a lease would go and why, leases nothing and runs
 	// nothing.
-	DryRun  bool
+	DryRun bool
+	// JSON prints the dry run's answer as gpuletd sent it (api.Placement).
+	JSON bool
+	// Version prints gpurun's version and commit and does nothing else.
+	Version bool
 	Socket  string
 	RunDir  string
 	Command []string
@@ -117,6 +122,7 @@ Examples:
   gpurun --wait 10m -- python train.py           queue for up to 10 minutes
   gpurun --offline -- ./job                      claim units without gpuletd
   gpurun --dry-run --units 2 --task resnet50     where would it go, and why
+  gpurun --dry-run --json --gpus 2               the same, as JSON
 
 Exit status: the command's; gpurun's own failures exit 125 (no units, no
 daemon, an API error), 126 (command not executable), 127 (command not found),
@@ -140,7 +146,7 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	fs.StringVar(&o.GPU, "gpu", "", "GPU index or UUID")
 	fs.StringVar(&o.Pool, "pool", "", "pool to lease from")
 	fs.StringVar(&o.Type, "type", "", "GPU type: a case-insensitive part of its name, e.g. A100 or t4")
-	fs.StringVar(&memory, "memory", "", "GPU memory the command needs: 8G, 512M, or MiB as a plain number")
+	fs.StringVar(&memory, "memory", "", "GPU memory the command needs, with its unit: 8G (GiB), 512M (MiB)")
 	fs.StringVar(&o.MinCC, "min-cc", "", "lowest CUDA compute capability the command runs on, MAJOR.MINOR such as 8.0 (A100) or 7.5 (T4)")
 	fs.StringVar(&o.Task, "task", "", "task name, for gpuletd's run-time profiles")
 	fs.StringVar(&o.Reservation, "reservation", "", "workflow reservation to draw on (its owner and admins) or to borrow from (a member of its share group: the lease is preemptible)")
@@ -150,12 +156,20 @@ func Parse(args []string, help io.Writer) (Options, error) {
 	fs.BoolVar(&o.DryRun, "dry-run", false, "show where the lease would go now and why each GPU was kept or left out; lease nothing, run nothing (COMMAND may be left out)")
 	fs.StringVar(&o.Socket, "socket", "", "gpuletd's socket (default $GPULET_SOCKET, else "+client.DefaultSocket+")")
 	fs.StringVar(&o.RunDir, "run-dir", "", "gpuletd's run dir, for --offline (default $"+pipefile.EnvRunDir+", else "+pipefile.DefaultRunDir+")")
+	fs.BoolVar(&o.JSON, "json", false, "with --dry-run: print gpuletd's answer as JSON (POST /v1/placements), for scripts")
+	fs.BoolVar(&o.Version, "version", false, "print gpurun's version and commit, and exit")
 	fs.Usage = func() { fmt.Fprint(help, usageHead+fs.FlagUsages()) }
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
+	if o.Version {
+		return o, nil
+	}
 	o.Command = fs.Args()
 	o.unitsGiven, o.gpuGiven = fs.Changed("units"), fs.Changed("gpu")
+	if o.JSON && !o.DryRun {
+		return o, errors.New("--json prints a dry run's answer: it needs --dry-run")
+	}
 	if o.DryRun && o.Offline {
 		return o, errors.New("--dry-run asks gpuletd: it cannot be used with --offline")
 	}
@@ -201,21 +215,25 @@ func Parse(args []string, help io.Writer) (Options, error) {
 const maxMemoryMiB = 1 << 30
 
 // memoryUnits are --memory's suffixes, in MiB. Sizes are binary, as
-// nvidia-smi shows them: 1G is 1024 MiB whichever spelling is used.
+// nvidia-smi shows them: 1G is 1024 MiB whichever spelling is used. A plain
+// number has no unit: "8" meant as 8 GiB would silently be 8 MiB.
 var memoryUnits = map[string]uint64{
-	"": 1, "M": 1, "MB": 1, "MIB": 1,
+	"M": 1, "MB": 1, "MIB": 1,
 	"G": 1 << 10, "GB": 1 << 10, "GIB": 1 << 10,
 	"T": 1 << 20, "TB": 1 << 20, "TIB": 1 << 20,
 }
 
-// ParseMemory reads a memory size in MiB: "8G", "512M", "1T", or a plain
-// number of MiB; suffixes may end in "B" or "iB", in any case.
+// ParseMemory reads a memory size in MiB: "8G", "512M", "1T"; suffixes may
+// end in "B" or "iB", in any case. A number needs its unit.
 func ParseMemory(s string) (uint64, error) {
 	digits := strings.TrimRight(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 	mult, ok := memoryUnits[strings.ToUpper(s[len(digits):])]
 	n, err := strconv.ParseUint(digits, 10, 64)
+	if err == nil && n > 0 && digits == s {
+		return 0, fmt.Errorf("--memory %s: give its unit: %sG for GiB, %sM for MiB", s, s, s)
+	}
 	if !ok || err != nil || n == 0 || strings.TrimLeft(digits, "0123456789") != "" {
-		return 0, fmt.Errorf("--memory %q: want a whole size such as 8G, 512M or 8000 (MiB)", s)
+		return 0, fmt.Errorf("--memory %q: want a whole size with its unit, such as 8G or 512M", s)
 	}
 	if n > maxMemoryMiB/mult {
 		return 0, fmt.Errorf("--memory %q: more than any GPU has", s)
@@ -290,6 +308,10 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "gpurun: %v\nRun 'gpurun --help' for usage.\n", err)
 		return ExitUsage
 	}
+	if o.Version {
+		version.Print(stdout, "gpurun")
+		return 0
+	}
 	if !o.Offline && slurmenv.InJob(os.Getenv) {
 		if err := o.applySlurm(ctx, os.Getenv); err != nil {
 			fmt.Fprintln(stderr, "gpurun:", err)
@@ -359,36 +381,6 @@ func (o Options) request() api.LeaseRequest {
 		r.Slurm = api.SlurmScopeJob
 	}
 	return r
-}
-
-// dryRun asks gpuletd where the lease would go and prints its answer.
-func dryRun(ctx context.Context, o Options, stdout, stderr io.Writer) int {
-	c := &client.Client{Socket: o.Socket}
-	p, err := c.Place(ctx, o.request())
-	if err != nil {
-		fmt.Fprintln(stderr, "gpurun: dry run:", describe(err, o))
-		return ExitFailure
-	}
-	fmt.Fprintln(stdout, placementLine(o, p))
-	switch {
-	case p.Preemptible:
-		fmt.Fprintf(stdout, "  borrowed from reservation %s: preemptible (ended, its command told SIGTERM then SIGKILL, when the reservation takes the units back)\n", p.Reservation)
-	case p.Reservation != "":
-		fmt.Fprintf(stdout, "  drawn on reservation %s\n", p.Reservation)
-	}
-	for _, cand := range p.Candidates {
-		switch {
-		case cand.Kept && cand.Score != nil:
-			sc := cand.Score
-			fmt.Fprintf(stdout, "  GPU %d: kept, score %.3f (card %.3f from cc %.2f, bandwidth %.2f, clock %.2f; similarity %.3f)\n",
-				cand.GPU, sc.Total, sc.Card, sc.CC, sc.Bandwidth, sc.Clock, sc.Similarity)
-		case cand.Kept:
-			fmt.Fprintf(stdout, "  GPU %d: kept\n", cand.GPU)
-		default:
-			fmt.Fprintf(stdout, "  GPU %d: left out: %s\n", cand.GPU, cand.Why)
-		}
-	}
-	return 0
 }
 
 // lookCommand finds the command the way a shell does.

@@ -93,21 +93,29 @@ func TestParseMemory(t *testing.T) {
 		want uint64
 	}{
 		{"8G", 8192}, {"8g", 8192}, {"8GiB", 8192}, {"8GB", 8192}, {"512M", 512}, {"512MiB", 512}, {"512mb", 512},
-		{"8000", 8000}, {"1T", 1 << 20}, {"1TiB", 1 << 20}, {"007M", 7},
+		{"8000M", 8000}, {"1T", 1 << 20}, {"1TiB", 1 << 20}, {"007M", 7},
 	} {
 		if got, err := ParseMemory(tc.in); err != nil || got != tc.want {
 			t.Errorf("ParseMemory(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"", "0", "0G", "-1G", "+1G", "1.5G", "G", "8X", "8B", "8iB", "8 G", " 8G", "8G ", "1e3", "0x10", "1_000", "1048577G", "99999999999999999999999"} {
+	for _, bad := range []string{"", "0", "8", "8000", "0G", "-1G", "+1G", "1.5G", "G", "8X", "8B", "8iB", "8 G", " 8G", "8G ", "1e3", "0x10", "1_000", "1048577G", "99999999999999999999999"} {
 		if got, err := ParseMemory(bad); err == nil {
 			t.Errorf("ParseMemory(%q) accepted as %d", bad, got)
 		}
 	}
 }
 
+// A number without its unit names the two it may have meant.
+func TestMemoryNeedsAUnit(t *testing.T) {
+	_, err := ParseMemory("8")
+	if want := "--memory 8: give its unit: 8G for GiB, 8M for MiB"; err == nil || err.Error() != want {
+		t.Errorf("got %v, want %q", err, want)
+	}
+}
+
 func FuzzParseMemory(f *testing.F) {
-	for _, s := range []string{"8G", "512M", "8000", "1T", "0", "x", "8GiB", "1.5G", "18446744073709551615T"} {
+	for _, s := range []string{"8G", "512M", "8000", "8000M", "1T", "0", "x", "8GiB", "1.5G", "18446744073709551615T"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -343,5 +351,26 @@ func TestCatchSignalsKeepsIgnoredOnesIgnored(t *testing.T) {
 	}
 	if !signal.Ignored(syscall.SIGINT) {
 		t.Fatal("SIGINT no longer ignored after the wait: the command would not ignore it")
+	}
+}
+
+// A refusal that can never fit says what was asked once: gpuletd's message
+// names the request already.
+func TestNeverFitsSaysTheRequestOnce(t *testing.T) {
+	err := api.Errorf(api.ErrInsufficientUnits, "%s: 1 unit(s) of type %q: no GPU is of that type", api.NeverFits, "H100")
+	got := describe(err, Options{Units: 1, Type: "H100"}).Error()
+	want := `insufficient_units: nothing on this node can ever fit the request: 1 unit(s) of type "H100": no GPU is of that type`
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
+	}
+}
+
+// --wait on a draining node, which refuses at once, says why it did not wait.
+func TestWaitOnADrainingNodeSaysWhy(t *testing.T) {
+	err := api.Errorf(api.ErrUnavailable, "the node is draining: no new leases")
+	got := describe(err, Options{Units: 1, Wait: 2 * time.Second}).Error()
+	want := "unavailable: the node is draining: no new leases; --wait waits for units, not for the node to take leases again: it does once an admin runs gpulet undrain"
+	if got != want {
+		t.Errorf("got  %q\nwant %q", got, want)
 	}
 }

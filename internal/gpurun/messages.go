@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 
@@ -17,7 +18,16 @@ import (
 
 // describe turns a lease error into a message that says what to do.
 func describe(err error, o Options) error {
-	if errors.Is(err, client.ErrNoDaemon) {
+	switch {
+	case errors.Is(err, client.ErrPermission), errors.Is(err, client.ErrSocketPathTooLong):
+		// The message says the fix; gpuletd runs, and --offline needs the
+		// same group.
+		return err
+	case errors.Is(err, client.ErrNoDaemon):
+		c := &client.Client{Socket: o.Socket}
+		if hint := c.NoDaemonHint(os.Getenv); hint != "" {
+			return fmt.Errorf("%w\n  %s", err, hint)
+		}
 		return fmt.Errorf("%w\n  start gpuletd (systemctl start gpuletd), point --socket or GPULET_SOCKET at its socket,\n  or claim units without it with gpurun --offline", err)
 	}
 	_, code := api.StatusOf(err)
@@ -25,9 +35,14 @@ func describe(err error, o Options) error {
 		return err
 	}
 	msg := fmt.Errorf("%s: %w", code, err)
-	if errors.Is(err, client.ErrInsufficientUnits) {
+	if o.Wait > 0 && errors.Is(err, client.ErrUnavailable) && strings.Contains(err.Error(), "draining") {
+		// gpuletd queues only for units: a drained node refuses at once.
+		return fmt.Errorf("%w; --wait waits for units, not for the node to take leases again: it does once an admin runs gpulet undrain", msg)
+	}
+	// A refusal that can never fit already says what was asked.
+	if errors.Is(err, client.ErrInsufficientUnits) && !strings.Contains(err.Error(), api.NeverFits) {
 		msg = fmt.Errorf("%s: asked for %s: %w", code, what(o), err)
-		if o.Wait == 0 && !strings.Contains(err.Error(), api.NeverFits) {
+		if o.Wait == 0 {
 			msg = fmt.Errorf("%w; use --wait DURATION to queue for units", msg)
 		}
 	}

@@ -198,7 +198,7 @@ func isRefusal(err error) bool {
 // to root and gpuletd's socket group only.
 func explain(err error) error {
 	if isRefusal(err) {
-		return fmt.Errorf("%w (offline claims are open to the members of gpuletd's --socket-group)", err)
+		return fmt.Errorf("%w (offline claims are open to the members of gpuletd's --socket-group, gpulet by default: sudo usermod -aG gpulet $USER, then log in again)", err)
 	}
 	return err
 }

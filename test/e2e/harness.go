@@ -65,7 +65,8 @@ const BuildTags = "grpcnotrace"
 
 func build() error {
 	for _, b := range Binaries {
-		cmd := exec.Command("go", "build", "-tags", BuildTags, "-o", filepath.Join(binDir, b.Name), b.Pkg)
+		// -buildvcs=auto as the Makefile, so that --version names the commit.
+		cmd := exec.Command("go", "build", "-tags", BuildTags, "-buildvcs=auto", "-o", filepath.Join(binDir, b.Name), b.Pkg)
 		cmd.Dir = moduleRoot()
 		cmd.Env = append(os.Environ(), "CGO_CFLAGS=-Wno-deprecated-declarations")
 		if b.Name != "gpuletd" {
