@@ -3,6 +3,7 @@ package kubelet
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"time"
 
@@ -43,6 +44,25 @@ func driven(t *testing.T) (*node, *reconciler) {
 	return n, &reconciler{misses: map[string]int{}, warned: map[string]bool{}}
 }
 
+// allocatedAt is when the reconcile counts pod lease id as new from: its
+// grant, or Allocate's last answer with it.
+func allocatedAt(t *testing.T, n *node, id string) time.Time {
+	t.Helper()
+	l, err := n.leases.Get(identity.Peer{Admin: true}, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n.plugin.lastAllocated(id, l.Created)
+}
+
+// clockPasses returns once the clock reads later than at: a List that starts
+// then began after what happened at at.
+func clockPasses(at time.Time) {
+	for !time.Now().After(at) {
+		runtime.Gosched()
+	}
+}
+
 func unsettle(p *Plugin) {
 	p.settleMu.Lock()
 	p.settleUntil = time.Time{}
@@ -71,7 +91,8 @@ func TestAllocatedAgainIsNewToTheReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := resp.ContainerResponses[0].Envs["GPULET_LEASE_ID"]
-	time.Sleep(time.Millisecond) // the lease was granted before the Lists below began
+	// The lease was granted before the Lists below began.
+	clockPasses(allocatedAt(t, n, id))
 	p.reconcile(listed(kubelettest.Pod("ns", "old", "c", ResourceName, ids...)), r)
 	// The pod ends: one List misses its lease.
 	p.reconcile(listed(), r)
@@ -113,7 +134,7 @@ func TestKubeletBackAfterFailedListsSettles(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := resp.ContainerResponses[0].Envs["GPULET_LEASE_ID"]
-	time.Sleep(time.Millisecond)
+	clockPasses(allocatedAt(t, n, id))
 	p.reconcile(listed(kubelettest.Pod("ns", "train", "c", ResourceName, ids...)), r)
 	// The kubelet stops, and starts again knowing no pod yet.
 	p.reconcile(lister{}, r)

@@ -137,7 +137,11 @@ func TestWholeGPUsAreAllOrNothing(t *testing.T) {
 		r.Wait = 10 * time.Second
 		got, waitErr = m.Acquire(ctx, root, r)
 	}()
-	time.Sleep(100 * time.Millisecond)
+	testutil.Eventually(t, "the whole-GPU request waiting", func() bool {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return len(m.waiters) == 1
+	})
 	if used, _ := usedUnits(t, f, m); sum(used) != 2*u+1 {
 		t.Fatalf("a waiting request took units: %v", used)
 	}
