@@ -88,27 +88,19 @@ func StatusOf(err error) (status int, code string) {
 	return http.StatusInternalServerError, CodeInternal
 }
 
-// Errorf returns an error that wraps sentinel and reads as the formatted message.
+// Errorf returns an error that wraps sentinel and reads as the formatted
+// message, the code left out of it, so that the API's message field reads as
+// a sentence (errdefs.Errorf).
 func Errorf(sentinel error, format string, args ...any) error {
-	return &codedError{sentinel: sentinel, msg: fmt.Sprintf(format, args...)}
+	return errdefs.Errorf(sentinel, format, args...)
 }
-
-// codedError keeps the message free of the code prefix, so that the API's
-// message field reads as a sentence.
-type codedError struct {
-	sentinel error
-	msg      string
-}
-
-func (e *codedError) Error() string { return e.msg }
-func (e *codedError) Unwrap() error { return e.sentinel }
 
 // FromBody turns an error body received by a client back into an error that
 // errors.Is matches against the sentinel of its code.
 func FromBody(status int, body ErrorBody) error {
 	for _, c := range codes {
 		if c.code == body.Error.Code {
-			return &codedError{sentinel: c.err, msg: body.Error.Message}
+			return errdefs.Errorf(c.err, "%s", body.Error.Message)
 		}
 	}
 	msg := body.Error.Message

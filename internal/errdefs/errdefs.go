@@ -11,26 +11,28 @@ import (
 	"fmt"
 )
 
-// The kinds of failure. Match them with errors.Is.
+// The kinds of failure. Match them with errors.Is. Each reads as the name
+// gpulet has always given it (the API's code of the same name), so that one
+// printed bare reads as before.
 var (
 	// ErrInvalid: the request cannot be served as asked (a bad field, no
 	// such GPU, more than one process may hold).
-	ErrInvalid = errors.New("invalid request")
+	ErrInvalid = errors.New("bad_request")
 	// ErrNotFound: what the request names does not exist (or is not the
 	// caller's to see).
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = errors.New("not_found")
 	// ErrPermission: the caller may not do this.
-	ErrPermission = errors.New("permission denied")
+	ErrPermission = errors.New("forbidden")
 	// ErrNoCapacity: not enough units (or memory, or whole GPUs) now, or,
 	// where the message says so, ever.
-	ErrNoCapacity = errors.New("insufficient units")
+	ErrNoCapacity = errors.New("insufficient_units")
 	// ErrQuota: the caller's quota would be passed.
-	ErrQuota = errors.New("quota exceeded")
+	ErrQuota = errors.New("quota_exceeded")
 	// ErrUnavailable: the engine cannot serve now (stopping, draining, a
 	// journal that cannot be written).
 	ErrUnavailable = errors.New("unavailable")
 	// ErrTooMany: the caller has as many requests under way as one may.
-	ErrTooMany = errors.New("too many requests")
+	ErrTooMany = errors.New("too_many_requests")
 	// ErrConflict: what the request would make exists, or contradicts what
 	// is held already.
 	ErrConflict = errors.New("conflict")
