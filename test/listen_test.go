@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,12 +35,32 @@ func freePort(t *testing.T) string {
 	return ln.Addr().String()
 }
 
+// anyPort is what gpuletd is given for --listen: a free port the kernel
+// picks at its bind, read back by listenAddr. A port picked before gpuletd
+// starts (freePort) may be taken meanwhile by any test of the packages that
+// run beside this one.
+const anyPort = "127.0.0.1:0"
+
+// listenAddr is the address gpuletd serves --listen on, from its log.
+func listenAddr(t *testing.T, d *e2e.Daemon) string {
+	t.Helper()
+	re := regexp.MustCompile(`msg="serving the read-only endpoints over TCP" listen=(\S+)`)
+	var addr string
+	testutil.Eventually(t, "gpuletd's --listen address in its log", func() bool {
+		if m := re.FindStringSubmatch(d.Log.String()); m != nil {
+			addr = m[1]
+		}
+		return addr != ""
+	})
+	return addr
+}
+
 // TestListenServesPollersOverTCP: with --listen, pollers read the snapshot,
 // the GPUs and the metrics over TCP, and a long poll there answers as soon as
 // a lease taken on the Unix socket changes the node; leasing is not there.
 func TestListenServesPollersOverTCP(t *testing.T) {
-	addr := freePort(t)
-	d := e2e.Start(t, "--listen", addr)
+	d := e2e.Start(t, "--listen", anyPort)
+	addr := listenAddr(t, d)
 	base := "http://" + addr
 	get := func(path string) (int, []byte, http.Header) {
 		t.Helper()
@@ -172,8 +193,8 @@ func TestTCPFloodKeepsTheUnixSocketServed(t *testing.T) {
 	needUserTools(t)
 	sock := addGroup(t)
 	user := addUser(t, sock)
-	addr := freePort(t)
-	d := startForUsers(t, sock, "--listen", addr, "--listen-max-conns", "5000", "--listen-max-conns-per-addr", "5000")
+	d := startForUsers(t, sock, "--listen", anyPort, "--listen-max-conns", "5000", "--listen-max-conns-per-addr", "5000")
+	addr := listenAddr(t, d)
 	const limit, flood = 1024, 1500
 	if err := unix.Prlimit(d.Pid(), unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: limit, Max: limit}, nil); err != nil {
 		t.Fatal(err)

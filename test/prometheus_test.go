@@ -53,8 +53,7 @@ func TestPrometheusScrapesListen(t *testing.T) {
 	if err != nil {
 		t.Skip("prometheus is not installed (Debian's prometheus package; make test installs it as root):", err)
 	}
-	target := freePort(t)
-	e2e.Start(t, "--listen", target)
+	target := listenAddr(t, e2e.Start(t, "--listen", anyPort))
 	dir := t.TempDir()
 	cfg := fmt.Sprintf("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: gpulet\n    static_configs:\n      - targets: [%q]\n", target)
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o644); err != nil {

@@ -123,8 +123,8 @@ func TestUpstreamSecretsStayHidden(t *testing.T) {
 	}))
 	defer rcv.Close()
 	secret := strings.Replace(rcv.URL, "http://", "http://user:pw-SECRET@", 1) + "/a?api_key=KEY-SECRET"
-	addr := freePort(t)
-	d := e2e.Start(t, "--upstream", secret, "--upstream", rcv.URL+"/b", "--report-interval", "200ms", "--listen", addr)
+	d := e2e.Start(t, "--upstream", secret, "--upstream", rcv.URL+"/b", "--report-interval", "200ms", "--listen", anyPort)
+	addr := listenAddr(t, d)
 	testutil.Eventually(t, "pushes that show both upstreams", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
