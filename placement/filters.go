@@ -139,7 +139,7 @@ func gpuNow(g *GPU, r Request) reason {
 		return reason{kind: gpuUnitsFree, have: uint64(g.Free)}
 	}
 	// A request that asks no memory gets its units' share as its limit
-	// (docs/design.md, "Memory"): that much must be free too. It is looked
+	// (docs/design.md §1.8): that much must be free too. It is looked
 	// at after the units, so that a full GPU still says its units are.
 	if r.MemoryMiB == 0 && g.Units > 0 {
 		if share := pipefile.MemoryShareMiB(r.Units, g.Units, g.MemoryTotalMiB); share > g.MemoryFreeMiB {

@@ -2,7 +2,7 @@ package lease
 
 import "github.com/gpulet/gpulet/pipefile"
 
-// The GPU memory the table holds (docs/design.md, "Memory"). A lease's
+// The GPU memory the table holds (docs/design.md §1.8). A lease's
 // memory is held from its grant to its end, whether its processes use it
 // yet or not: with MPS it is the lease's pinned memory limit (EnvFor), and a
 // job that starts late must still find it. What each holds:

@@ -309,7 +309,7 @@ func gpuCondition(c *Conditions, gi int) *GPUCondition {
 
 // placementGPU brings pg, GPU g's part of the placement view, up to date.
 // Its free memory is what the GPU's leases, claims and reserved units do not
-// hold, and no more than the conditions measured free (heldFreeMiB).
+// hold, less what runs beside gpulet (memoryFreeMiB).
 // With MPS, an instance holding units of a reservation counts the
 // reservation's owner among its users (but not the uid except, when set):
 // other users' leases keep out of it, so that the owner's draws find it
