@@ -143,7 +143,8 @@ func (s *Sim) ClearXid(index int) uint64 { return s.faults.clear(index) }
 func (s *Sim) read(index int, load Load) (smp Sample, readProcessSM bool) {
 	d := s.devices[index]
 	sms := smCount(d)
-	smp = Sample{UtilizationSource: api.UtilSourceSimulated}
+	// Its processes are always read: none is an empty list, as NVML's.
+	smp = Sample{UtilizationSource: api.UtilSourceSimulated, Processes: []Process{}}
 	if load.UnitsUsed > 0 {
 		smp.KernelTimePct = 100
 	}

@@ -64,7 +64,9 @@ func (n *Node) Conditions(draining bool, samples []inventory.Sample, mps MPSDaem
 			free = d.MemoryTotalMiB - samples[i].MemoryUsedMiB
 		}
 		gc := lease.GPUCondition{Unusable: unusable, MemoryFreeMiB: free}
-		if used != nil {
+		// A GPU whose processes could not be read was not accounted: what
+		// runs beside gpulet there is unknown.
+		if used != nil && samples[i].Processes != nil {
 			gc.Accounted = true
 			if i < len(used.GPUs) {
 				gc.OutsideMiB = used.GPUs[i].OutsideMiB

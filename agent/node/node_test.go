@@ -86,13 +86,15 @@ func TestConditions(t *testing.T) {
 	if c := n.Conditions(false, samples, mpsByGPU{}, nil); c.Draining || c.GPUs[1].InstanceDown != nil {
 		t.Errorf("Conditions without MPS = %+v", c)
 	}
-	// Without accounting nothing says what runs beside gpulet; with it, the
-	// memory it found there.
+	// Without accounting nothing says what runs beside gpulet.
 	if g0.Accounted || g0.OutsideMiB != 0 {
 		t.Errorf("without accounting: accounted %v, outside %d MiB", g0.Accounted, g0.OutsideMiB)
 	}
+	// With it, the memory it found there; a GPU whose processes could not be
+	// read (nil) was not accounted.
+	samples[0].Processes = []inventory.Process{}
 	c = n.Conditions(false, samples, mpsByGPU{}, &usage.Table{GPUs: []usage.GPU{{OutsideMiB: 700}, {}}})
-	if g := c.GPUs[0]; !g.Accounted || g.OutsideMiB != 700 || !c.GPUs[1].Accounted {
+	if g := c.GPUs[0]; !g.Accounted || g.OutsideMiB != 700 || c.GPUs[1].Accounted {
 		t.Errorf("with accounting: %+v", c.GPUs)
 	}
 }
