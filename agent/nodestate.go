@@ -7,6 +7,7 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/node"
+	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/snapshot"
 )
 
@@ -51,7 +52,16 @@ func (a *Agent) lastSamples() []inventory.Sample {
 func (a *Agent) updateConditions() bool {
 	a.condMu.Lock()
 	defer a.condMu.Unlock()
-	c := a.node.Conditions(a.draining.Load(), a.lastSamples(), a.mps)
+	var used *usage.Table
+	if a.usage != nil {
+		// Before accounting's first round (the first sample is taken before
+		// the lease engine opens) nothing is found beside gpulet: the
+		// conditions must not change only because a round came.
+		if used = a.usage.Table(); used == nil {
+			used = &usage.Table{}
+		}
+	}
+	c := a.node.Conditions(a.draining.Load(), a.lastSamples(), a.mps, used)
 	if old := a.conditions.Load(); old != nil && reflect.DeepEqual(old, c) {
 		return false
 	}

@@ -140,11 +140,17 @@ type GPU struct {
 	UtilizationSource string `json:"utilization_source"`
 	// KernelTimePct is NVML's utilization.gpu: the share of time in which
 	// any kernel ran. Shown, never compared with the threshold.
-	KernelTimePct     int        `json:"kernel_time_pct"`
-	MaxUtilizationPct int        `json:"max_utilization_pct"`
-	MemoryTotalMiB    uint64     `json:"memory_total_mib"`
-	MemoryUsedMiB     uint64     `json:"memory_used_mib"`
-	Instances         []Instance `json:"instances"`
+	KernelTimePct     int    `json:"kernel_time_pct"`
+	MaxUtilizationPct int    `json:"max_utilization_pct"`
+	MemoryTotalMiB    uint64 `json:"memory_total_mib"`
+	MemoryUsedMiB     uint64 `json:"memory_used_mib"`
+	// MemoryHeldMiB is the memory its leases, offline claims and reserved
+	// units hold, used or not: each lease's memory_mib, else its units'
+	// share; a claimed or reserved unit's share (docs/design.md §1.8).
+	// Placement sees as free the memory neither held nor used by outside
+	// processes.
+	MemoryHeldMiB uint64     `json:"memory_held_mib"`
+	Instances     []Instance `json:"instances"`
 	// OutsideMemoryMiB is the GPU memory of processes on the GPU that belong
 	// to no lease, no offline claim and no MPS server of gpulet's.
 	OutsideMemoryMiB uint64 `json:"outside_memory_mib"`

@@ -168,8 +168,10 @@ func modelOf(rec *record, state string) *placement.Node {
 		g, key := &rec.gpus[i], &rec.keys[i]
 		pg := placement.GPU{Index: g.index, UUID: g.uuid, Name: g.name, MemoryTotalMiB: g.memoryTotalMiB,
 			Free: key.free, Units: g.unitsTotal, Card: g.card, NUMANode: -1}
-		if g.memoryUsedMiB < g.memoryTotalMiB {
-			pg.MemoryFreeMiB = g.memoryTotalMiB - g.memoryUsedMiB
+		// As the node sees it (docs/design.md §1.8): the least of the
+		// memory its leases do not hold and the memory not used.
+		if taken := max(g.memoryUsedMiB, g.memoryHeldMiB); taken < g.memoryTotalMiB {
+			pg.MemoryFreeMiB = g.memoryTotalMiB - taken
 		}
 		switch {
 		case state != api.NodeWorking:

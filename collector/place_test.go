@@ -327,3 +327,23 @@ func TestChangesBetweenPlacementsAreBounded(t *testing.T) {
 		t.Fatalf("after the made-up nodes went: %+v", l)
 	}
 }
+
+// TestPlacementsSeeHeldMemory: the collector sees a GPU's memory as its node
+// does: what its leases hold is not free, used or not (docs/design.md §1.8).
+func TestPlacementsSeeHeldMemory(t *testing.T) {
+	st := NewStore(15*time.Second, newFakeClock().Now)
+	s := NewServer(st, nil)
+	snap := withInstances(testSnapshot("n1", "b", 1, 6, 1))
+	snap.GPUs[0].MemoryUsedMiB = 0
+	st.Apply(snap)
+	body := []byte(`{"units":1,"memory_mib":20000}`)
+	if code, b := do(t, s, "POST", "/v1/placements", body); code != 200 {
+		t.Fatalf("20000 MiB on a GPU that holds nothing: %d %s", code, b)
+	}
+	snap = withInstances(testSnapshot("n1", "b", 2, 6, 1))
+	snap.GPUs[0].MemoryUsedMiB, snap.GPUs[0].MemoryHeldMiB = 0, 70000
+	st.Apply(snap)
+	if code, b := do(t, s, "POST", "/v1/placements", body); code != 409 {
+		t.Fatalf("20000 MiB on a GPU that holds 70000 of its 81920: %d %s", code, b)
+	}
+}

@@ -54,6 +54,7 @@ type gpuRecord struct {
 	utilizationPct int
 	memoryTotalMiB uint64
 	memoryUsedMiB  uint64
+	memoryHeldMiB  uint64
 	// What the placements need beside the table's columns: the card's
 	// figures and each MPS instance's state and free units.
 	card      placement.Card
@@ -274,7 +275,7 @@ func (st *Store) recordOf(s *api.Snapshot) *record {
 			index: g.Index, uuid: strings.Clone(g.UUID), name: name, state: st.names.state(g.State),
 			unitsTotal: g.UnitsTotal, unitsUsed: g.UnitsUsed,
 			unitsReserved: g.UnitsReserved, utilizationPct: g.UtilizationPct,
-			memoryTotalMiB: g.MemoryTotalMiB, memoryUsedMiB: g.MemoryUsedMiB,
+			memoryTotalMiB: g.MemoryTotalMiB, memoryUsedMiB: g.MemoryUsedMiB, memoryHeldMiB: g.MemoryHeldMiB,
 			card:      cardOf(g.Capability),
 			instances: make([]instanceRecord, len(g.Instances)),
 		}

@@ -165,7 +165,7 @@ func TestMountLayout(t *testing.T) {
 		}{
 			{"", []string{"free_units", "gpus", "leases", "metrics", "reservations", "reserved_units", "snapshot.json", "state", "total_units"}},
 			{"gpus", []string{"0", "1", "GPU-aaaa", "GPU-bbbb"}},
-			{"gpus/1", []string{"eligible", "kernel_time_pct", "memory_total_mib", "memory_used_mib", "name", "outside_memory_mib", "state", "units_free",
+			{"gpus/1", []string{"eligible", "kernel_time_pct", "memory_held_mib", "memory_total_mib", "memory_used_mib", "name", "outside_memory_mib", "state", "units_free",
 				"units_offline", "units_reserved", "units_total", "units_used", "utilization_pct", "uuid"}},
 			{"leases", []string{"lease-1"}},
 			{"reservations", []string{"wf1"}},

@@ -69,6 +69,7 @@ var gpuNames = []dirent{
 	{"utilization_pct", kindFile},
 	{"kernel_time_pct", kindFile},
 	{"memory_used_mib", kindFile},
+	{"memory_held_mib", kindFile},
 	{"memory_total_mib", kindFile},
 	{"outside_memory_mib", kindFile},
 }
@@ -225,6 +226,8 @@ func gpuFile(g *api.GPU, name string) ([]byte, bool) {
 		return uintLine(g.OutsideMemoryMiB), true
 	case "memory_used_mib":
 		return uintLine(g.MemoryUsedMiB), true
+	case "memory_held_mib":
+		return uintLine(g.MemoryHeldMiB), true
 	case "memory_total_mib":
 		return uintLine(g.MemoryTotalMiB), true
 	}

@@ -223,7 +223,7 @@ func names(ds []dirent) []string {
 func TestList(t *testing.T) {
 	p := publish(t, testSnapshot(7, 28), testLease("lease-2", 1000), testLease("lease-1", 1001))
 	gpuFiles := []string{"uuid", "name", "state", "eligible", "units_total", "units_used", "units_free",
-		"units_offline", "units_reserved", "utilization_pct", "kernel_time_pct", "memory_used_mib", "memory_total_mib", "outside_memory_mib"}
+		"units_offline", "units_reserved", "utilization_pct", "kernel_time_pct", "memory_used_mib", "memory_held_mib", "memory_total_mib", "outside_memory_mib"}
 	tests := []struct {
 		name string
 		path string
@@ -349,9 +349,9 @@ func TestInodeNumbers(t *testing.T) {
 		}
 	}
 	walk("")
-	// The root's 9, gpus/ (2 GPUs and 2 links), 2 GPUs of 14 files, one
+	// The root's 9, gpus/ (2 GPUs and 2 links), 2 GPUs of 15 files, one
 	// lease, one reservation.
-	if want := 9 + 4 + 2*14 + 1 + 1; len(seen) != want {
+	if want := 9 + 4 + 2*15 + 1 + 1; len(seen) != want {
 		t.Errorf("walked %d names, want %d", len(seen), want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/errdefs"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 // resolveGPU finds the GPU a request names by index or UUID: its position in
@@ -52,6 +53,7 @@ const (
 	poolsForbidden
 	notWhole
 	instanceHasClients
+	memoryShareFree
 )
 
 func (r reason) String() string {
@@ -72,6 +74,8 @@ func (r reason) String() string {
 		return r.text
 	case memoryFree:
 		return fmt.Sprintf("has %d MiB free, less than the %d MiB asked", r.have, r.want)
+	case memoryShareFree:
+		return fmt.Sprintf("has %d MiB free, less than the units' share of %d MiB", r.have, r.want)
 	case gpuUnitsFree:
 		return fmt.Sprintf("has %d unit(s) free", r.have)
 	case instanceDown:
@@ -134,6 +138,14 @@ func gpuNow(g *GPU, r Request) reason {
 		return reason{kind: memoryFree, have: g.MemoryFreeMiB, want: r.MemoryMiB}
 	case g.Free < r.Units:
 		return reason{kind: gpuUnitsFree, have: uint64(g.Free)}
+	}
+	// A request that asks no memory gets its units' share as its limit
+	// (docs/design.md §1.8): that much must be free too. It is looked
+	// at after the units, so that a full GPU still says its units are.
+	if r.MemoryMiB == 0 && g.Units > 0 {
+		if share := pipefile.MemoryShareMiB(r.Units, g.Units, g.MemoryTotalMiB); share > g.MemoryFreeMiB {
+			return reason{kind: memoryShareFree, have: g.MemoryFreeMiB, want: share}
+		}
 	}
 	return reason{}
 }

@@ -5,6 +5,7 @@ import (
 	"slices"
 
 	"github.com/gpulet/gpulet/internal/errdefs"
+	"github.com/gpulet/gpulet/pipefile"
 )
 
 // Reachable is how many units r's caller could ever have set aside on n: the
@@ -73,12 +74,22 @@ func (e *Engine) Reserve(n *Node, r Request) ([]Choice, error) {
 	slices.SortStableFunc(cands, func(a, b candidate) int { return cmp.Compare(len(b.free), len(a.free)) })
 	var out []Choice
 	left := r.Units
+	// Units set aside hold their share of memory (docs/design.md §1.8): a
+	// GPU gives no more units than its free memory holds the shares of.
+	taken := make(map[int]int)
 	for _, c := range cands {
 		if left == 0 {
 			break
 		}
-		take := min(left, len(c.free))
 		g := &n.GPUs[c.gpu]
+		take := min(left, len(c.free))
+		for take > 0 && g.Units > 0 && pipefile.MemoryShareMiB(taken[c.gpu]+take, g.Units, g.MemoryTotalMiB) > g.MemoryFreeMiB {
+			take--
+		}
+		if take == 0 {
+			continue
+		}
+		taken[c.gpu] += take
 		out = append(out, Choice{GPU: g.Index, Instance: g.Instances[c.instance].Index, Units: append([]int(nil), c.free[:take]...)})
 		left -= take
 	}

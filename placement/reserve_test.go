@@ -40,6 +40,10 @@ func TestReserve(t *testing.T) {
 			n.GPUs[0].Instances[1].Down = "is down"
 			take(n, 0, 0, 6, 7)
 		}, req: Request{Units: 3, UID: 7}, want: []Choice{{GPU: 0, Instance: 0, Units: []int{6, 7}}}, err: api.ErrInsufficientUnits},
+		{name: "no more units than the free memory holds the shares of", change: func(n *Node) {
+			n.GPUs[1].Unusable, n.GPUs[2].Unusable = "failed", "failed"
+			n.GPUs[0].MemoryFreeMiB = 3*5120 + 100
+		}, req: Request{Units: 6, UID: 7}, want: []Choice{{GPU: 0, Instance: 0, Units: []int{0, 1, 2}}}, err: api.ErrInsufficientUnits},
 		{name: "draining", change: func(n *Node) { n.Draining = true }, req: Request{Units: 1}, err: api.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

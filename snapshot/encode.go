@@ -134,6 +134,8 @@ func appendGPU(b []byte, g *api.GPU) ([]byte, error) {
 	b = strconv.AppendUint(b, g.MemoryTotalMiB, 10)
 	b = append(b, `,"memory_used_mib":`...)
 	b = strconv.AppendUint(b, g.MemoryUsedMiB, 10)
+	b = append(b, `,"memory_held_mib":`...)
+	b = strconv.AppendUint(b, g.MemoryHeldMiB, 10)
 	b = append(b, `,"instances":`...)
 	if g.Instances == nil {
 		b = append(b, "null"...)

@@ -61,7 +61,7 @@ func TestSnapshotContract(t *testing.T) {
 		"units_total": "number", "units_used": "number", "units_free": "number", "units_offline": "number",
 		"units_reserved": "number", "utilization_pct": "number", "max_utilization_pct": "number",
 		"utilization_source": "string", "kernel_time_pct": "number", "outside_memory_mib": "number",
-		"memory_total_mib": "number", "memory_used_mib": "number", "instances": "array",
+		"memory_total_mib": "number", "memory_used_mib": "number", "memory_held_mib": "number", "instances": "array",
 	}
 	names := []string{"NVIDIA A100-SXM4-80GB", "NVIDIA A100-SXM4-80GB", "Tesla T4"}
 	for i, gv := range gpus {

@@ -48,10 +48,11 @@ func TestScorePolicyAndMinCC(t *testing.T) {
 		t.Fatalf("gpulet gpus: exit %d\n%s", code, out)
 	}
 
-	// The example's node: 12 small jobs on the T4 using 1,360 MiB in all, one
-	// lease of 4 units on the A100 that uses 70,000 MiB.
+	// The example's node: 12 small jobs on the T4 that asked 100 MiB each and
+	// use 1,360 MiB in all, one lease of 4 units on the A100 that uses 70,000
+	// MiB.
 	for i := 0; i < 12; i++ {
-		if _, err := d.Client.Lease(ctx, api.LeaseRequest{Units: 1, GPU: "0", TTL: "5m"}); err != nil {
+		if _, err := d.Client.Lease(ctx, api.LeaseRequest{Units: 1, GPU: "0", MemoryMiB: 100, TTL: "5m"}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -65,7 +65,7 @@ func TestViewEndToEnd(t *testing.T) {
 			"uuid": g.UUID, "name": g.Name, "state": g.State, "eligible": strconv.FormatBool(g.Eligible),
 			"units_total": strconv.Itoa(g.UnitsTotal), "units_used": strconv.Itoa(g.UnitsUsed),
 			"units_free": strconv.Itoa(g.UnitsFree), "units_offline": strconv.Itoa(g.UnitsOffline),
-			"memory_total_mib": strconv.FormatUint(g.MemoryTotalMiB, 10),
+			"memory_total_mib": strconv.FormatUint(g.MemoryTotalMiB, 10), "memory_held_mib": strconv.FormatUint(g.MemoryHeldMiB, 10),
 		} {
 			if got := readView(t, view, filepath.Join(dir, name)); got != want+"\n" {
 				t.Errorf("%s/%s = %q, want %q", dir, name, got, want)

@@ -189,16 +189,17 @@ func TestSimReadsLikeAnH100(t *testing.T) {
 	if idle.KernelTimePct != 0 || idle.UtilizationPct != 0 || idle.UtilizationSource != api.UtilSourceSimulated {
 		t.Fatalf("idle: %+v", idle)
 	}
-	share := h100.MemoryTotalMiB * 2 / 16
 	for _, tc := range []struct {
 		units []int
 		gpm   float64 // what the H100 read
 	}{{[]int{2}, 12.1}, {[]int{4}, 24.2}, {[]int{8}, 50.0}, {[]int{2, 2}, 24.2}} {
 		s := NewSim("n", []Model{h100})
 		load := Load{UnitsTotal: 16, MPS: true}
+		var base uint64
 		for i, u := range tc.units {
+			base += h100.MemoryTotalMiB * uint64(u) / 16
 			load.UnitsUsed += u
-			load.Clients = append(load.Clients, Client{PID: 100 + i, UID: 1000, Units: u, ShareMiB: share})
+			load.Clients = append(load.Clients, Client{PID: 100 + i, UID: 1000, Units: u, ShareMiB: h100.MemoryTotalMiB * uint64(u) / 16})
 		}
 		got := s.Sample(0, load)
 		if got.KernelTimePct != 100 || math.Abs(float64(got.UtilizationPct)-tc.gpm) > 0.5 {
@@ -212,7 +213,7 @@ func TestSimReadsLikeAnH100(t *testing.T) {
 		if n := len(tc.units); len(got.Processes) != n+1 || got.Processes[n] != want {
 			t.Errorf("clients on %v: processes %+v, want the clients and the server with %d MiB", tc.units, got.Processes, simServerMiB)
 		}
-		if base := h100.MemoryTotalMiB * uint64(load.UnitsUsed) / 16; got.MemoryUsedMiB != base+simServerMiB {
+		if got.MemoryUsedMiB != base+simServerMiB {
 			t.Errorf("clients on %v: memory used %d MiB, want the units' share %d and the server's %d", tc.units, got.MemoryUsedMiB, base, simServerMiB)
 		}
 	}
@@ -339,14 +340,49 @@ func TestSimProcessSettings(t *testing.T) {
 	if !slices.Equal(got.Processes, want) {
 		t.Fatalf("processes %+v, want %+v", got.Processes, want)
 	}
-	base := Models[6].MemoryTotalMiB / 16
-	if got.MemoryUsedMiB != base+big-share+outside {
-		t.Fatalf("memory used %d, want %d", got.MemoryUsedMiB, base+big-share+outside)
+	if got.MemoryUsedMiB != big+outside {
+		t.Fatalf("memory used %d, want what the processes use, %d", got.MemoryUsedMiB, big+outside)
 	}
 	if err := s.Set(0, api.SimGPUUpdate{Process: &api.SimProcess{PID: 77, Gone: true}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.Sample(0, load); len(got.Processes) != 1 {
 		t.Fatalf("processes %+v after the outside one is gone", got.Processes)
+	}
+}
+
+// TestSimMemoryAddsUp: the GPU's memory in use is what its processes use
+// and the share of the units no known process holds, so that no process
+// (and no lease, whose usage is its processes') reads more than its GPU: a
+// one-unit client with 60 GiB of an A100 80 GB's pinned limit uses 60 GiB,
+// not its unit's 5 GiB.
+func TestSimMemoryAddsUp(t *testing.T) {
+	a100 := Models[5]
+	for _, tc := range []struct {
+		name string
+		mps  bool
+		load Load
+		want uint64
+	}{
+		{"a client that asked 60 GiB", true, Load{UnitsUsed: 1, UnitsTotal: 16, MPS: true, Clients: []Client{{PID: 100, UID: 1000, Units: 1, ShareMiB: 61440}}},
+			61440 + simServerMiB},
+		{"two clients of one process", false, Load{UnitsUsed: 3, UnitsTotal: 16, Clients: []Client{{PID: 100, Units: 1, ShareMiB: 1000}, {PID: 100, Units: 2, ShareMiB: 2000}}},
+			3000},
+		{"units of no known process", false, Load{UnitsUsed: 4, UnitsTotal: 16, Clients: []Client{{PID: 100, Units: 1, ShareMiB: 30000}}},
+			30000 + 3*81920/16},
+		{"a whole-GPU lease", true, Load{UnitsUsed: 16, UnitsTotal: 16, MPS: true, Clients: []Client{{PID: 100, Units: 16, ShareMiB: 81920, Whole: true}}},
+			81920},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := NewSim("n", []Model{a100}).Sample(0, tc.load)
+			if got.MemoryUsedMiB != tc.want {
+				t.Errorf("memory used %d MiB, want %d", got.MemoryUsedMiB, tc.want)
+			}
+			for _, p := range got.Processes {
+				if p.MemoryUsedMiB > got.MemoryUsedMiB {
+					t.Errorf("process %d uses %d MiB, more than its GPU's %d", p.PID, p.MemoryUsedMiB, got.MemoryUsedMiB)
+				}
+			}
+		})
 	}
 }

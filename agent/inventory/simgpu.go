@@ -122,7 +122,9 @@ func jobSM(sms, units, total int, mps bool) float64 {
 }
 
 // Sample reports, unless overridden, the SM utilization of the units in use
-// (jobSM), memory in proportion to them, kernel time 100% while any unit is,
+// (jobSM), memory as its processes use it (a client its share, or what Set
+// gave it) and the share of units no known process holds, kernel time 100%
+// while any unit is,
 // and the clients and MPS servers as processes. A GPU with a latched
 // critical Xid is failed.
 func (s *Sim) Sample(index int, load Load) Sample {
@@ -142,10 +144,8 @@ func (s *Sim) ClearXid(index int) uint64 { return s.faults.clear(index) }
 func (s *Sim) read(index int, load Load) (smp Sample, readProcessSM bool) {
 	d := s.devices[index]
 	sms := smCount(d)
-	smp = Sample{UtilizationSource: api.UtilSourceSimulated}
-	if load.UnitsTotal > 0 {
-		smp.MemoryUsedMiB = d.MemoryTotalMiB * uint64(load.UnitsUsed) / uint64(load.UnitsTotal)
-	}
+	// Its processes are always read: none is an empty list, as NVML's.
+	smp = Sample{UtilizationSource: api.UtilSourceSimulated, Processes: []Process{}}
 	if load.UnitsUsed > 0 {
 		smp.KernelTimePct = 100
 	}
@@ -156,7 +156,6 @@ func (s *Sim) read(index int, load Load) (smp Sample, readProcessSM bool) {
 		served = s.serveLocked(index, load.Clients)
 	}
 	known := map[int]bool{}
-	var extra int64
 	// A process holding several leases is one process on the GPU, using
 	// the sum of their shares.
 	share, sm, whole := map[int]uint64{}, map[int]float64{}, map[int]bool{}
@@ -168,6 +167,13 @@ func (s *Sim) read(index int, load Load) (smp Sample, readProcessSM bool) {
 		free -= c.Units
 	}
 	gpuSM := jobSM(sms, max(free, 0), load.UnitsTotal, false)
+	// The GPU's memory in use is what its processes use, and their share
+	// for units no known process holds: so that it adds up, and no lease's
+	// usage reads more than its GPU's.
+	var used uint64
+	if load.UnitsTotal > 0 {
+		used = pipefile.MemoryShareMiB(max(free, 0), load.UnitsTotal, d.MemoryTotalMiB)
+	}
 	serverSM := map[int]float64{}
 	for _, c := range served {
 		whole[c.PID] = whole[c.PID] || c.Whole
@@ -189,23 +195,23 @@ func (s *Sim) read(index int, load Load) (smp Sample, readProcessSM bool) {
 		p.MemoryUsedMiB = share[p.PID]
 		if m, ok := s.procMiB[index][p.PID]; ok {
 			p.MemoryUsedMiB = m
-			extra += int64(m) - int64(share[p.PID])
 		}
+		used += p.MemoryUsedMiB
 	}
 	for pid, m := range s.procMiB[index] {
 		if !known[pid] {
 			smp.Processes = append(smp.Processes, Process{PID: pid, MemoryUsedMiB: m})
-			extra += int64(m)
+			used += m
 		}
 	}
 	if load.MPS {
 		for _, srv := range s.servers[index] {
 			smp.Processes = append(smp.Processes, Process{PID: srv.pid, MemoryUsedMiB: simServerMiB})
-			extra += simServerMiB
+			used += simServerMiB
 		}
 	}
 	slices.SortFunc(smp.Processes, func(a, b Process) int { return a.PID - b.PID })
-	smp.MemoryUsedMiB = uint64(min(max(int64(smp.MemoryUsedMiB)+extra, 0), int64(d.MemoryTotalMiB)))
+	smp.MemoryUsedMiB = min(used, d.MemoryTotalMiB)
 	// Per-process SM figures, as gpuletd reads NVML's where GPM gives the
 	// GPU's: under MPS one per server (its clients'), otherwise one per
 	// process; in between, the last ones read.

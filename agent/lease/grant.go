@@ -51,11 +51,17 @@ type lease struct {
 	// reclaiming says its holder was told to end (reservation.go).
 	share      string
 	reclaiming bool
+	// memMiB, units and whole are Lease's MemoryMiB, len(Units) and whether
+	// it is of whole GPUs, kept for the GPU memory it holds (heldMiB).
+	memMiB uint64
+	units  int
+	whole  bool
 }
 
 // newTableLease is the table's record of pub, which it keeps.
 func newTableLease(pub *api.Lease, bind binding, share string) *lease {
-	return &lease{Lease: pub, bind: bind, share: share, gpu: pub.GPU.Index, ownerUID: pub.Owner.UID, slurm: pub.Slurm}
+	return &lease{Lease: pub, bind: bind, share: share, gpu: pub.GPU.Index, ownerUID: pub.Owner.UID, slurm: pub.Slurm,
+		memMiB: pub.MemoryMiB, units: len(pub.Units), whole: len(pub.GPUs) > 0}
 }
 
 // change sets a copy of the lease that f changed; whoever holds the value

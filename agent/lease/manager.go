@@ -42,6 +42,12 @@ type GPUCondition struct {
 	// empty when it may.
 	Unusable      string
 	MemoryFreeMiB uint64
+	// Accounted says accounting attributed the GPU's processes, and
+	// OutsideMiB is what it found used by processes that are no lease's,
+	// claim's or MPS server's: memory nothing holds that is not free
+	// either (memory.go).
+	Accounted  bool
+	OutsideMiB uint64
 	// InstanceDown says per instance why it takes no new leases; empty when
 	// it may.
 	InstanceDown []string

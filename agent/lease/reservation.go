@@ -318,7 +318,7 @@ func (rs *Reservations) placeReservationLocked(r *reservation) ([]placement.Choi
 				}
 			}
 		}
-	}, &uid)
+	}, &uid, r.Size())
 	return rs.t.engine.Load().Reserve(n, placement.Request{Units: r.Size(), UID: uid, GIDs: r.groups, Admin: r.admin})
 }
 

@@ -90,7 +90,7 @@ func (rs *Reservations) placeOnReservationLocked(eng *placement.Engine, peer ide
 	if !r.active {
 		return placement.Decision{}, nil, errdefs.Errorf(errdefs.ErrNoCapacity, "reservation %q is pending: its units are not set aside yet", name)
 	}
-	d, err := eng.Place(rs.reservationNodeLocked(r), pr)
+	d, err := eng.Place(rs.reservationNodeLocked(r, pr.Units), pr)
 	if err != nil {
 		u := rs.usageLocked(r)
 		return d, nil, fmt.Errorf("reservation %q has %d idle unit(s) of %d (in use %d, lent %d): %w", name, u.idle, len(r.slots), u.inUse, u.lent, err)
@@ -142,18 +142,19 @@ func (rs *Reservations) borrowFromLocked(eng *placement.Engine, r *reservation, 
 		return placement.Decision{}, errdefs.Errorf(errdefs.ErrNoCapacity, "reservation %q lends %s %d more unit(s) this stage (lendable %d, lent %d, %d of them to %s)",
 			r.Name, r.Share[i].Name, max(room, 0), lendable, u.lent, u.lentTo[i], r.Share[i].Name)
 	}
-	d, err := eng.Place(rs.reservationNodeLocked(r), pr)
+	d, err := eng.Place(rs.reservationNodeLocked(r, pr.Units), pr)
 	if err != nil {
 		return d, fmt.Errorf("borrowing from reservation %q: %w", r.Name, err)
 	}
 	return d, nil
 }
 
-// reservationNodeLocked is the placement view of r's idle units: the node as
-// it is, each instance's free units replaced by r's idle ones there. Its
-// units are for its owner's draws and its borrowers alike, so its owner
-// does not count as its instances' user for holding them.
-func (rs *Reservations) reservationNodeLocked(r *reservation) *placement.Node {
+// reservationNodeLocked is the placement view of r's idle units, for a
+// request of units: the node as it is, each instance's free units replaced
+// by r's idle ones there. Its units are for its owner's draws and its
+// borrowers alike, so its owner does not count as its instances' user for
+// holding them.
+func (rs *Reservations) reservationNodeLocked(r *reservation, units int) *placement.Node {
 	owner := r.owner.UID
 	return rs.restrictedNodeLocked(func(add func(g, u int)) {
 		for _, ref := range r.slots {
@@ -161,15 +162,18 @@ func (rs *Reservations) reservationNodeLocked(r *reservation) *placement.Node {
 				add(ref.g, ref.u)
 			}
 		}
-	}, &owner)
+	}, &owner, units)
 }
 
 // restrictedNodeLocked is the node's placement view with the free units of
 // every instance replaced by those each adds, in ascending order per
 // instance; instances' users leave out the uid except (see placementGPU).
+// A GPU's free memory gains what up to units of the reserved units added
+// there hold: a request of units takes that many, and their memory with
+// them, while the others keep theirs.
 // It reuses one scratch view: a decision must be done with it before the
 // next call.
-func (rs *Reservations) restrictedNodeLocked(each func(add func(g, u int)), except *uint32) *placement.Node {
+func (rs *Reservations) restrictedNodeLocked(each func(add func(g, u int)), except *uint32, units int) *placement.Node {
 	base := rs.t.pub.nodeLocked()
 	sc := &rs.scratch
 	sc.Draining, sc.OneUserPerInstance, sc.ClientsPerInstance = base.Draining, base.OneUserPerInstance, base.ClientsPerInstance
@@ -181,11 +185,7 @@ func (rs *Reservations) restrictedNodeLocked(each func(add func(g, u int)), exce
 		rs.scratchFree = make([][]int, len(rs.t.gpus)*k)
 	}
 	for gi, g := range rs.t.gpus {
-		var gc *GPUCondition
-		if rs.t.nodeCond != nil && gi < len(rs.t.nodeCond.GPUs) {
-			gc = &rs.t.nodeCond.GPUs[gi]
-		}
-		rs.t.pub.placementGPU(&sc.GPUs[gi], g, gc, except)
+		rs.t.pub.placementGPU(&sc.GPUs[gi], g, gpuCondition(rs.t.nodeCond, gi), except)
 	}
 	for i := range rs.scratchFree {
 		rs.scratchFree[i] = rs.scratchFree[i][:0]
@@ -195,12 +195,19 @@ func (rs *Reservations) restrictedNodeLocked(each func(add func(g, u int)), exce
 		rs.scratchFree[i] = append(rs.scratchFree[i], u)
 	})
 	for gi := range sc.GPUs {
-		pg := &sc.GPUs[gi]
+		pg, g := &sc.GPUs[gi], rs.t.gpus[gi]
 		pg.Free = 0
+		reserved := 0
 		for ki := range pg.Instances {
 			pg.Instances[ki].FreeUnits = rs.scratchFree[gi*k+ki]
 			pg.Free += len(pg.Instances[ki].FreeUnits)
+			for _, u := range pg.Instances[ki].FreeUnits {
+				if g.slots[u].state == slotReserved {
+					reserved++
+				}
+			}
 		}
+		pg.MemoryFreeMiB = memoryFreeMiB(g, gpuCondition(rs.t.nodeCond, gi), unitsHeldMiB(min(reserved, units), rs.t.cfg.Model.UnitsPerGPU, g.dev.MemoryTotalMiB))
 	}
 	return sc
 }

@@ -84,6 +84,9 @@ type GPUView struct {
 	// Reserved counts the units set aside (or held) for reservations and
 	// not in use.
 	Reserved int
+	// HeldMemoryMiB is the GPU memory the GPU's leases, offline claims and
+	// reserved units hold (memory.go): asked or not, in use or not.
+	HeldMemoryMiB uint64
 	// OfflineByUID counts offline units per owner of their FIFO.
 	OfflineByUID map[uint32]int
 	// Claimed lists the units claimed offline, in unit order.
@@ -229,6 +232,7 @@ func (p *publisher) buildGPUViewLocked(gi int, g *gpuTable) GPUView {
 					s.lease.seen = p.t.builds
 					iv.Clients++
 					gv.Leases = append(gv.Leases, s.lease.Lease)
+					gv.HeldMemoryMiB += s.lease.heldMiB(p.t.cfg.Model.UnitsPerGPU, g.dev.MemoryTotalMiB)
 					if s.lease.gpu == gi {
 						gv.LeasesHere++
 					}
@@ -249,6 +253,7 @@ func (p *publisher) buildGPUViewLocked(gi int, g *gpuTable) GPUView {
 		iv.FreeUnits = free[first:len(free):len(free)]
 		gv.Instances = append(gv.Instances, iv)
 	}
+	gv.HeldMemoryMiB += unitsHeldMiB(gv.Offline+gv.Reserved, p.t.cfg.Model.UnitsPerGPU, g.dev.MemoryTotalMiB)
 	return gv
 }
 
@@ -290,16 +295,22 @@ func (p *publisher) nodeLocked() *placement.Node {
 			continue
 		}
 		p.t.nodeBuilt[gi] = g.built
-		var gc *GPUCondition
-		if cond != nil && gi < len(cond.GPUs) {
-			gc = &cond.GPUs[gi]
-		}
-		p.placementGPU(&n.GPUs[gi], g, gc, nil)
+		p.placementGPU(&n.GPUs[gi], g, gpuCondition(cond, gi), nil)
 	}
 	return n
 }
 
+// gpuCondition is GPU gi's part of c; nil when c says nothing of it.
+func gpuCondition(c *Conditions, gi int) *GPUCondition {
+	if c == nil || gi >= len(c.GPUs) {
+		return nil
+	}
+	return &c.GPUs[gi]
+}
+
 // placementGPU brings pg, GPU g's part of the placement view, up to date.
+// Its free memory is what the GPU's leases, claims and reserved units do not
+// hold, less what runs beside gpulet (memoryFreeMiB).
 // With MPS, an instance holding units of a reservation counts the
 // reservation's owner among its users (but not the uid except, when set):
 // other users' leases keep out of it, so that the owner's draws find it
@@ -308,13 +319,14 @@ func (p *publisher) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUConditio
 	gv := &g.view
 	*pg = placement.GPU{
 		Index: g.dev.Index, UUID: g.dev.UUID, Name: g.dev.Name,
-		MemoryTotalMiB: g.dev.MemoryTotalMiB, MemoryFreeMiB: g.dev.MemoryTotalMiB,
-		Free: p.t.cfg.Model.UnitsPerGPU - gv.Used - gv.Reserved, Units: p.t.cfg.Model.UnitsPerGPU, Instances: pg.Instances[:0],
+		MemoryTotalMiB: g.dev.MemoryTotalMiB,
+		Free:           p.t.cfg.Model.UnitsPerGPU - gv.Used - gv.Reserved, Units: p.t.cfg.Model.UnitsPerGPU, Instances: pg.Instances[:0],
 		Card: placement.Card{CC: g.dev.CC(), MemoryBandwidthGBps: g.dev.MemoryBandwidthGBps(), SMClockMHz: g.dev.MaxSMClockMHz},
 	}
 	if gc != nil {
-		pg.Unusable, pg.MemoryFreeMiB = gc.Unusable, gc.MemoryFreeMiB
+		pg.Unusable = gc.Unusable
 	}
+	pg.MemoryFreeMiB = memoryFreeMiB(g, gc, 0)
 	for k, iv := range gv.Instances {
 		in := placement.Instance{Index: k, FreeUnits: iv.FreeUnits, Size: iv.Size, Clients: iv.Clients, Users: iv.Users}
 		if gc != nil && k < len(gc.InstanceDown) {

@@ -140,7 +140,7 @@ func (b *Builder) buildGPU(i int, gv *lease.GPUView, sample *inventory.Sample, m
 		UnitsReserved:  gv.Reserved,
 		UtilizationPct: sample.UtilizationPct, UtilizationSource: sample.UtilizationSource,
 		KernelTimePct: sample.KernelTimePct, MaxUtilizationPct: n.MaxUtilization,
-		MemoryTotalMiB: d.MemoryTotalMiB, MemoryUsedMiB: sample.MemoryUsedMiB,
+		MemoryTotalMiB: d.MemoryTotalMiB, MemoryUsedMiB: sample.MemoryUsedMiB, MemoryHeldMiB: gv.HeldMemoryMiB,
 		Capability: api.Capability{
 			ComputeCapability: d.ComputeCapability(), Cores: d.Cores, MaxSMClockMHz: d.MaxSMClockMHz,
 			MemoryBusWidthBit: d.MemoryBusWidthBit, MemoryClockMHz: d.MemoryClockMHz,

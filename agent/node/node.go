@@ -14,6 +14,7 @@ import (
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/mpsctl"
 )
@@ -50,9 +51,11 @@ func (n *Node) GPUState(s inventory.Sample) (state, unusable string) {
 }
 
 // Conditions are what placement must know beyond units: draining, each
-// GPU's eligibility and free memory, each instance's health and server.
-// samples holds one sample per device.
-func (n *Node) Conditions(draining bool, samples []inventory.Sample, mps MPSDaemons) *lease.Conditions {
+// GPU's eligibility and free memory, the memory its processes beside gpulet
+// use (from the accounting's table used, empty before its first round;
+// nil: accounting is off), each
+// instance's health and server. samples holds one sample per device.
+func (n *Node) Conditions(draining bool, samples []inventory.Sample, mps MPSDaemons, used *usage.Table) *lease.Conditions {
 	c := &lease.Conditions{Draining: draining, GPUs: make([]lease.GPUCondition, len(n.Devices))}
 	for i, d := range n.Devices {
 		_, unusable := n.GPUState(samples[i])
@@ -61,6 +64,14 @@ func (n *Node) Conditions(draining bool, samples []inventory.Sample, mps MPSDaem
 			free = d.MemoryTotalMiB - samples[i].MemoryUsedMiB
 		}
 		gc := lease.GPUCondition{Unusable: unusable, MemoryFreeMiB: free}
+		// A GPU whose processes could not be read was not accounted: what
+		// runs beside gpulet there is unknown.
+		if used != nil && samples[i].Processes != nil {
+			gc.Accounted = true
+			if i < len(used.GPUs) {
+				gc.OutsideMiB = used.GPUs[i].OutsideMiB
+			}
+		}
 		for _, st := range mps.Status(d.UUID) {
 			down := ""
 			if !api.InstanceTakesLeases(st.State) {

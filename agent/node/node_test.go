@@ -7,6 +7,7 @@ import (
 
 	"github.com/gpulet/gpulet/agent/inventory"
 	"github.com/gpulet/gpulet/agent/units"
+	"github.com/gpulet/gpulet/agent/usage"
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/mpsctl"
 )
@@ -64,7 +65,7 @@ func TestConditions(t *testing.T) {
 		"GPU-0": {{Instance: 0, State: api.InstanceRunning, ServerUID: ptr(uint32(1000))}, {Instance: 1, State: api.InstanceDown, Err: errors.New("no answer")}},
 		"GPU-1": {{Instance: 0, State: api.InstanceStarting}, {Instance: 1, State: api.InstanceRunning}},
 	}
-	c := n.Conditions(true, samples, mps)
+	c := n.Conditions(true, samples, mps, nil)
 	if !c.Draining || len(c.GPUs) != 2 {
 		t.Fatalf("Conditions = %+v", c)
 	}
@@ -82,8 +83,19 @@ func TestConditions(t *testing.T) {
 		t.Errorf("server uids = %v", g0.ServerUID)
 	}
 	// MPS off: no instance is listed, so none is down.
-	if c := n.Conditions(false, samples, mpsByGPU{}); c.Draining || c.GPUs[1].InstanceDown != nil {
+	if c := n.Conditions(false, samples, mpsByGPU{}, nil); c.Draining || c.GPUs[1].InstanceDown != nil {
 		t.Errorf("Conditions without MPS = %+v", c)
+	}
+	// Without accounting nothing says what runs beside gpulet.
+	if g0.Accounted || g0.OutsideMiB != 0 {
+		t.Errorf("without accounting: accounted %v, outside %d MiB", g0.Accounted, g0.OutsideMiB)
+	}
+	// With it, the memory it found there; a GPU whose processes could not be
+	// read (nil) was not accounted.
+	samples[0].Processes = []inventory.Process{}
+	c = n.Conditions(false, samples, mpsByGPU{}, &usage.Table{GPUs: []usage.GPU{{OutsideMiB: 700}, {}}})
+	if g := c.GPUs[0]; !g.Accounted || g.OutsideMiB != 700 || c.GPUs[1].Accounted {
+		t.Errorf("with accounting: %+v", c.GPUs)
 	}
 }
 

@@ -279,3 +279,21 @@ func TestBoundedAnswersAsAll(t *testing.T) {
 		})
 	}
 }
+
+// TestModelHoldsMemoryAsGpuletdDoes: a lease committed to the model holds
+// what gpuletd's would (docs/design.md §1.8): its memory_mib, else its
+// units' share, so that the model refuses what gpuletd refuses: on one
+// A100 80 GB of 16 units, a second 60 GiB lease, and a lease of one unit's
+// share once 4 units' share and 60 GiB are held.
+func TestModelHoldsMemoryAsGpuletdDoes(t *testing.T) {
+	c := newCluster(t, placement.BestFit, NodeSpec{Name: "a", Units: 16, GPUs: []GPUSpec{{Name: "A100-80GB", MemoryTotalMiB: 81920}}})
+	big := Request{Request: placement.Request{Units: 1, MemoryMiB: 61440}}
+	place(t, c, big)
+	if _, err := c.Place(big, 1); !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("a second 60 GiB lease beside one held: %v", err)
+	}
+	place(t, c, units(4))
+	if _, err := c.Place(units(1), 1); !errors.Is(err, api.ErrInsufficientUnits) {
+		t.Fatalf("one unit's share with 80 GiB held: %v", err)
+	}
+}

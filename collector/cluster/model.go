@@ -3,6 +3,7 @@ package cluster
 import (
 	"fmt"
 
+	"github.com/gpulet/gpulet/pipefile"
 	"github.com/gpulet/gpulet/placement"
 )
 
@@ -61,8 +62,9 @@ func newNode(s NodeSpec) (*placement.Node, error) {
 // commit applies a decision of the engine to node n, as a lease would: the
 // units it names leave their instance's free list (a client each), a
 // whole-GPU choice takes every unit of its GPUs, and the host gives the
-// request's CPU and memory. A request's memory_mib leaves its GPUs' free
-// memory.
+// request's CPU and memory. The GPU memory the lease would hold leaves its
+// GPUs' free memory, as gpuletd holds it (docs/design.md §1.8): its
+// memory_mib, else its units' share; a whole GPU's all.
 func commit(n *placement.Node, r placement.Request, c placement.Choice) {
 	if h := n.Host; h != nil {
 		h.CPUMilliFree -= min(h.CPUMilliFree, r.HostCPUMilli)
@@ -73,7 +75,7 @@ func commit(n *placement.Node, r placement.Request, c placement.Choice) {
 		for _, idx := range c.GPUs {
 			g := gpuByIndex(n, idx)
 			g.Free = 0
-			g.MemoryFreeMiB -= min(g.MemoryFreeMiB, r.MemoryMiB)
+			g.MemoryFreeMiB = 0
 			for k := range g.Instances {
 				g.Instances[k].FreeUnits = nil
 			}
@@ -81,7 +83,11 @@ func commit(n *placement.Node, r placement.Request, c placement.Choice) {
 	case c.GPU >= 0:
 		g := gpuByIndex(n, c.GPU)
 		g.Free -= len(c.Units)
-		g.MemoryFreeMiB -= min(g.MemoryFreeMiB, r.MemoryMiB)
+		mem := r.MemoryMiB
+		if mem == 0 && g.Units > 0 {
+			mem = pipefile.MemoryShareMiB(len(c.Units), g.Units, g.MemoryTotalMiB)
+		}
+		g.MemoryFreeMiB -= min(g.MemoryFreeMiB, mem)
 		for k := range g.Instances {
 			in := &g.Instances[k]
 			if in.Index == c.Instance {

@@ -170,7 +170,7 @@ func TestStatusTable(t *testing.T) {
 	s := &api.Snapshot{Node: "n1", State: "working", Backend: api.BackendSimulated, MPS: "on", UnitsTotal: 32, UnitsFree: 27,
 		GPUs: []api.GPU{
 			{Index: 0, Name: "Tesla T4", State: "working", Eligible: true, UnitsTotal: 16, UnitsUsed: 5, UnitsOffline: 2, UnitsFree: 11,
-				UtilizationPct: 37, MaxUtilizationPct: 90, MemoryUsedMiB: 100, MemoryTotalMiB: 15360, Instances: []api.Instance{{Instance: 0, State: "running", UID: &uid}}},
+				UtilizationPct: 37, MaxUtilizationPct: 90, MemoryUsedMiB: 100, MemoryHeldMiB: 4800, MemoryTotalMiB: 15360, Instances: []api.Instance{{Instance: 0, State: "running", UID: &uid}}},
 			{Index: 1, Name: "Tesla T4", State: "failed", Error: "Xid 79: GPU has fallen off the bus", Xid: 79, UnitsTotal: 16, UnitsFree: 16, MaxUtilizationPct: 90},
 			{Index: 2, Name: "Tesla T4", State: "failed", Error: "NVML utilization: GPU is lost", UnitsTotal: 16, UnitsFree: 16, MaxUtilizationPct: 90},
 		}}
@@ -178,7 +178,7 @@ func TestStatusTable(t *testing.T) {
 	WriteStatus(&b, s)
 	for _, want := range []string{
 		"node n1  state: working  backend: simulated (no real GPU)  mps: on",
-		"[###oo...........]", "LEASED/OFFLINE/RESERVED/FREE", "3/2/0/11", "37%", "100/15360", "0:running uid 1000",
+		"[###oo...........]", "LEASED/OFFLINE/RESERVED/FREE", "3/2/0/11", "37%", "MEMORY USED/HELD/TOTAL (MiB)", "100/4800/15360", "0:running uid 1000",
 		"failed", "GPU 1: Xid 79: GPU has fallen off the bus (after a look at the GPU, an admin clears it: gpulet undrain --gpu 1)",
 		"GPU 2: NVML utilization: GPU is lost\n",
 		"total: 32 units, 27 free, 0 reserved   (# leased  o offline  r reserved  . free)",

@@ -64,7 +64,7 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 	if s.ConfigError != "" {
 		fmt.Fprintf(w, "config: %s\n", Printable(s.ConfigError))
 	}
-	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "LEASED/OFFLINE/RESERVED/FREE", "UTIL", "MEMORY (MiB)", "MPS")
+	tw := newTable(w, "GPU", "NAME", "STATE", "ELIGIBLE", "UNITS", "LEASED/OFFLINE/RESERVED/FREE", "UTIL", "MEMORY USED/HELD/TOTAL (MiB)", "MPS")
 	var notes []string
 	for _, g := range s.GPUs {
 		var inst []string
@@ -92,7 +92,7 @@ func WriteStatus(w io.Writer, s *api.Snapshot) {
 			// The bar's four kinds, in its order, so that they add up to the GPU's
 			// units (units_used counts offline claims too).
 			fmt.Sprintf("%d/%d/%d/%d", g.UnitsUsed-g.UnitsOffline, g.UnitsOffline, g.UnitsReserved, g.UnitsFree),
-			utilCell(g), fmt.Sprintf("%d/%d", g.MemoryUsedMiB, g.MemoryTotalMiB), strings.Join(inst, " "))
+			utilCell(g), fmt.Sprintf("%d/%d/%d", g.MemoryUsedMiB, g.MemoryHeldMiB, g.MemoryTotalMiB), strings.Join(inst, " "))
 	}
 	tw.flush()
 	notes = append(notes, overQuotaNotes(s.OverQuota)...)
