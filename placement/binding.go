@@ -127,3 +127,21 @@ func holdings(n *Node) [][]Holding {
 	}
 	return out
 }
+
+// KeptBy returns the users other than uid who keep instance k of the GPU at
+// position g, with their holds or their live MPS server, ascending; none when
+// uid may join it. Without MPS nobody keeps an instance.
+func KeptBy(n *Node, g, k int, uid uint32) []uint32 {
+	b := binding{n: n}
+	if !n.OneUserPerInstance || !b.servesOthers(g, k, uid) {
+		return nil
+	}
+	var out []uint32
+	for _, u := range n.GPUs[g].Instances[k].Users {
+		if u != uid && !slices.Contains(b.surplus[Slot{g, k}], u) {
+			out = append(out, u)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -101,6 +102,39 @@ func TestCheapHoldsLockNoNode(t *testing.T) {
 				_, code := asUser(t, d, victim, "gpurun", "--offline", "--run-dir", runDir, "--", "true")
 				return code == 0
 			})
+			if c.k != 1 {
+				return
+			}
+			// GPU 0 is the one mallory keeps: gpurun --offline refuses it,
+			// and a claim made there by hand is flagged and swept.
+			out, code = asUser(t, d, victim, "gpurun", "--offline", "--run-dir", runDir, "--gpu", "0", "--", "true")
+			if want := fmt.Sprintf("serves uid %d", mallory.uid); code == 0 || !strings.Contains(out, want) {
+				t.Fatalf("gpurun --offline on mallory's GPU: exit %d, want %q\n%s", code, want, out)
+			}
+			claim := victim.role(t, d, "claim", "GPULET_RUN_DIR="+runDir, "GPULET_E2E_GPU=0")
+			stdout, err := claim.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := claim.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { claim.Process.Kill(); claim.Wait() })
+			unit, err := bufio.NewReader(stdout).ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			testutil.Eventually(t, "the claim by hand swept", func() bool {
+				s, err := d.Client.Snapshot(e2e.Ctx(t))
+				if err != nil || s.GPUs[0].UnitsUsed != 1 {
+					return false
+				}
+				_, err = os.Lstat(filepath.Join(runDir, "units", s.GPUs[0].UUID, "0", "unit-"+strings.TrimSpace(unit)))
+				return os.IsNotExist(err)
+			})
+			if want := fmt.Sprintf("uid=%d", victim.uid); !strings.Contains(d.Log.String(), "offline claim on an MPS instance that serves another user removed") || !strings.Contains(d.Log.String(), want) {
+				t.Fatalf("the claim not flagged with its owner:\n%s", d.Log.String())
+			}
 		})
 	}
 }

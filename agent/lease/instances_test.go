@@ -2,8 +2,10 @@ package lease
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -99,5 +101,49 @@ func TestCheapHoldsLockNoNode(t *testing.T) {
 				t.Fatalf("the attacker on GPU 0: %+v %v", l, err)
 			}
 		})
+	}
+}
+
+// TestClaimOnAnotherUsersInstanceIsSwept: with MPS, an offline claim made by
+// hand on an instance that another user keeps is flagged in the log, with
+// its owner, and its FIFO removed, so the unit is free again; one on an
+// instance that serves nobody else, or where the other user's holds are
+// surplus, stays.
+func TestClaimOnAnotherUsersInstanceIsSwept(t *testing.T) {
+	f := newFixture(t, 2, 4, 2) // 2 instances of 8 units per GPU
+	var log testutil.SyncBuffer
+	m := f.manager(t, func(c *Config) {
+		c.MPS = true
+		c.InstanceEnv = mpsFolders(f, "/p")
+		c.Logger = slog.New(slog.NewTextHandler(&log, nil))
+	})
+	other := identity.Peer{UID: uint32(os.Getuid()) + 4242, Admin: true}
+	r := ttlReq(1, "1h")
+	r.GPU = "0"
+	l, err := m.Acquire(context.Background(), other, r)
+	if err != nil || l.Instance != 0 {
+		t.Fatalf("lease %+v, %v", l, err)
+	}
+	fd := claimOffline(t, f, 0, 1) // instance 0: the other user's
+	defer unix.Close(fd)
+	testutil.Eventually(t, "the claim swept", func() bool { return !f.ledger.Present(0, 1) && m.View().GPUs[0].Offline == 0 })
+	if !strings.Contains(log.String(), "offline claim on an MPS instance that serves another user removed") || !strings.Contains(log.String(), "uid="+strconv.Itoa(os.Getuid())) {
+		t.Fatalf("not flagged with its owner:\n%s", log.String())
+	}
+	fd2 := claimOffline(t, f, 0, 8) // instance 1: nobody's
+	defer unix.Close(fd2)
+	testutil.Eventually(t, "the claim counted", func() bool { return m.View().GPUs[0].Offline == 1 })
+	// The other user's second lease on GPU 1 makes their hold there
+	// surplus (2 units on two instances of 8): a claim beside it stays.
+	r.GPU = "1"
+	if l, err = m.Acquire(context.Background(), other, r); err != nil {
+		t.Fatal(err)
+	}
+	fd3 := claimOffline(t, f, l.GPU.Index, l.Units[0]^1)
+	defer unix.Close(fd3)
+	testutil.Eventually(t, "the claim beside a surplus hold counted", func() bool { return m.View().GPUs[1].Offline == 1 })
+	m.Tick()
+	if !f.ledger.Present(0, 8) || !f.ledger.Present(l.GPU.Index, l.Units[0]^1) {
+		t.Fatal("a claim that intrudes on nobody was removed")
 	}
 }
