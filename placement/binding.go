@@ -39,46 +39,71 @@ type Slot struct{ GPU, Instance int }
 // run without a lease, a reservation's owner) is no holder: such bindings
 // are not Surplus's to judge. It returns nil when nothing is surplus.
 func Surplus(gpus [][]Holding) map[Slot][]uint32 {
-	type at struct {
-		slot        Slot
-		units, size int
-	}
-	var by map[uint32][]at
+	var a surplusAcc
 	for g, ins := range gpus {
 		for k, h := range ins {
-			for _, hd := range h.Holds {
-				if hd.Units <= 0 {
-					continue
-				}
-				if by == nil {
-					by = map[uint32][]at{}
-				}
-				by[hd.UID] = append(by[hd.UID], at{Slot{g, k}, hd.Units, h.Size})
-			}
+			a.add(Slot{g, k}, h.Size, h.Holds)
 		}
 	}
+	return a.result()
+}
+
+// nodeSurplus is Surplus of n's instances.
+func nodeSurplus(n *Node) map[Slot][]uint32 {
+	var a surplusAcc
+	for g := range n.GPUs {
+		for k := range n.GPUs[g].Instances {
+			in := &n.GPUs[g].Instances[k]
+			a.add(Slot{g, k}, in.Size, in.Holds)
+		}
+	}
+	return a.result()
+}
+
+// surplusAcc gathers each user's holds, by user; it allocates nothing for
+// instances that hold nothing.
+type surplusAcc struct{ by map[uint32][]heldAt }
+
+type heldAt struct {
+	slot        Slot
+	units, size int
+}
+
+func (a *surplusAcc) add(slot Slot, size int, holds []Hold) {
+	for _, hd := range holds {
+		if hd.Units <= 0 {
+			continue
+		}
+		if a.by == nil {
+			a.by = map[uint32][]heldAt{}
+		}
+		a.by[hd.UID] = append(a.by[hd.UID], heldAt{slot, hd.Units, size})
+	}
+}
+
+func (a *surplusAcc) result() map[Slot][]uint32 {
 	var out map[Slot][]uint32
-	for uid, ats := range by {
+	for uid, ats := range a.by {
 		if len(ats) < 2 {
 			continue // one instance is always kept
 		}
 		held := 0
-		for _, a := range ats {
-			held += a.units
+		for _, h := range ats {
+			held += h.units
 		}
-		slices.SortFunc(ats, func(a, b at) int {
+		slices.SortFunc(ats, func(a, b heldAt) int {
 			return cmp.Or(cmp.Compare(b.units, a.units), cmp.Compare(a.slot.GPU, b.slot.GPU), cmp.Compare(a.slot.Instance, b.slot.Instance))
 		})
 		kept := 0
-		for i, a := range ats {
+		for i, h := range ats {
 			if i > 0 && kept >= held {
 				if out == nil {
 					out = map[Slot][]uint32{}
 				}
-				out[a.slot] = append(out[a.slot], uid)
+				out[h.slot] = append(out[h.slot], uid)
 				continue
 			}
-			kept += a.size
+			kept += h.size
 		}
 	}
 	for s := range out {
@@ -105,7 +130,7 @@ func (b *binding) servesOthers(g, k int, uid uint32) bool {
 	}
 	if !b.done {
 		b.done = true
-		b.surplus = Surplus(holdings(b.n))
+		b.surplus = nodeSurplus(b.n)
 	}
 	yield := b.surplus[Slot{g, k}]
 	for _, u := range in.Users {
@@ -114,18 +139,6 @@ func (b *binding) servesOthers(g, k int, uid uint32) bool {
 		}
 	}
 	return false
-}
-
-func holdings(n *Node) [][]Holding {
-	out := make([][]Holding, len(n.GPUs))
-	for g := range n.GPUs {
-		ins := n.GPUs[g].Instances
-		out[g] = make([]Holding, len(ins))
-		for k := range ins {
-			out[g][k] = Holding{Size: ins[k].Size, Holds: ins[k].Holds}
-		}
-	}
-	return out
 }
 
 // KeptBy returns the users other than uid who keep instance k of the GPU at
