@@ -10,6 +10,7 @@ import (
 
 	"github.com/gpulet/gpulet/internal/statefile"
 	"github.com/gpulet/gpulet/pipefile"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // usersWriteGap is the least time between two writes of users.json: under a
@@ -67,20 +68,40 @@ func (a *Agent) publishUsers(ctx context.Context, every time.Duration) {
 	}
 }
 
-// instanceUsers is whom each instance serves: the owners of its leases and
-// offline claims, as the lease engine last published them, and the user of
-// its live MPS server, as last sampled.
+// instanceUsers is whom each instance serves, as the placement engine sees
+// it: the owners of its leases and offline claims, as the lease engine last
+// published them, but for those whose holds there are surplus
+// (placement.Surplus), and the user of its live MPS server, as last sampled.
 func (a *Agent) instanceUsers() pipefile.Users {
 	u := pipefile.Users{PID: os.Getpid(), GPUs: make(map[string][][]uint32, len(a.devs))}
 	v := a.leases.View()
 	cond := a.conditions.Load()
+	hs := make([][]placement.Holding, len(v.GPUs))
+	for g, gv := range v.GPUs {
+		hs[g] = make([]placement.Holding, len(gv.Instances))
+		for k, iv := range gv.Instances {
+			hs[g][k] = placement.Holding{Size: iv.Size, Holds: iv.Holds}
+		}
+	}
+	surplus := placement.Surplus(hs)
 	for g, d := range a.devs {
 		ins := make([][]uint32, len(v.GPUs[g].Instances))
 		for k, iv := range v.GPUs[g].Instances {
+			yield := surplus[placement.Slot{GPU: g, Instance: k}]
+			if len(yield) > 0 {
+				if u.Surplus == nil {
+					u.Surplus = map[string][][]uint32{}
+				}
+				if u.Surplus[d.UUID] == nil {
+					u.Surplus[d.UUID] = make([][]uint32, len(v.GPUs[g].Instances))
+				}
+				u.Surplus[d.UUID][k] = yield
+			}
 			uids := slices.Clone(iv.Users)
 			if cond != nil && g < len(cond.GPUs) && k < len(cond.GPUs[g].ServerUID) && cond.GPUs[g].ServerUID[k] != nil {
 				uids = append(uids, *cond.GPUs[g].ServerUID[k])
 			}
+			uids = slices.DeleteFunc(uids, func(uid uint32) bool { return slices.Contains(yield, uid) })
 			slices.Sort(uids)
 			ins[k] = slices.Compact(uids)
 		}

@@ -35,6 +35,11 @@ type Users struct {
 	// GPUs holds, by GPU UUID and then by instance, the uids an instance
 	// serves, ascending.
 	GPUs map[string][][]uint32 `json:"gpus"`
+	// Surplus holds, by GPU UUID and then by instance, the uids whose units
+	// there keep nobody off, ascending: a user's holds bind only as many
+	// instances as their units fill (docs/design.md §1.3). Their claims'
+	// FIFOs there do not keep a claimer off. Absent when there are none.
+	Surplus map[string][][]uint32 `json:"surplus,omitempty"`
 }
 
 // Of is the uids instance k of GPU uuid serves; nil when u is nil or says
@@ -46,13 +51,24 @@ func (u *Users) Of(uuid string, k int) []uint32 {
 	return u.GPUs[uuid][k]
 }
 
+// SurplusOf is the uids whose holds on instance k of GPU uuid keep nobody off;
+// nil when u is nil or says nothing of it.
+func (u *Users) SurplusOf(uuid string, k int) []uint32 {
+	if u == nil || k < 0 || k >= len(u.Surplus[uuid]) {
+		return nil
+	}
+	return u.Surplus[uuid][k]
+}
+
 // EncodeUsers is users.json for u, uids sorted: the same users give the same
 // bytes, so that a writer can tell when nothing changed.
 func EncodeUsers(u Users) ([]byte, error) {
 	u.Schema = UsersSchema
-	for _, ins := range u.GPUs {
-		for _, uids := range ins {
-			slices.Sort(uids)
+	for _, m := range []map[string][][]uint32{u.GPUs, u.Surplus} {
+		for _, ins := range m {
+			for _, uids := range ins {
+				slices.Sort(uids)
+			}
 		}
 	}
 	b, err := json.Marshal(u)

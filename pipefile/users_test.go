@@ -53,6 +53,7 @@ func TestDecodeUsersRefuses(t *testing.T) {
 func FuzzDecodeUsers(f *testing.F) {
 	f.Add([]byte(`{"schema":"gpulet.users/v1","pid":7,"gpus":{"GPU-a":[[1001,1003],null]}}`))
 	f.Add([]byte(`{"schema":"gpulet.users/v1","pid":1,"gpus":{}}`))
+	f.Add([]byte(`{"schema":"gpulet.users/v1","pid":7,"gpus":{"GPU-a":[[1001],null]},"surplus":{"GPU-a":[null,[1003,1002]]}}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		u, err := DecodeUsers(b)
 		if err != nil {
@@ -98,5 +99,25 @@ func TestReadUsers(t *testing.T) {
 	os.WriteFile(path, []byte("{"), 0o644)
 	if _, err := ReadUsers(run); err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("a malformed file: %v", err)
+	}
+}
+
+// TestUsersSurplus: the surplus of an instance reads back sorted, and one the
+// file does not name is nobody.
+func TestUsersSurplus(t *testing.T) {
+	b, err := EncodeUsers(Users{PID: 7, GPUs: map[string][][]uint32{"GPU-a": {{1001}, nil}}, Surplus: map[string][][]uint32{"GPU-a": {nil, {1003, 1002}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := DecodeUsers(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(u.SurplusOf("GPU-a", 1), u.SurplusOf("GPU-a", 0), u.SurplusOf("GPU-b", 0), u.SurplusOf("GPU-a", 2)); got != "[1002 1003] [] [] []" {
+		t.Fatalf("surplus %s", got)
+	}
+	var none *Users
+	if none.SurplusOf("GPU-a", 1) != nil {
+		t.Fatal("a nil file names a surplus")
 	}
 }

@@ -150,8 +150,9 @@ func gpuNow(g *GPU, r Request) reason {
 	return reason{}
 }
 
-// instanceNow says why instance in cannot take r now.
-func instanceNow(n *Node, in *Instance, r Request) reason {
+// instanceNow says why instance k of the GPU at position g cannot take r now.
+func instanceNow(n *Node, b *binding, g, k int, r Request) reason {
+	in := &n.GPUs[g].Instances[k]
 	switch {
 	case in.Down != "":
 		return reason{kind: instanceDown, instance: in.Index, text: in.Down}
@@ -159,7 +160,7 @@ func instanceNow(n *Node, in *Instance, r Request) reason {
 		return reason{kind: instanceUnitsFree, instance: in.Index, have: uint64(len(in.FreeUnits))}
 	case in.Clients >= n.ClientsPerInstance:
 		return reason{kind: instanceClients, instance: in.Index, have: uint64(n.ClientsPerInstance)}
-	case n.OneUserPerInstance && ServesOthers(in.Users, r.UID):
+	case n.OneUserPerInstance && b.servesOthers(g, k, r.UID):
 		return reason{kind: instanceOtherUser, instance: in.Index}
 	}
 	return reason{}

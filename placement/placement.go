@@ -76,6 +76,10 @@ type Instance struct {
 	// Users are the uids the instance serves now (leases, offline claims, its
 	// MPS server), each once.
 	Users []uint32
+	// Holds are the units each user holds on it through leases and offline
+	// claims: a user's holds keep others off only as many instances as
+	// their units fill (binding.go).
+	Holds []Hold
 }
 
 // Request is what is asked, with the caller's identity.
@@ -220,6 +224,7 @@ func (e *Engine) decide(n *Node, r Request, o decideOpts) (Decision, error) {
 		less = preferring(less)
 	}
 	possible := false // some GPU could take r once its load allows
+	bind := &binding{n: n}
 	var verdicts []gpuVerdict
 	if explain {
 		verdicts = make([]gpuVerdict, 0, len(n.GPUs))
@@ -264,7 +269,7 @@ func (e *Engine) decide(n *Node, r Request, o decideOpts) (Decision, error) {
 		bestK, bestFree := -1, 0
 		for ki := range g.Instances {
 			in := &g.Instances[ki]
-			if why := instanceNow(n, in, r); why.kind != fits {
+			if why := instanceNow(n, bind, gi, ki, r); why.kind != fits {
 				if explain {
 					v.instances = append(v.instances, why)
 				}

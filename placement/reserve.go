@@ -59,6 +59,7 @@ func (e *Engine) Reserve(n *Node, r Request) ([]Choice, error) {
 		free          []int
 	}
 	var cands []candidate
+	bind := &binding{n: n}
 	for gi := range n.GPUs {
 		g := &n.GPUs[gi]
 		if why, _ := e.gpuAccess(acc, g); why.kind != fits || never(g, one).kind != fits || gpuNow(g, one).kind != fits {
@@ -66,7 +67,7 @@ func (e *Engine) Reserve(n *Node, r Request) ([]Choice, error) {
 		}
 		for ki := range g.Instances {
 			in := &g.Instances[ki]
-			if instanceNow(n, in, one).kind == fits {
+			if instanceNow(n, bind, gi, ki, one).kind == fits {
 				cands = append(cands, candidate{gi, ki, in.FreeUnits})
 			}
 		}

@@ -47,11 +47,16 @@ func runHelperRole(role string) int {
 }
 
 // claimRole claims one unit offline by docs/design.md §5's protocol, on the GPU
-// and instance of GPULET_E2E_GPU (index), prints the unit and holds the claim
-// until killed.
+// of GPULET_E2E_GPU (index) and its first instance with room, or the instance
+// GPULET_E2E_INSTANCE where set, prints the unit and holds the claim until
+// killed.
 func claimRole() int {
 	runDir := os.Getenv("GPULET_RUN_DIR")
 	gi, _ := strconv.Atoi(os.Getenv("GPULET_E2E_GPU"))
+	only, err := strconv.Atoi(os.Getenv("GPULET_E2E_INSTANCE"))
+	if err != nil {
+		only = -1
+	}
 	b, err := os.ReadFile(filepath.Join(runDir, "units", "layout.json"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -72,6 +77,9 @@ func claimRole() int {
 	}
 	g := lay.GPUs[gi]
 	for _, in := range g.Instances {
+		if only >= 0 && in.Instance != only {
+			continue
+		}
 		dir := filepath.Join(runDir, "units", g.UUID, strconv.Itoa(in.Instance))
 		tmp := filepath.Join(dir, fmt.Sprintf(".claim-%d", os.Getpid()))
 		if err := unix.Mkfifo(tmp, 0o600); err != nil {

@@ -104,6 +104,10 @@ type waiter struct {
 	peer identity.Peer
 	req  Request
 	bind binding
+	// since is when it began to wait; holding says freed units have been
+	// held for it (fairness.go).
+	since   time.Time
+	holding bool
 	// done gets the grant, made under the lock, or nil when the Manager
 	// closes.
 	done chan *Grant
@@ -131,7 +135,7 @@ func (m *Manager) Acquire(ctx context.Context, peer identity.Peer, req Request) 
 			return g, err
 		}
 	}
-	g, err := m.tryGrantLocked(peer, req, bind)
+	g, err := grantLocked(m, peer, req, bind, nil)
 	if err == nil || req.Wait == 0 || !errors.Is(err, errdefs.ErrNoCapacity) || errors.Is(err, placement.ErrNeverFits) {
 		return m.answerLocked(g, err, bind)
 	}
@@ -142,7 +146,7 @@ func (m *Manager) Acquire(ctx context.Context, peer identity.Peer, req Request) 
 		return Grant{}, err
 	}
 	defer release()
-	w := &waiter{peer: peer, req: req, bind: bind, done: make(chan *Grant, 1)}
+	w := &waiter{peer: peer, req: req, bind: bind, since: m.cfg.Clock.Now(), done: make(chan *Grant, 1)}
 	m.waiters = append(m.waiters, w)
 	m.unlock()
 
@@ -164,7 +168,7 @@ func (m *Manager) Acquire(ctx context.Context, peer identity.Peer, req Request) 
 		}
 		// One last try, whose refusal is the answer: it says what keeps the
 		// request out now.
-		g, err := m.tryGrantLocked(peer, req, bind)
+		g, err := grantLocked(m, peer, req, bind, nil)
 		if err != nil {
 			err = fmt.Errorf("after waiting %s: %w", req.Wait, err)
 		}
@@ -401,8 +405,15 @@ func (m *Manager) serveWaitersLocked() {
 	for _, f := range m.features {
 		f.admitLocked()
 	}
+	// While freed units are held for one waiter, only it is tried; once it
+	// is served the others are tried from the first again.
+	h := holderLocked(m)
 	for i := 0; i < len(m.waiters); {
 		w := m.waiters[i]
+		if h != nil && w != h {
+			i++
+			continue
+		}
 		g, err := m.tryGrantLocked(w.peer, w.req, w.bind)
 		if err != nil {
 			i++
@@ -410,5 +421,8 @@ func (m *Manager) serveWaitersLocked() {
 		}
 		m.waiters = slices.Delete(m.waiters, i, i+1)
 		w.done <- &g
+		if w == h {
+			h, i = holderLocked(m), 0
+		}
 	}
 }

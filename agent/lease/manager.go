@@ -168,7 +168,10 @@ type Manager struct {
 	// waiters are requests waiting for units, oldest first; waitCap counts
 	// them per uid.
 	waiters []*waiter
-	waitCap uidCap
+	// holdsBegun is when each user's waiter last began to have freed units
+	// held for it (fairness.go).
+	holdsBegun map[uint32]time.Time
+	waitCap    uidCap
 	// journal records live leases.
 	journal *journal.File
 	// pendingLogs are log lines made under mu, written by unlock once mu is

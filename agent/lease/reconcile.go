@@ -5,6 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/gpulet/gpulet/agent/ledger"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // Watch starts watching the ledger for offline claims until ctx ends.
@@ -38,7 +39,11 @@ func (e *ledgerEvents) Units(events []ledger.UnitEvent) bool {
 		case s.state == slotLeased && !ev.Gone, (s.state == slotFree || s.state == slotReserved) && ev.Gone:
 			continue
 		}
+		was := s.fifo
 		m.applyLocked(ev.GPU, ev.Unit, m.cfg.Ledger.Present(ev.GPU, ev.Unit))
+		if s.state == slotOffline && s.fifo != was {
+			sweepIntruderLocked(m, ev.GPU, ev.Unit)
+		}
 	}
 	changed := m.dirty
 	if changed {
@@ -46,6 +51,35 @@ func (e *ledgerEvents) Units(events []ledger.UnitEvent) bool {
 	}
 	m.unlock()
 	return changed
+}
+
+// sweepIntruderLocked removes a new offline claim on unit i of GPU g when,
+// with MPS, its instance already serves another user who keeps it (by
+// placement's rule): on real MPS the claimer's process would wait at its
+// CUDA start until that user's clients end, and gpuletd would count a unit
+// nobody can use. The claim is flagged in the log, with its owner, and its
+// FIFO removed as junk is; the watch event of the removal frees the unit.
+// gpurun --offline never makes such a claim: only one made by hand, or one
+// that raced another user's first claim, is swept. Claims found at a rescan
+// (a restart) are left alone: which of two came first is not known then.
+func sweepIntruderLocked(m *Manager, g, i int) {
+	if !m.cfg.MPS {
+		return
+	}
+	s := &m.gpus[g].slots[i]
+	k := m.cfg.Model.InstanceOf(i)
+	others := placement.KeptBy(m.pub.nodeLocked(), g, k, s.uid)
+	if len(others) == 0 {
+		return
+	}
+	removed, err := m.cfg.Ledger.RemoveFIFO(g, i, s.fifo)
+	if err != nil {
+		m.claimLines.Log(slog.LevelWarn, "cannot remove an offline claim on an instance that serves another user", "gpu", g, "instance", k, "unit", i, "uid", s.uid, "err", err)
+		return
+	}
+	if removed {
+		m.claimLines.Log(slog.LevelWarn, "offline claim on an MPS instance that serves another user removed: its process would wait there until theirs end", "gpu", g, "instance", k, "unit", i, "uid", s.uid, "serves", others)
+	}
 }
 
 func (e *ledgerEvents) Rescan() { (*Manager)(e).Rescan() }

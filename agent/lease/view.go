@@ -119,6 +119,10 @@ type InstanceView struct {
 	// Users are the uids it serves through leases and offline claims, each
 	// once.
 	Users []uint32
+	// Holds are the units each of Users holds on it: with MPS a user's
+	// holds keep others off only as many instances as they fill
+	// (placement.Surplus).
+	Holds []placement.Hold
 	// Reservers are the owners of the reservations that hold units of it,
 	// each once.
 	Reservers []uint32
@@ -224,10 +228,12 @@ func (p *publisher) buildGPUViewLocked(gi int, g *gpuTable) GPUView {
 				gv.OfflineByUID[s.uid]++
 				gv.Claimed = append(gv.Claimed, OfflineUnit{Instance: k, Unit: u, UID: s.uid, FIFO: s.fifo})
 				iv.Users = addUser(iv.Users, s.uid)
+				iv.Holds = addHold(iv.Holds, s.uid)
 			case slotBlocked:
 				gv.Used++
 			case slotLeased:
 				gv.Used++
+				iv.Holds = addHold(iv.Holds, s.lease.ownerUID)
 				if s.lease.seen != p.t.builds {
 					s.lease.seen = p.t.builds
 					iv.Clients++
@@ -273,6 +279,17 @@ func addUser(users []uint32, uid uint32) []uint32 {
 		}
 	}
 	return append(users, uid)
+}
+
+// addHold counts one more unit of uid's in holds.
+func addHold(holds []placement.Hold, uid uint32) []placement.Hold {
+	for i := range holds {
+		if holds[i].UID == uid {
+			holds[i].Units++
+			return holds
+		}
+	}
+	return append(holds, placement.Hold{UID: uid, Units: 1})
 }
 
 // nodeLocked is the placement engine's view of the node: the published table
@@ -328,7 +345,7 @@ func (p *publisher) placementGPU(pg *placement.GPU, g *gpuTable, gc *GPUConditio
 	}
 	pg.MemoryFreeMiB = memoryFreeMiB(g, gc, 0)
 	for k, iv := range gv.Instances {
-		in := placement.Instance{Index: k, FreeUnits: iv.FreeUnits, Size: iv.Size, Clients: iv.Clients, Users: iv.Users}
+		in := placement.Instance{Index: k, FreeUnits: iv.FreeUnits, Size: iv.Size, Clients: iv.Clients, Users: iv.Users, Holds: iv.Holds}
 		if gc != nil && k < len(gc.InstanceDown) {
 			in.Down = gc.InstanceDown[k]
 		}

@@ -275,6 +275,16 @@ func (l *Ledger) Remove(g, i int) (removed bool, err error) {
 	return false, fmt.Errorf("ledger: remove %s: %w", l.Path(g, i), err)
 }
 
+// RemoveFIFO deletes unit i of GPU g's FIFO when it is still want, and says
+// whether it did: a FIFO made there since (the unit changed hands) is left.
+func (l *Ledger) RemoveFIFO(g, i int, want FileID) (removed bool, err error) {
+	dir := l.dirOf(g, i)
+	if st, err := dir.Stat(i); err != nil || !pipefile.IsFIFO(&st) || fileID(&st) != want {
+		return false, nil
+	}
+	return l.Remove(g, i)
+}
+
 // Present reports whether unit i of GPU g has a FIFO now. Anything else at that
 // name (a file, a symlink) does not count.
 func (l *Ledger) Present(g, i int) bool {

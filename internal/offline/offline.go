@@ -102,7 +102,7 @@ func Take(runDir string, lay *pipefile.Layout, req Request) (*Claim, error) {
 	for _, g := range gpus {
 		gpuFree, closed := 0, 0
 		for _, in := range g.Instances {
-			c, n, other, err := takeIn(runDir, g, in, req, users.Of(g.UUID, in.Instance))
+			c, n, other, err := takeIn(runDir, g, in, req, users.Of(g.UUID, in.Instance), users.SurplusOf(g.UUID, in.Instance))
 			if isRefusal(err) {
 				// The folders of a GPU in a pool that leaves the claimer
 				// out are closed to it: passed by, like a full one, so
@@ -154,9 +154,10 @@ func mpsOn(gpus []pipefile.LayoutGPU) bool {
 
 // takeIn claims req.Units units of instance in of GPU g, or returns how many
 // it found free when that is fewer. served is whom users.json says the
-// instance serves. With MPS, an instance with room that serves another user
-// is passed by, and other says so.
-func takeIn(runDir string, g pipefile.LayoutGPU, in pipefile.LayoutInstance, req Request, served []uint32) (c *Claim, free int, other string, err error) {
+// instance serves, surplus the users whose claims there keep nobody off. With
+// MPS, an instance with room that serves another user is passed by, and
+// other says so.
+func takeIn(runDir string, g pipefile.LayoutGPU, in pipefile.LayoutInstance, req Request, served, surplus []uint32) (c *Claim, free int, other string, err error) {
 	n := req.Units
 	dir, err := pipefile.OpenFolder(pipefile.InstanceDir(runDir, g.UUID, in.Instance))
 	if err != nil {
@@ -168,6 +169,7 @@ func takeIn(runDir string, g pipefile.LayoutGPU, in pipefile.LayoutInstance, req
 		return nil, free, "", err
 	}
 	if in.Env[pipefile.EnvPipeDirectory] != "" {
+		claimers = slices.DeleteFunc(claimers, func(uid uint32) bool { return slices.Contains(surplus, uid) })
 		if uids := othersThan(req.UID, served, claimers); len(uids) > 0 {
 			dir.Close()
 			return nil, 0, fmt.Sprintf("GPU %d instance %d has %d free but serves uid %s", g.Index, in.Instance, free, joinUIDs(uids)), nil

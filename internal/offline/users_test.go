@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -134,5 +135,44 @@ func TestTakeKeepsOffAnotherUsersClaim(t *testing.T) {
 	c, err = take(t, dir, Request{Units: 1, UID: 4242})
 	if err != nil || c.Instance != 0 || c.Units[0] != 1 {
 		t.Fatalf("claim %+v, %v: want GPU 0 instance 0 unit 1, beside uid 4242's own claim", c, err)
+	}
+}
+
+// TestTakeJoinsSurplusClaims: another user's claim on an instance where
+// users.json says their holds are surplus (they bind more instances than
+// their units fill) keeps nobody off; elsewhere it still does.
+func TestTakeJoinsSurplusClaims(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make a claim FIFO of another uid; runs as uid", os.Geteuid())
+	}
+	dir := mpsLayout(t)
+	for k := range 2 {
+		theirs := filepath.Join(dir, "units", "GPU-a", strconv.Itoa(k), pipefile.UnitName(2*k))
+		if err := unix.Mkfifo(theirs, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Lchown(theirs, 4242, 4242); err != nil {
+			t.Fatal(err)
+		}
+	}
+	users := pipefile.Users{PID: os.Getpid(), GPUs: map[string][][]uint32{"GPU-a": {{4242}, nil}, "GPU-b": {nil}}}
+	write := func() {
+		b, err := pipefile.EncodeUsers(users)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "units", pipefile.UsersFile), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write()
+	if c, err := take(t, dir, Request{Units: 1, UID: 1002, GPU: "0"}); err == nil {
+		t.Fatalf("claim %+v beside uid 4242's claims, which users.json does not call surplus", c)
+	}
+	users.Surplus = map[string][][]uint32{"GPU-a": {nil, {4242}}}
+	write()
+	c, err := take(t, dir, Request{Units: 1, UID: 1002, GPU: "0"})
+	if err != nil || c.Instance != 1 {
+		t.Fatalf("claim %+v, %v: want GPU 0 instance 1, where uid 4242's claim is surplus", c, err)
 	}
 }
