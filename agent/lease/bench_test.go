@@ -55,8 +55,8 @@ func acquireRelease(b *testing.B, m *Manager, ctx context.Context, held int) {
 
 // benchManager is a Manager of two simulated A100s of unitsPerGPU units
 // each (one instance of as many clients), with its run dir on tmpfs as in
-// production.
-func benchManager(b *testing.B, unitsPerGPU int) (*Manager, context.Context) {
+// production; mutate changes its config (a fake clock, a policy).
+func benchManager(b *testing.B, unitsPerGPU int, mutate ...func(*Config)) (*Manager, context.Context) {
 	b.Helper()
 	dir, err := os.MkdirTemp("/dev/shm", "gpulet-lease-bench-")
 	if err != nil {
@@ -76,7 +76,11 @@ func benchManager(b *testing.B, unitsPerGPU int) (*Manager, context.Context) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	m, err := New(Config{Model: model, Devices: devs, Ledger: led, JournalPath: filepath.Join(dir, "leases.journal"), Policy: placement.BestFit, Logger: quietLog()})
+	cfg := Config{Model: model, Devices: devs, Ledger: led, JournalPath: filepath.Join(dir, "leases.journal"), Policy: placement.BestFit, Logger: quietLog()}
+	for _, fn := range mutate {
+		fn(&cfg)
+	}
+	m, err := New(cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
