@@ -444,7 +444,11 @@ func (d *Daemons) stop(ctx context.Context, in *instance) error {
 		return err
 	}
 	if st.clients > 0 {
-		in.log.Info("leaving MPS control daemon running for its clients; the next start adopts it", "pid", st.pid, "clients", st.clients)
+		// Said at every stop that leaves one, with what ends it, since
+		// nothing else will: the clients' jobs may run for days.
+		in.log.Info("leaving MPS control daemon running for its clients; the next start adopts it, or, once they end, "+
+			"CUDA_MPS_PIPE_DIRECTORY=<pipe> nvidia-cuda-mps-control with quit on its input stops it",
+			"pid", st.pid, "clients", st.clients, "pipe", in.pipeDir)
 		return nil
 	}
 	_, err = d.run.run(ctx, in.env, "quit\n")

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/internal/testutil"
 )
 
 // newFake makes Daemons on a fake control binary; Close runs at cleanup.
@@ -21,7 +23,9 @@ func newFake(t *testing.T, control string, k int, cfg Config) *Daemons {
 	cfg.Control = control
 	cfg.RunDir = shortDir(t)
 	cfg.InstancesPerGPU = k
-	cfg.Logger = testLogger(t)
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
 	d, err := New(cfg, []string{gpuA})
 	if err != nil {
 		t.Fatal(err)
@@ -166,7 +170,8 @@ func TestFakeBusy(t *testing.T) {
 	t.Parallel()
 	server := os.Getpid()
 	control, log := fakeControl(t, "busy", "MPSCTL_FAKE_SERVER="+strconv.Itoa(server))
-	d := newFake(t, control, 1, Config{Timeout: 2 * time.Second})
+	var lines testutil.SyncBuffer
+	d := newFake(t, control, 1, Config{Timeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(&lines, nil))})
 
 	if err := d.Start(context.Background()); err != nil {
 		t.Fatal(err)
@@ -186,6 +191,11 @@ func TestFakeBusy(t *testing.T) {
 	cmds := fakeLog(t, log)
 	if slices.Contains(cmds, "-d") || slices.Contains(cmds, "quit") {
 		t.Fatalf("commands %q: a busy instance was started or quit", cmds)
+	}
+	// The stop says what is left running and how it ends.
+	if said := lines.String(); !strings.Contains(said, "leaving MPS control daemon running") || !strings.Contains(said, "quit") ||
+		!strings.Contains(said, "pipe="+d.PipeDir(gpuA, 0)) {
+		t.Fatalf("the stop said %q; want the daemon left running, its pipe folder and how to quit it", said)
 	}
 	if !slices.Contains(cmds, "get_client_list "+strconv.Itoa(server)) {
 		t.Fatalf("commands %q: clients were not asked", cmds)
