@@ -241,6 +241,10 @@ func TestSlurm(t *testing.T) {
 		t.Run("a gpuletd restart mid-job keeps the lease, which still ends with the job", func(t *testing.T) {
 			job := c.sbatch(alice, "shard:2", "srun --gres=shard:2 sleep 300")
 			l := c.waitLease(job)
+			// The lease is made in the task prolog, before the task runs: a
+			// restart between the two finds the job's cgroup holding
+			// slurmstepd alone, which is how a job that left reads.
+			testutil.Eventually(t, "the task's sleep to start", func() bool { return processOf(t, alice.uid, "sleep") != 0 })
 			if err := c.d.Stop(); err != nil {
 				t.Fatal(err)
 			}
