@@ -52,7 +52,7 @@ func TestPools(t *testing.T) {
 	}{
 		{name: "a member may use the named pool", req: Request{Units: 1, UID: 1000, Pool: "training"}, gpu: 0},
 		{name: "a group member may use it", req: Request{Units: 1, UID: 1001, GIDs: []uint32{50}, Pool: "training"}, gpu: 0},
-		{name: "a stranger may not", req: Request{Units: 1, UID: 1001, Pool: "training"}, err: api.ErrForbidden, message: "pool training: uid 1001 may not lease there"},
+		{name: "a stranger may not", req: Request{Units: 1, UID: 1001, Pool: "training"}, err: api.ErrForbidden, message: "pool training: " + identity.UserName(1001) + " may not lease there"},
 		{name: "an admin may", req: Request{Units: 1, UID: 1001, Admin: true, Pool: "training"}, gpu: 0},
 		{name: "unknown pool", req: Request{Units: 1, Pool: "nope"}, err: api.ErrNotFound, message: `no pool named "nope" (pools: shared, training)`},
 		{name: "named pool keeps the request on its GPUs", req: Request{Units: 1, UID: 1001, Pool: "shared"}, gpu: 1},
