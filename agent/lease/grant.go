@@ -283,6 +283,9 @@ func (m *Manager) tryGrantLocked(peer identity.Peer, req Request, bind binding) 
 	}
 }
 
+// isInsufficient reports whether err is a refusal for want of units.
+func isInsufficient(err error) bool { return errors.Is(err, errdefs.ErrNoCapacity) }
+
 // placeLocked decides where req goes: a feature places a request that names
 // what it holds (a reservation); any other goes to ordinary free units, and,
 // when those are short, a feature may place it on units of its own (a

@@ -2,7 +2,6 @@ package lease
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"slices"
 
@@ -37,8 +36,6 @@ func (d *draw) member() string {
 	}
 	return d.share
 }
-
-func isInsufficient(err error) bool { return errors.Is(err, errdefs.ErrNoCapacity) }
 
 // placeLocked places a request that names a reservation: its owner's (or
 // an admin's) draw, or a share member's borrow.
@@ -210,20 +207,4 @@ func (rs *Reservations) restrictedNodeLocked(each func(add func(g, u int)), exce
 		pg.MemoryFreeMiB = memoryFreeMiB(g, gpuCondition(rs.t.nodeCond, gi), unitsHeldMiB(min(reserved, units), rs.t.cfg.Model.UnitsPerGPU, g.dev.MemoryTotalMiB))
 	}
 	return sc
-}
-
-// withReservers adds to users (never modifying it) the reservers other than
-// except.
-func withReservers(users, reservers []uint32, except *uint32) []uint32 {
-	copied := false
-	for _, uid := range reservers {
-		if except != nil && uid == *except || slices.Contains(users, uid) {
-			continue
-		}
-		if !copied {
-			users, copied = slices.Clone(users), true
-		}
-		users = append(users, uid)
-	}
-	return users
 }

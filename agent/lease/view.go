@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"slices"
 	"sort"
 
 	"github.com/gpulet/gpulet/agent/inventory"
@@ -270,6 +271,22 @@ func freeUnits(gv GPUView) int {
 		n += len(iv.FreeUnits)
 	}
 	return n
+}
+
+// withReservers adds to users (never modifying it) the reservers other than
+// except.
+func withReservers(users, reservers []uint32, except *uint32) []uint32 {
+	copied := false
+	for _, uid := range reservers {
+		if except != nil && uid == *except || slices.Contains(users, uid) {
+			continue
+		}
+		if !copied {
+			users, copied = slices.Clone(users), true
+		}
+		users = append(users, uid)
+	}
+	return users
 }
 
 func addUser(users []uint32, uid uint32) []uint32 {
