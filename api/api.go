@@ -265,6 +265,9 @@ type Lease struct {
 	// Slurm is the Slurm job a lease of binding "slurm" belongs to; absent
 	// for other leases.
 	Slurm *LeaseSlurm `json:"slurm,omitempty"`
+	// Claim is the Kubernetes ResourceClaim share a lease of binding
+	// "claim" holds for; absent for other leases.
+	Claim *LeaseClaim `json:"claim,omitempty"`
 	// Usage is what the lease's processes use of the GPU, as last sampled;
 	// absent before the first sample that saw the lease.
 	Usage *Usage `json:"usage,omitempty"`
@@ -272,6 +275,21 @@ type Lease struct {
 	// absent for other leases. GPU is then the first of them, Instance 0
 	// and Units every unit of one GPU: the lease holds them on each.
 	GPUs []LeaseGPU `json:"gpus,omitempty"`
+}
+
+// LeaseClaim is the Kubernetes side of a lease made by gpuletd's DRA driver
+// (gpu.gpulet.io) for one device of a ResourceClaim, as the scheduler
+// allocated it.
+type LeaseClaim struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	UID       string `json:"uid"`
+	// Device is the allocated device's name in the node's ResourceSlices;
+	// Share its share id, for a device that several claims share.
+	Device string `json:"device"`
+	Share  string `json:"share,omitempty"`
+	// Pod is the pod the claim was prepared for, "<namespace>/<name>".
+	Pod string `json:"pod,omitempty"`
 }
 
 // LeaseSlurm names the Slurm job (and step) of a lease, as gpuletd read it

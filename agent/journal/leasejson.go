@@ -13,10 +13,10 @@ import (
 // every grant and renewal, under the lease lock, for the journal and the
 // answer, and encoding/json's walk, map sorting and time marshaling cost
 // several times more. It reports false, having appended nothing, for the rare
-// leases it leaves to encoding/json: those with labels, a pod, a Slurm job or
+// leases it leaves to encoding/json: those with labels, a pod, a claim, a Slurm job or
 // a usage, whole GPUs, and times encoding/json would refuse.
 func AppendLease(b []byte, l *api.Lease) ([]byte, bool) {
-	if len(l.Labels) > 0 || len(l.GPUs) > 0 || l.Pod != nil || l.Slurm != nil || l.Usage != nil || !jsonenc.TimeOK(l.Created) || (l.Expires != nil && !jsonenc.TimeOK(*l.Expires)) {
+	if len(l.Labels) > 0 || len(l.GPUs) > 0 || l.Pod != nil || l.Claim != nil || l.Slurm != nil || l.Usage != nil || !jsonenc.TimeOK(l.Created) || (l.Expires != nil && !jsonenc.TimeOK(*l.Expires)) {
 		return b, false
 	}
 	b = append(b, `{"id":`...)

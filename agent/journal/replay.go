@@ -48,6 +48,7 @@ const maxNotes = 100
 // journals them (api.Lease.Binding).
 const (
 	bindingPod   = "pod"
+	bindingClaim = "claim"
 	bindingSlurm = "slurm"
 )
 
@@ -291,6 +292,14 @@ func checkEntry(e *Entry, gpus []GPUShape, taken map[[2]int]string) string {
 		// Bound to neither: the kubelet plugin ends it.
 		if e.Deadline != nil || l.Owner.PID != 0 {
 			return "pod lease with a process or a deadline"
+		}
+		return ""
+	}
+	if l.Binding == bindingClaim {
+		// Bound to neither: the DRA driver ends it when the kubelet
+		// unprepares its claim.
+		if e.Deadline != nil || l.Owner.PID != 0 || l.Claim == nil || l.Claim.UID == "" {
+			return "claim lease with a process or a deadline, or without its claim"
 		}
 		return ""
 	}

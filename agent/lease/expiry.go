@@ -54,6 +54,9 @@ func (m *Manager) Renew(peer identity.Peer, id string) (api.Lease, error) {
 	if !ok && l.Binding == string(KindPod) {
 		return api.Lease{}, errdefs.Errorf(errdefs.ErrInvalid, "lease %s is bound to a Kubernetes pod, not to a ttl: it needs no renewal", id)
 	}
+	if !ok && l.Claim != nil {
+		return api.Lease{}, errdefs.Errorf(errdefs.ErrInvalid, "lease %s is bound to Kubernetes ResourceClaim %s/%s, not to a ttl: it needs no renewal", id, l.Claim.Namespace, l.Claim.Name)
+	}
 	if !ok {
 		return api.Lease{}, errdefs.Errorf(errdefs.ErrInvalid, "lease %s is bound to process %d, not to a ttl: it needs no renewal", id, l.Owner.PID)
 	}

@@ -88,6 +88,10 @@ func (m *Manager) rebind(e journal.Entry) (binding, string) {
 		// Whether its pod still runs is the kubelet's to say: the plugin
 		// ends it once the pod-resources API no longer lists its devices.
 		return podBinding{}, ""
+	case KindClaim:
+		// Whether its claim is still prepared is the kubelet's to say: it
+		// unprepares it through the DRA driver, also after restarts.
+		return claimBinding{}, ""
 	}
 	return nil, "lease of an unknown binding kind dropped"
 }
