@@ -183,6 +183,7 @@ func Run(ctx context.Context, cfg Config) error {
 		b.startReporters,
 		b.startView,
 		b.startKubelet,
+		b.startDRA,
 		b.serveAPI,
 		b.stopViewFirst,
 		b.watchFaults,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/gpulet/gpulet/agent/dra"
 	"github.com/gpulet/gpulet/agent/kubelet"
 	"github.com/gpulet/gpulet/agent/lease"
 	"github.com/gpulet/gpulet/internal/lifecycle"
@@ -23,6 +24,14 @@ type KubeConfig struct {
 	// Interval which devices pods hold.
 	PodResourcesSocket string
 	Interval           time.Duration
+
+	// DRA serves Dynamic Resource Allocation as the driver gpu.gpulet.io
+	// (docs/kubernetes.md), reaching the API server through DRAKubeconfig
+	// (empty: the pod's service account), the kubelet through KubeletRoot
+	// and the container runtime through CDIDir.
+	DRA                        bool
+	DRAKubeconfig, KubeletRoot string
+	CDIDir                     string
 }
 
 // maxUnixPath is the longest path a Unix socket may have (sun_path less its
@@ -35,11 +44,18 @@ func kubeFlags(fs *pflag.FlagSet, c *KubeConfig) {
 	fs.StringVar(&c.Dir, "kubelet-dir", strings.TrimSuffix(kubelet.DefaultDir, "/"), "the kubelet's device-plugin folder (its kubelet.sock is there; gpuletd serves "+kubelet.SocketName+" there)")
 	fs.StringVar(&c.PodResourcesSocket, "pod-resources-socket", kubelet.DefaultPodResourcesSocket, "the kubelet's pod-resources API, which says which devices pods hold")
 	fs.DurationVar(&c.Interval, "pod-resources-interval", kubelet.DefaultInterval, "how often the pod-resources API is asked; a pod's lease ends within two of these after the pod (100ms to 5s)")
+	fs.BoolVar(&c.DRA, "dra", false, "be the Kubernetes DRA driver "+dra.DriverName+": publish the node's GPUs in ResourceSlices (units and memory per MPS instance, whole GPUs) and lease what the scheduler allocates to ResourceClaims; the node's name is --node-name")
+	fs.StringVar(&c.DRAKubeconfig, "dra-kubeconfig", "", "kubeconfig file the DRA driver reaches the API server with (default: the pod's service account)")
+	fs.StringVar(&c.KubeletRoot, "dra-kubelet-dir", dra.DefaultKubeletDir, "the kubelet's root folder: the DRA driver serves plugins/"+dra.DriverName+"/dra.sock there and registers in plugins_registry")
+	fs.StringVar(&c.CDIDir, "cdi-dir", dra.DefaultCDIDir, "folder of the container runtime's CDI specs, where the DRA driver writes one per prepared claim")
 }
 
 // checkKubeFlags checks the Kubernetes flags; those that only mean something
 // with --kubelet-plugin are refused without it rather than ignored.
 func checkKubeFlags(fs *pflag.FlagSet, c KubeConfig) error {
+	if err := checkDRAFlags(fs, c); err != nil {
+		return err
+	}
 	if !c.Plugin {
 		for _, name := range []string{"kubelet-dir", "pod-resources-socket", "pod-resources-interval"} {
 			if fs.Changed(name) {
