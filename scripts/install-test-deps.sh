@@ -2,7 +2,9 @@
 # Installs what the test suite needs and is missing: the real MPS control daemon
 # (Debian's nvidia-cuda-mps, component non-free), fuse3, Prometheus and promtool
 # (Debian's prometheus), a one-node Slurm (Debian's slurmctld, slurmd, munge and
-# slurm-client) and staticcheck. Only root can
+# slurm-client), what the one-node Kubernetes of test/k8s runs on besides the
+# binaries it builds itself (Debian's etcd-server, runc and containernetworking-plugins)
+# and staticcheck. Only root can
 # install system packages; anyone else gets a note and the tests that need a missing
 # piece skip, saying why.
 set -euo pipefail
@@ -17,6 +19,11 @@ command -v munged >/dev/null 2>&1 || need+=(munge)
 command -v slurmctld >/dev/null 2>&1 || need+=(slurmctld)
 command -v slurmd >/dev/null 2>&1 || need+=(slurmd)
 command -v srun >/dev/null 2>&1 || need+=(slurm-client)
+# test/k8s runs etcd, and containerd's CRI runs pods with runc and reports the
+# node's network ready through the loopback CNI plugin.
+command -v etcd >/dev/null 2>&1 || need+=(etcd-server)
+command -v runc >/dev/null 2>&1 || need+=(runc)
+[ -x /usr/lib/cni/loopback ] || need+=(containernetworking-plugins)
 
 if [ ${#need[@]} -gt 0 ]; then
 	if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -40,19 +40,33 @@ var Binaries = []struct{ Name, Pkg string }{
 // Main builds the binaries into a temporary folder, runs the tests and cleans
 // up. Call it from TestMain.
 func Main(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "gpulet-e2e-bin-")
+	cleanup, err := Build()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer os.RemoveAll(dir)
-	binDir = dir
-	if err := build(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
+	defer cleanup()
 	return m.Run()
 }
+
+// Build builds the binaries into a temporary folder, which cleanup
+// removes. Main calls it; a TestMain that needs the binaries before its
+// tests run (to put them in a container image) calls it itself.
+func Build() (cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "gpulet-e2e-bin-")
+	if err != nil {
+		return nil, err
+	}
+	binDir = dir
+	if err := build(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return func() { os.RemoveAll(dir) }, nil
+}
+
+// ModuleRoot is the folder of the module's go.mod.
+func ModuleRoot() string { return moduleRoot() }
 
 func moduleRoot() string {
 	_, file, _, _ := runtime.Caller(0)
