@@ -22,9 +22,10 @@ import (
 // CDIKind is the CDI kind of gpulet's devices: "<vendor>/<class>".
 const CDIKind = DriverName + "/claim"
 
-// cdiVersion is the spec version written: the oldest that has every field
-// used (0.3.0 has env and mounts), so that older runtimes read it too.
-const cdiVersion = "0.3.0"
+// cdiVersion is the spec version written: the oldest that allows what it
+// uses (0.5.0 allows the dots of the vendor gpu.gpulet.io; a runtime refuses
+// a spec whose version is below what it uses), so that older runtimes read it.
+const cdiVersion = "0.5.0"
 
 type cdiSpec struct {
 	Version string      `json:"cdiVersion"`

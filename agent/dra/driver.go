@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -80,13 +81,18 @@ func Start(cfg Config) (*Driver, error) {
 }
 
 func start(cfg Config, client kubernetes.Interface) (*Driver, error) {
+	// The helper serves its socket in the plugin's folder but does not make it.
+	pluginDir := filepath.Join(cfg.KubeletDir, "plugins", DriverName)
+	if err := os.MkdirAll(pluginDir, 0o750); err != nil {
+		return nil, fmt.Errorf("DRA driver: %w", err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Driver{cfg: cfg, client: client, cancel: cancel, done: make(chan struct{})}
 	h, err := kubeletplugin.Start(ctx, d,
 		kubeletplugin.DriverName(DriverName),
 		kubeletplugin.NodeName(cfg.NodeName),
 		kubeletplugin.KubeClient(client),
-		kubeletplugin.PluginDataDirectoryPath(filepath.Join(cfg.KubeletDir, "plugins", DriverName)),
+		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 		kubeletplugin.RegistrarDirectoryPath(filepath.Join(cfg.KubeletDir, "plugins_registry")),
 	)
 	if err != nil {

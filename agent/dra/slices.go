@@ -186,7 +186,9 @@ func (n Node) attributes(dev inventory.Device, kind string) map[resourceapi.Qual
 
 // share is the device of instance k of dev, offering units of it and their
 // share of the GPU's memory. Both capacities have a request policy: one
-// without is taken whole by a claim that does not ask for it.
+// without is taken whole by a claim that does not ask for it. A claim asks
+// for at most M units, and never more than the capacity (the API server
+// refuses a range beyond it).
 func (n Node) share(dev inventory.Device, k, units int, user string) resourceapi.Device {
 	a := n.attributes(dev, KindShare)
 	a["instance"] = resourceapi.DeviceAttribute{IntValue: ptr.To(int64(k))}
@@ -201,7 +203,7 @@ func (n Node) share(dev inventory.Device, k, units int, user string) resourceapi
 				Value: *resource.NewQuantity(int64(units), resource.DecimalSI),
 				RequestPolicy: &resourceapi.CapacityRequestPolicy{
 					Default:    resource.NewQuantity(1, resource.DecimalSI),
-					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(1, resource.DecimalSI), Max: resource.NewQuantity(int64(n.Model.UnitsPerClient), resource.DecimalSI), Step: resource.NewQuantity(1, resource.DecimalSI)},
+					ValidRange: &resourceapi.CapacityRequestPolicyRange{Min: resource.NewQuantity(1, resource.DecimalSI), Max: resource.NewQuantity(int64(min(n.Model.UnitsPerClient, units)), resource.DecimalSI), Step: resource.NewQuantity(1, resource.DecimalSI)},
 				},
 			},
 			"memory": {

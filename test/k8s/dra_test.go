@@ -19,9 +19,9 @@ func claimTemplate(name string, units int, user string) string {
 	sel := ""
 	if user != "" {
 		sel = fmt.Sprintf(`
-            selectors:
-            - cel:
-                expression: 'device.attributes["gpu.gpulet.io"].user in ["", "%s"]'`, user)
+          selectors:
+          - cel:
+              expression: 'device.attributes["gpu.gpulet.io"].user in ["", "%s"]'`, user)
 	}
 	return fmt.Sprintf(`apiVersion: resource.k8s.io/v1
 kind: ResourceClaimTemplate
@@ -234,7 +234,8 @@ func TestDRAUnitsLeasedOutsideShrinkTheSlices(t *testing.T) {
 			break
 		}
 		if time.Since(t0) > 5*time.Second {
-			t.Fatalf("5s after a lease of 3 units of GPU 1 the slices show %v", devs["gpu-1-mps-0"])
+			logs, _ := c.Kubectl("logs", "-n", "gpulet-system", "-l", "app.kubernetes.io/name=gpuletd", "--tail=40")
+			t.Fatalf("5s after a lease of 3 units of GPU 1 the slices show %v\ngpuletd's log:\n%s", devs["gpu-1-mps-0"], logs)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

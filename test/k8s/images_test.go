@@ -3,6 +3,7 @@ package k8s
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +11,10 @@ import (
 	"github.com/gpulet/gpulet/test/e2e"
 	"github.com/gpulet/gpulet/test/k8s/kcluster"
 )
+
+// mpsControl is the MPS control daemon the test image holds when the host
+// has it.
+const mpsControl = "nvidia-cuda-mps-control"
 
 // What gpuletd's image holds in /usr/local/bin, and runs.
 var (
@@ -37,11 +42,22 @@ func gpuletdImage() (kcluster.Image, error) {
 	for _, b := range imageBinaries {
 		bins = append(bins, kcluster.File{Name: "/usr/local/bin/" + b, Src: e2e.Bin(b), Mode: 0o755})
 	}
+	layers := []kcluster.Layer{base, bins}
+	// What the NVIDIA container runtime would give the container: the
+	// driver's MPS control daemon (here the real one of Debian's
+	// nvidia-cuda-mps), so that gpuletd runs its instances under MPS.
+	if mps, err := exec.LookPath(mpsControl); err == nil {
+		driver, err := kcluster.SharedLibraries(mps)
+		if err != nil {
+			return kcluster.Image{}, err
+		}
+		layers = append(layers, append(driver, kcluster.File{Name: "/usr/bin/" + mpsControl, Src: mps, Mode: 0o755}))
+	}
 	return kcluster.Image{
 		Ref:        gpuletdRef,
 		Entrypoint: []string{imageEntrypoint},
 		Env:        []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"},
-		Layers:     []kcluster.Layer{base, bins},
+		Layers:     layers,
 	}, nil
 }
 
