@@ -46,8 +46,6 @@ var (
 	cluster *kcluster.Cluster
 	// skipReason says why no cluster can run on this machine.
 	skipReason string
-	// startTime is how long the cluster took from start to a Ready node.
-	startTime time.Duration
 	// processStart is when the test binary started: go test's -timeout
 	// counts from then.
 	processStart = time.Now()
@@ -98,7 +96,6 @@ func run(m *testing.M) int {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
-	t0 := time.Now()
 	c, err := kcluster.Start(ctx, kcluster.Options{
 		Bin: bin, PauseImage: images[pauseRef], PauseRef: pauseRef,
 		FeatureGates: featureGates, Log: os.Stderr, LogDir: logDir,
@@ -107,7 +104,6 @@ func run(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "test/k8s: the cluster did not come up (component logs in %s): %v\n", logDir, err)
 		return 1
 	}
-	startTime = time.Since(t0)
 	cluster = c
 	// Stop the cluster on SIGINT or SIGTERM, and before go test's -timeout
 	// ends the process without running any deferred function.

@@ -68,6 +68,9 @@ type Cluster struct {
 	Dir string
 	// LogDir holds each component's log, <name>.log.
 	LogDir string
+	// ReadyIn and SchedulableIn are how long Start took until the node
+	// was Ready, and until pods could be placed on it.
+	ReadyIn, SchedulableIn time.Duration
 
 	opts        Options
 	lock        *hostLock
@@ -150,11 +153,13 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if err := c.waitNodeReady(ctx, 2*time.Minute); err != nil {
 		return c, err
 	}
-	c.logf("node %s Ready (%.1fs after start)", c.NodeName, time.Since(t0).Seconds())
+	c.ReadyIn = time.Since(t0)
+	c.logf("node %s Ready (%.1fs after start)", c.NodeName, c.ReadyIn.Seconds())
 	if err := c.waitSchedulable(ctx, time.Minute); err != nil {
 		return c, err
 	}
-	c.logf("node schedulable, default ServiceAccount made (%.1fs after start)", time.Since(t0).Seconds())
+	c.SchedulableIn = time.Since(t0)
+	c.logf("node schedulable, default ServiceAccount made (%.1fs after start)", c.SchedulableIn.Seconds())
 	return c, nil
 }
 
