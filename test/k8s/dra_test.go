@@ -3,7 +3,9 @@ package k8s
 import (
 	"encoding/json"
 	"fmt"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -299,4 +301,131 @@ func atoi(s string) int {
 	n := 0
 	fmt.Sscan(s, &n)
 	return n
+}
+
+// setSimGPUs changes the DaemonSet's --sim-gpus and waits for the new
+// gpuletd to serve with that many units.
+func setSimGPUs(t *testing.T, c *kcluster.Cluster, gpus string, units int) {
+	t.Helper()
+	out, err := c.Kubectl("get", "ds", "-n", "gpulet-system", "gpuletd", "-o", "jsonpath={.spec.template.spec.containers[0].args}")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var args []string
+	if err := json.Unmarshal([]byte(out), &args); err != nil {
+		t.Fatal(err)
+	}
+	for i, a := range args {
+		if strings.HasPrefix(a, "--sim-gpus=") {
+			args[i] = "--sim-gpus=" + gpus
+		}
+	}
+	patch, _ := json.Marshal([]map[string]any{{"op": "replace", "path": "/spec/template/spec/containers/0/args", "value": args}})
+	if _, err := c.Kubectl("patch", "ds", "-n", "gpulet-system", "gpuletd", "--type=json", "-p", string(patch)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Kubectl("rollout", "status", "ds/gpuletd", "-n", "gpulet-system", "--timeout=90s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitAllocatable(testCtx(t, time.Minute), c, units); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// gpuletdPid is the host pid of the DaemonSet's gpuletd.
+func gpuletdPid(t *testing.T) int {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-f", "-n", "^/usr/local/bin/gpuletd ").Output()
+	if err != nil {
+		t.Fatalf("no gpuletd process: %v", err)
+	}
+	return atoi(strings.TrimSpace(string(out)))
+}
+
+// TestDRAFiftyPodsAndAKill9: 50 pods with claims created at once on a node of
+// four GPUs, gpuletd killed with SIGKILL while they start: every pod runs,
+// no unit is leased twice, each running pod's environment is its lease's,
+// and the leases made before the kill are the same after it.
+func TestDRAFiftyPodsAndAKill9(t *testing.T) {
+	c, g := gpuletd(t)
+	setSimGPUs(t, c, "4xH100-80GB", 64)
+	t.Cleanup(func() { setSimGPUs(t, c, "2xH100-80GB", unitsPerNode) })
+	if err := c.Apply(claimTemplate("units1", 1, "")); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	var pods []string
+	var all strings.Builder
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("many-%02d", i)
+		pods = append(pods, name)
+		all.WriteString(claimPod(name, "units1", 1000))
+		all.WriteString("---\n")
+	}
+	t.Cleanup(func() { deleteClaimPods(t, c, g, pods...) })
+	t0 := time.Now()
+	if err := c.Apply(all.String()); err != nil {
+		t.Fatal(err)
+	}
+	// Kill gpuletd once some claims are prepared and others are not.
+	before := map[string]string{}
+	for len(before) < 10 {
+		if time.Since(t0) > 2*time.Minute {
+			t.Fatalf("after 2 minutes only %d claims are prepared", len(before))
+		}
+		leases, err := g.LeasesAll(testCtx(t, 10*time.Second))
+		if err == nil {
+			for _, l := range leases {
+				if l.Claim != nil {
+					before[l.Claim.Pod] = l.ID
+				}
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	pid := gpuletdPid(t)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("killed gpuletd (pid %d) with %d claims prepared, %.1fs after the pods were created", pid, len(before), time.Since(t0).Seconds())
+	ctx := testCtx(t, 5*time.Minute)
+	for _, p := range pods {
+		if _, err := c.WaitPod(ctx, "default", p, kcluster.Running, 4*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("all %d pods ran %.1fs after they were created", n, time.Since(t0).Seconds())
+	leases, err := g.LeasesAll(testCtx(t, 10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]string{}
+	byPod := map[string]api.Lease{}
+	for _, l := range leases {
+		if l.Claim == nil {
+			continue
+		}
+		byPod[l.Claim.Pod] = l
+		for _, u := range l.Units {
+			key := fmt.Sprintf("%s/%d", l.GPU.UUID, u)
+			if other, ok := held[key]; ok {
+				t.Errorf("unit %s is leased to %s and %s", key, other, l.Claim.Pod)
+			}
+			held[key] = l.Claim.Pod
+		}
+	}
+	for _, p := range pods {
+		l, ok := byPod["default/"+p]
+		if !ok {
+			t.Errorf("pod %s runs without a claim lease", p)
+			continue
+		}
+		if id, ok := before["default/"+p]; ok && id != l.ID {
+			t.Errorf("pod %s's lease was %s before the kill, %s after", p, id, l.ID)
+		}
+		env := probeEnv(waitLog(t, c, "default", p, "probe ready"))
+		if env["GPULET_LEASE_ID"] != l.ID || env["CUDA_VISIBLE_DEVICES"] != l.GPU.UUID {
+			t.Errorf("pod %s runs with lease %s on %s, its lease is %s on %s", p, env["GPULET_LEASE_ID"], env["CUDA_VISIBLE_DEVICES"], l.ID, l.GPU.UUID)
+		}
+	}
 }

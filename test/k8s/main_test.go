@@ -92,7 +92,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	sysctls := kcluster.Sysctls()
 
 	ctx, cancel := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer cancel()
@@ -144,7 +143,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test/k8s: stopping the cluster:", err)
 		code = 1
 	}
-	if err := kcluster.CheckRestored(sysctls); err != nil {
+	if err := kcluster.CheckRestored(c.SysctlsBefore); err != nil {
 		fmt.Fprintln(os.Stderr, "test/k8s: the host is not as before the cluster:", err)
 		code = 1
 	}

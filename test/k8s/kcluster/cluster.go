@@ -60,6 +60,9 @@ type Options struct {
 
 // Cluster is one running cluster.
 type Cluster struct {
+	// SysctlsBefore are the host's sysctls that the kubelet changes, as
+	// they were before this cluster started (CheckRestored takes them).
+	SysctlsBefore map[string]string
 	// Kubeconfig is an admin's kubeconfig (system:masters).
 	Kubeconfig string
 	// NodeName is the one node's name.
@@ -124,6 +127,9 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.lock.unlock()
 		return nil, fmt.Errorf("cleaning up after an earlier run: %w", err)
 	}
+	// Read under the lock: another run's kubelet may have held them changed
+	// until now.
+	c.SysctlsBefore = Sysctls()
 	defer func() {
 		if err != nil {
 			if logs := c.tailLogs(); logs != "" {
