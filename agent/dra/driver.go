@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/dynamic-resource-allocation/kubeletplugin"
+	"k8s.io/klog/v2"
 
 	"github.com/gpulet/gpulet/agent/lease"
 )
@@ -86,6 +87,9 @@ func start(cfg Config, client kubernetes.Interface) (*Driver, error) {
 	if err := os.MkdirAll(pluginDir, 0o750); err != nil {
 		return nil, fmt.Errorf("DRA driver: %w", err)
 	}
+	// The Kubernetes libraries log through klog: into gpuletd's log, as its
+	// own lines are.
+	klog.SetSlogLogger(cfg.Logger.With("component", "dra"))
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Driver{cfg: cfg, client: client, cancel: cancel, done: make(chan struct{})}
 	h, err := kubeletplugin.Start(ctx, d,
@@ -94,6 +98,8 @@ func start(cfg Config, client kubernetes.Interface) (*Driver, error) {
 		kubeletplugin.KubeClient(client),
 		kubeletplugin.PluginDataDirectoryPath(pluginDir),
 		kubeletplugin.RegistrarDirectoryPath(filepath.Join(cfg.KubeletDir, "plugins_registry")),
+		// Device health is the slices' to say (a GPU that fails leaves them).
+		kubeletplugin.HealthService(false),
 	)
 	if err != nil {
 		cancel()
@@ -171,8 +177,7 @@ func (d *Driver) HandleError(_ context.Context, err error, msg string) {
 	d.cfg.Logger.Log(context.Background(), level, "DRA driver: "+msg, "err", err)
 }
 
-// WatchHealthStatus: device health is the slices' to say (a GPU that fails
-// leaves them), not the kubelet's health stream.
+// WatchHealthStatus is never called: the health service is off (Start).
 func (d *Driver) WatchHealthStatus(context.Context, chan<- kubeletplugin.DeviceHealthReport) error {
 	return kubeletplugin.ErrHealthNotSupported
 }
