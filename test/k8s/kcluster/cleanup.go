@@ -134,9 +134,11 @@ func Sysctls() map[string]string {
 	return out
 }
 
-// CheckRestored says what a stopped cluster left on the host, if anything:
-// processes, mounts, cgroups, folders, or sysctls other than before.
-func CheckRestored(before map[string]string) error {
+// CheckRestored says what the stopped cluster left on the host, if
+// anything: processes, mounts, cgroups, folders, or sysctls other than the
+// host's before it started.
+func (c *Cluster) CheckRestored() error {
+	before := c.hostSysctls
 	var errs []error
 	if pids := append(recordedPids(), shimPids()...); len(pids) > 0 {
 		errs = append(errs, fmt.Errorf("processes left: %v", pids))

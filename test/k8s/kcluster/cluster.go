@@ -76,6 +76,9 @@ type Cluster struct {
 	lock        *hostLock
 	kubeletArgs []string
 	healthzPort int // the kubelet's
+	// hostSysctls are the host's values of the sysctls the kubelet
+	// changes, read once an earlier run's cluster was cleaned up.
+	hostSysctls map[string]string
 
 	mu    sync.Mutex // guards procs
 	procs map[string]*proc
@@ -124,6 +127,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.lock.unlock()
 		return nil, fmt.Errorf("cleaning up after an earlier run: %w", err)
 	}
+	c.hostSysctls = Sysctls()
 	defer func() {
 		if err != nil {
 			if logs := c.tailLogs(); logs != "" {
