@@ -120,21 +120,38 @@ func restoreSysctls() error {
 	if err != nil {
 		return err
 	}
+	saved, err := parseSavedSysctls(string(b))
+	if err != nil {
+		return fmt.Errorf("%s: %w", savedSysctls, err)
+	}
 	var errs []error
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		k, v, ok := strings.Cut(line, "=")
-		if !ok || !validSysctl(k) {
-			errs = append(errs, fmt.Errorf("%s: bad line %q", savedSysctls, line))
-			continue
-		}
-		if err := os.WriteFile(filepath.Join("/proc/sys", k), []byte(v), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("restoring sysctl %s: %w", k, err))
+	for _, kv := range saved {
+		if err := os.WriteFile(filepath.Join("/proc/sys", kv[0]), []byte(kv[1]), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restoring sysctl %s: %w", kv[0], err))
 		}
 	}
 	if len(errs) == 0 {
 		os.Remove(savedSysctls)
 	}
 	return errors.Join(errs...)
+}
+
+// parseSavedSysctls reads saveSysctls' record, "key=value" lines, and
+// refuses any key but the kubelet's sysctls and any value but one number,
+// since each is written into /proc/sys as root.
+func parseSavedSysctls(text string) ([][2]string, error) {
+	var out [][2]string
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || !validSysctl(k) {
+			return nil, fmt.Errorf("bad line %q", line)
+		}
+		if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("sysctl %s: value %q is not a number", k, v)
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
 }
 
 func validSysctl(k string) bool {

@@ -185,3 +185,52 @@ func TestKubeletConfigFeatureGates(t *testing.T) {
 		t.Errorf("gateFlag = %q", g)
 	}
 }
+
+func TestParseSavedSysctls(t *testing.T) {
+	got, err := parseSavedSysctls("vm/overcommit_memory=0\nkernel/panic=10\n")
+	if err != nil || !reflect.DeepEqual(got, [][2]string{{"vm/overcommit_memory", "0"}, {"kernel/panic", "10"}}) {
+		t.Errorf("parseSavedSysctls = %v, %v", got, err)
+	}
+	for _, bad := range []string{"kernel/core_pattern=|/bin/sh", "kernel/panic=1 0", "kernel/panic", "../../etc/x=1", "kernel/panic=x"} {
+		if _, err := parseSavedSysctls(bad); err == nil {
+			t.Errorf("parseSavedSysctls(%q) took it", bad)
+		}
+	}
+}
+
+func FuzzParseSavedSysctls(f *testing.F) {
+	f.Add("vm/overcommit_memory=0\nkernel/panic=10\n")
+	f.Add("kernel/panic=\n=")
+	f.Fuzz(func(t *testing.T, text string) {
+		kvs, err := parseSavedSysctls(text)
+		if err != nil {
+			return
+		}
+		for _, kv := range kvs {
+			if !validSysctl(kv[0]) || strings.ContainsAny(kv[1], " \n/") {
+				t.Fatalf("parseSavedSysctls(%q) took %q", text, kv)
+			}
+		}
+	})
+}
+
+func TestParsePidFile(t *testing.T) {
+	if pid, bin, ok := parsePidFile("123\n/usr/bin/etcd\n"); !ok || pid != 123 || bin != "/usr/bin/etcd" {
+		t.Errorf("parsePidFile = %d %q %t", pid, bin, ok)
+	}
+	for _, bad := range []string{"1\n/sbin/init\n", "0\n/x", "12", "x\n/x", "12\nrelative"} {
+		if _, _, ok := parsePidFile(bad); ok {
+			t.Errorf("parsePidFile(%q) took it", bad)
+		}
+	}
+}
+
+func FuzzParsePidFile(f *testing.F) {
+	f.Add("123\n/usr/bin/etcd\n")
+	f.Add("-1\n/\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		if pid, bin, ok := parsePidFile(text); ok && (pid <= 1 || !strings.HasPrefix(bin, "/")) {
+			t.Fatalf("parsePidFile(%q) = %d %q", text, pid, bin)
+		}
+	})
+}
