@@ -120,7 +120,7 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.LogDir = filepath.Join(RunDir, "logs")
 	}
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
-	if c.lock, err = lock(ctx, c.logf); err != nil {
+	if c.lock, err = lock(ctx, LockFile, c.logf); err != nil {
 		return nil, err
 	}
 	if err := cleanupHost(c.logf); err != nil {

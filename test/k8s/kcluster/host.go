@@ -56,12 +56,12 @@ var kubeletSysctls = []string{
 
 const savedSysctls = RunDir + "/sysctl.saved"
 
-// hostLock holds LockFile. lock waits for another run's cluster to stop,
-// saying so once, until ctx ends.
+// hostLock holds a lock file (LockFile). lock waits for another run's
+// cluster to stop, saying so once, until ctx ends.
 type hostLock struct{ f *os.File }
 
-func lock(ctx context.Context, logf func(string, ...any)) (*hostLock, error) {
-	f, err := os.OpenFile(LockFile, os.O_RDWR|os.O_CREATE, 0o600)
+func lock(ctx context.Context, path string, logf func(string, ...any)) (*hostLock, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the host-wide cluster lock: %w", err)
 	}
@@ -73,16 +73,16 @@ func lock(ctx context.Context, logf func(string, ...any)) (*hostLock, error) {
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("locking %s: %w", LockFile, err)
+			return nil, fmt.Errorf("locking %s: %w", path, err)
 		}
 		if !said {
-			logf("another test run's Kubernetes cluster holds %s: waiting for it to stop", LockFile)
+			logf("another test run's Kubernetes cluster holds %s: waiting for it to stop", path)
 			said = true
 		}
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("waiting for %s: %w", LockFile, ctx.Err())
+			return nil, fmt.Errorf("waiting for %s: %w", path, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}

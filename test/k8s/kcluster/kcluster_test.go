@@ -3,13 +3,17 @@ package kcluster
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseLdd(t *testing.T) {
@@ -233,4 +237,30 @@ func FuzzParsePidFile(f *testing.F) {
 			t.Fatalf("parsePidFile(%q) = %d %q", text, pid, bin)
 		}
 	})
+}
+
+// TestLockWaitsForTheHolder: a second cluster waits for the first one's
+// lock, says so once, and gets it when the first lets go.
+func TestLockWaitsForTheHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lock")
+	first, err := lock(context.Background(), path, func(string, ...any) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	logf := func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) }
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	if _, err := lock(ctx, path, logf); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second lock while the first is held: %v, want to wait until the context ends", err)
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "waiting for it to stop") {
+		t.Errorf("the waiting lock said %q, want one line that it waits", said)
+	}
+	first.unlock()
+	second, err := lock(context.Background(), path, logf)
+	if err != nil {
+		t.Fatalf("the lock once the first let go: %v", err)
+	}
+	second.unlock()
 }
