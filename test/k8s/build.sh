@@ -73,7 +73,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
 done
 for c in "${COMPONENTS[@]}"; do
 	[ -x "$BIN/$c" ] && continue
-	progress "building $c $K8S_VERSION (the first build on a machine takes 8-15 minutes in all; later runs reuse $BIN)"
+	progress "building $c $K8S_VERSION (the first build on a machine takes 10-35 minutes in all on 2 CPUs; later runs reuse $BIN)"
 	start=$SECONDS
 	nice go build -trimpath -ldflags "$ldflags" -o "$BIN/$c.new" "k8s.io/kubernetes/cmd/$c"
 	mv "$BIN/$c.new" "$BIN/$c"

@@ -143,7 +143,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test/k8s: stopping the cluster:", err)
 		code = 1
 	}
-	if err := kcluster.CheckRestored(c.SysctlsBefore); err != nil {
+	if err := c.CheckRestored(); err != nil {
 		fmt.Fprintln(os.Stderr, "test/k8s: the host is not as before the cluster:", err)
 		code = 1
 	}
@@ -158,7 +158,7 @@ func run(m *testing.M) int {
 // buildKubernetes runs build.sh, which builds the binaries once per
 // version into a cache outside the clone, and returns their folder.
 func buildKubernetes() (string, error) {
-	fmt.Fprintf(os.Stderr, "test/k8s: Kubernetes %s and containerd %s from build.sh (a machine's first build takes 10-15 min and about 3 GB of Go build cache; later runs reuse it)\n", k8sVersion, containerdVersion)
+	fmt.Fprintf(os.Stderr, "test/k8s: Kubernetes %s and containerd %s from build.sh (a machine's first build takes 10-35 min and about 3 GB of Go build cache; later runs reuse it)\n", k8sVersion, containerdVersion)
 	cmd := exec.Command("./build.sh")
 	cmd.Env = append(os.Environ(), "K8S_VERSION="+k8sVersion, "CONTAINERD_VERSION="+containerdVersion)
 	cmd.Stderr = os.Stderr

@@ -29,16 +29,26 @@ func recordedPids() []int {
 		if err != nil {
 			continue
 		}
-		pidText, bin, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-		pid, err := strconv.Atoi(pidText)
-		if err != nil || pid <= 1 {
+		pid, bin, ok := parsePidFile(string(b))
+		if !ok {
 			continue
 		}
-		if exe, err := os.Readlink("/proc/" + pidText + "/exe"); err == nil && exe == bin {
+		if exe, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/exe"); err == nil && exe == bin {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// parsePidFile reads writePidFile's "pid\nbinary\n"; not ok for anything
+// else, or for a pid that cannot be a component's.
+func parsePidFile(text string) (pid int, bin string, ok bool) {
+	pidText, bin, found := strings.Cut(strings.TrimSpace(text), "\n")
+	pid, err := strconv.Atoi(pidText)
+	if !found || err != nil || pid <= 1 || !filepath.IsAbs(bin) {
+		return 0, "", false
+	}
+	return pid, bin, true
 }
 
 // shimPids are the containerd shims serving the cluster's containerd: they
@@ -134,9 +144,11 @@ func Sysctls() map[string]string {
 	return out
 }
 
-// CheckRestored says what a stopped cluster left on the host, if anything:
-// processes, mounts, cgroups, folders, or sysctls other than before.
-func CheckRestored(before map[string]string) error {
+// CheckRestored says what the stopped cluster left on the host, if
+// anything: processes, mounts, cgroups, folders, or sysctls other than the
+// host's before it started.
+func (c *Cluster) CheckRestored() error {
+	before := c.hostSysctls
 	var errs []error
 	if pids := append(recordedPids(), shimPids()...); len(pids) > 0 {
 		errs = append(errs, fmt.Errorf("processes left: %v", pids))

@@ -60,9 +60,6 @@ type Options struct {
 
 // Cluster is one running cluster.
 type Cluster struct {
-	// SysctlsBefore are the host's sysctls that the kubelet changes, as
-	// they were before this cluster started (CheckRestored takes them).
-	SysctlsBefore map[string]string
 	// Kubeconfig is an admin's kubeconfig (system:masters).
 	Kubeconfig string
 	// NodeName is the one node's name.
@@ -79,6 +76,9 @@ type Cluster struct {
 	lock        *hostLock
 	kubeletArgs []string
 	healthzPort int // the kubelet's
+	// hostSysctls are the host's values of the sysctls the kubelet
+	// changes, read once an earlier run's cluster was cleaned up.
+	hostSysctls map[string]string
 
 	mu    sync.Mutex // guards procs
 	procs map[string]*proc
@@ -120,16 +120,14 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 		c.LogDir = filepath.Join(RunDir, "logs")
 	}
 	c.Kubeconfig = filepath.Join(c.Dir, "admin.kubeconfig")
-	if c.lock, err = lock(ctx, c.logf); err != nil {
+	if c.lock, err = lock(ctx, LockFile, c.logf); err != nil {
 		return nil, err
 	}
 	if err := cleanupHost(c.logf); err != nil {
 		c.lock.unlock()
 		return nil, fmt.Errorf("cleaning up after an earlier run: %w", err)
 	}
-	// Read under the lock: another run's kubelet may have held them changed
-	// until now.
-	c.SysctlsBefore = Sysctls()
+	c.hostSysctls = Sysctls()
 	defer func() {
 		if err != nil {
 			if logs := c.tailLogs(); logs != "" {

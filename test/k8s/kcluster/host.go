@@ -56,12 +56,12 @@ var kubeletSysctls = []string{
 
 const savedSysctls = RunDir + "/sysctl.saved"
 
-// hostLock holds LockFile. lock waits for another run's cluster to stop,
-// saying so once, until ctx ends.
+// hostLock holds a lock file (LockFile). lock waits for another run's
+// cluster to stop, saying so once, until ctx ends.
 type hostLock struct{ f *os.File }
 
-func lock(ctx context.Context, logf func(string, ...any)) (*hostLock, error) {
-	f, err := os.OpenFile(LockFile, os.O_RDWR|os.O_CREATE, 0o600)
+func lock(ctx context.Context, path string, logf func(string, ...any)) (*hostLock, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("opening the host-wide cluster lock: %w", err)
 	}
@@ -73,16 +73,16 @@ func lock(ctx context.Context, logf func(string, ...any)) (*hostLock, error) {
 		}
 		if !errors.Is(err, unix.EWOULDBLOCK) {
 			f.Close()
-			return nil, fmt.Errorf("locking %s: %w", LockFile, err)
+			return nil, fmt.Errorf("locking %s: %w", path, err)
 		}
 		if !said {
-			logf("another test run's Kubernetes cluster holds %s: waiting for it to stop", LockFile)
+			logf("another test run's Kubernetes cluster holds %s: waiting for it to stop", path)
 			said = true
 		}
 		select {
 		case <-ctx.Done():
 			f.Close()
-			return nil, fmt.Errorf("waiting for %s: %w", LockFile, ctx.Err())
+			return nil, fmt.Errorf("waiting for %s: %w", path, ctx.Err())
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -120,21 +120,38 @@ func restoreSysctls() error {
 	if err != nil {
 		return err
 	}
+	saved, err := parseSavedSysctls(string(b))
+	if err != nil {
+		return fmt.Errorf("%s: %w", savedSysctls, err)
+	}
 	var errs []error
-	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		k, v, ok := strings.Cut(line, "=")
-		if !ok || !validSysctl(k) {
-			errs = append(errs, fmt.Errorf("%s: bad line %q", savedSysctls, line))
-			continue
-		}
-		if err := os.WriteFile(filepath.Join("/proc/sys", k), []byte(v), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("restoring sysctl %s: %w", k, err))
+	for _, kv := range saved {
+		if err := os.WriteFile(filepath.Join("/proc/sys", kv[0]), []byte(kv[1]), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restoring sysctl %s: %w", kv[0], err))
 		}
 	}
 	if len(errs) == 0 {
 		os.Remove(savedSysctls)
 	}
 	return errors.Join(errs...)
+}
+
+// parseSavedSysctls reads saveSysctls' record, "key=value" lines, and
+// refuses any key but the kubelet's sysctls and any value but one number,
+// since each is written into /proc/sys as root.
+func parseSavedSysctls(text string) ([][2]string, error) {
+	var out [][2]string
+	for _, line := range strings.Split(strings.TrimSpace(text), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || !validSysctl(k) {
+			return nil, fmt.Errorf("bad line %q", line)
+		}
+		if _, err := strconv.ParseInt(v, 10, 64); err != nil {
+			return nil, fmt.Errorf("sysctl %s: value %q is not a number", k, v)
+		}
+		out = append(out, [2]string{k, v})
+	}
+	return out, nil
 }
 
 func validSysctl(k string) bool {

@@ -3,13 +3,17 @@ package kcluster
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseLdd(t *testing.T) {
@@ -184,4 +188,79 @@ func TestKubeletConfigFeatureGates(t *testing.T) {
 	if g := gateFlag(map[string]bool{"B": false, "A": true}); g != "A=true,B=false" {
 		t.Errorf("gateFlag = %q", g)
 	}
+}
+
+func TestParseSavedSysctls(t *testing.T) {
+	got, err := parseSavedSysctls("vm/overcommit_memory=0\nkernel/panic=10\n")
+	if err != nil || !reflect.DeepEqual(got, [][2]string{{"vm/overcommit_memory", "0"}, {"kernel/panic", "10"}}) {
+		t.Errorf("parseSavedSysctls = %v, %v", got, err)
+	}
+	for _, bad := range []string{"kernel/core_pattern=|/bin/sh", "kernel/panic=1 0", "kernel/panic", "../../etc/x=1", "kernel/panic=x"} {
+		if _, err := parseSavedSysctls(bad); err == nil {
+			t.Errorf("parseSavedSysctls(%q) took it", bad)
+		}
+	}
+}
+
+func FuzzParseSavedSysctls(f *testing.F) {
+	f.Add("vm/overcommit_memory=0\nkernel/panic=10\n")
+	f.Add("kernel/panic=\n=")
+	f.Fuzz(func(t *testing.T, text string) {
+		kvs, err := parseSavedSysctls(text)
+		if err != nil {
+			return
+		}
+		for _, kv := range kvs {
+			if !validSysctl(kv[0]) || strings.ContainsAny(kv[1], " \n/") {
+				t.Fatalf("parseSavedSysctls(%q) took %q", text, kv)
+			}
+		}
+	})
+}
+
+func TestParsePidFile(t *testing.T) {
+	if pid, bin, ok := parsePidFile("123\n/usr/bin/etcd\n"); !ok || pid != 123 || bin != "/usr/bin/etcd" {
+		t.Errorf("parsePidFile = %d %q %t", pid, bin, ok)
+	}
+	for _, bad := range []string{"1\n/sbin/init\n", "0\n/x", "12", "x\n/x", "12\nrelative"} {
+		if _, _, ok := parsePidFile(bad); ok {
+			t.Errorf("parsePidFile(%q) took it", bad)
+		}
+	}
+}
+
+func FuzzParsePidFile(f *testing.F) {
+	f.Add("123\n/usr/bin/etcd\n")
+	f.Add("-1\n/\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		if pid, bin, ok := parsePidFile(text); ok && (pid <= 1 || !strings.HasPrefix(bin, "/")) {
+			t.Fatalf("parsePidFile(%q) = %d %q", text, pid, bin)
+		}
+	})
+}
+
+// TestLockWaitsForTheHolder: a second cluster waits for the first one's
+// lock, says so once, and gets it when the first lets go.
+func TestLockWaitsForTheHolder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lock")
+	first, err := lock(context.Background(), path, func(string, ...any) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var said []string
+	logf := func(f string, a ...any) { said = append(said, fmt.Sprintf(f, a...)) }
+	ctx, cancel := context.WithTimeout(context.Background(), 700*time.Millisecond)
+	defer cancel()
+	if _, err := lock(ctx, path, logf); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a second lock while the first is held: %v, want to wait until the context ends", err)
+	}
+	if len(said) != 1 || !strings.Contains(said[0], "waiting for it to stop") {
+		t.Errorf("the waiting lock said %q, want one line that it waits", said)
+	}
+	first.unlock()
+	second, err := lock(context.Background(), path, logf)
+	if err != nil {
+		t.Fatalf("the lock once the first let go: %v", err)
+	}
+	second.unlock()
 }
