@@ -16,7 +16,7 @@ var gpuletdFlagGroups = []flaghelp.Group{
 	{Title: "Limits per uid", Flags: []string{"max-conns-per-uid", "max-waiters-per-uid"}},
 	{Title: "MPS", Flags: []string{"mps", "mps-control"}},
 	{Title: "Reservations", Flags: []string{"reclaim-grace"}},
-	{Title: "Kubernetes", Flags: []string{"kubelet-plugin", "kubelet-dir", "pod-resources-socket", "pod-resources-interval"}},
+	{Title: "Kubernetes", Flags: []string{"kubelet-plugin", "kubelet-dir", "pod-resources-socket", "pod-resources-interval", "dra", "dra-kubeconfig", "dra-kubelet-dir", "cdi-dir"}},
 }
 
 // gpuletdComputedDefaults are the defaults worked out at start, which the

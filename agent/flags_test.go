@@ -100,6 +100,15 @@ func TestParseFlags(t *testing.T) {
 			return c.Kube.Dir == "/k/dp" && c.Kube.PodResourcesSocket == "/k/pr.sock" && c.Kube.Interval == time.Second
 		}, ""},
 		{"kubelet dir without the plugin", []string{"--kubelet-dir", "/k"}, nil, "--kubelet-dir is for the kubelet plugin: add --kubelet-plugin"},
+		{"DRA defaults", []string{"--dra"}, func(c Config) bool {
+			return c.Kube.DRA && c.Kube.KubeletRoot == "/var/lib/kubelet" && c.Kube.CDIDir == "/var/run/cdi" && c.Kube.DRAKubeconfig == ""
+		}, ""},
+		{"DRA flags", []string{"--dra", "--dra-kubelet-dir", "/k", "--cdi-dir", "/etc/cdi", "--dra-kubeconfig", "kc"}, func(c Config) bool {
+			return c.Kube.KubeletRoot == "/k" && c.Kube.CDIDir == "/etc/cdi" && c.Kube.DRAKubeconfig == "kc"
+		}, ""},
+		{"CDI dir without the DRA driver", []string{"--cdi-dir", "/etc/cdi"}, nil, "--cdi-dir is for the DRA driver: add --dra"},
+		{"relative CDI dir", []string{"--dra", "--cdi-dir", "cdi"}, nil, `--cdi-dir "cdi": must be an absolute path`},
+		{"long DRA kubelet dir", []string{"--dra", "--dra-kubelet-dir", "/" + strings.Repeat("x", 100)}, nil, "--dra-kubelet-dir: the driver's socket"},
 		{"relative kubelet dir", []string{"--kubelet-plugin", "--kubelet-dir", "dp"}, nil, `--kubelet-dir "dp/gpulet.sock": must be an absolute path`},
 		{"long pod-resources socket", []string{"--kubelet-plugin", "--pod-resources-socket", "/" + strings.Repeat("x", 120)}, nil, "--pod-resources-socket: the socket"},
 		{"pod-resources interval too long", []string{"--kubelet-plugin", "--pod-resources-interval", "30s"}, nil, "--pod-resources-interval 30s: must be between 100ms and 5s"},

@@ -15,8 +15,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -100,6 +102,7 @@ func start(cfg Config, client kubernetes.Interface) (*Driver, error) {
 		kubeletplugin.RegistrarDirectoryPath(filepath.Join(cfg.KubeletDir, "plugins_registry")),
 		// Device health is the slices' to say (a GPU that fails leaves them).
 		kubeletplugin.HealthService(false),
+		kubeletplugin.GRPCInterceptor(d.logCall),
 	)
 	if err != nil {
 		cancel()
@@ -108,6 +111,22 @@ func start(cfg Config, client kubernetes.Interface) (*Driver, error) {
 	d.helper = h
 	go d.publish(ctx)
 	return d, nil
+}
+
+// logCall logs each prepare and unprepare the kubelet asks, with how long
+// it took, the claims' fetch from the API server included.
+func (d *Driver) logCall(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	t0 := time.Now()
+	resp, err := handler(ctx, req)
+	method := info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]
+	if method == "NodePrepareResources" || method == "NodeUnprepareResources" {
+		attrs := []any{"call", method, "seconds", time.Since(t0).Seconds()}
+		if err != nil {
+			attrs = append(attrs, "err", err)
+		}
+		d.cfg.Logger.Info("DRA driver: kubelet call", attrs...)
+	}
+	return resp, err
 }
 
 // restConfig reaches the API server through path, or as the pod's service
