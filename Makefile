@@ -76,9 +76,13 @@ BENCH_OUT ?= $(BIN)/bench.txt
 # BENCH_LONG is the benchmark whose goal is checked on longer rounds, each
 # 20,000 leases: at the default second a round's ratio spreads by ±10%.
 BENCH_LONG := LeaseUnderReaders/api-held=10000/paced
+# BENCH_K8S runs on the test cluster in rounds of pods, a few seconds each:
+# 10 rounds, not as many as a second allows.
+BENCH_K8S  := DRAPodStart
 bench: SHELL := /bin/bash
 bench: build
-	set -o pipefail; $(GO) test -run '^$$' -bench . -skip '$(BENCH_LONG)' -benchmem -timeout 20m ./... | tee $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench . -skip '$(BENCH_LONG)|$(BENCH_K8S)' -benchmem -timeout 20m ./... | tee $(BENCH_OUT)
+	set -o pipefail; $(GO) test -run '^$$' -bench '$(BENCH_K8S)' -benchtime 10x -timeout 15m ./test/k8s/ | tee -a $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench '$(BENCH_LONG)' -benchtime 20000x -count 3 ./test/bench/ | tee -a $(BENCH_OUT)
 	set -o pipefail; $(GO) test -run '^$$' -bench LeaseUnderTCPFlood -benchtime 10000x ./test/bench/ | tee -a $(BENCH_OUT)
 	$(GO) run ./test/bench/goals $(BENCH_OUT)

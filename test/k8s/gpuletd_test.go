@@ -34,7 +34,7 @@ var (
 // test overlay) with kubectl apply -k; it waits until gpuletd's pod runs
 // and its device plugin has given the node its units, and returns a client
 // of its socket.
-func gpuletd(t *testing.T) (*kcluster.Cluster, *client.Client) {
+func gpuletd(t testing.TB) (*kcluster.Cluster, *client.Client) {
 	t.Helper()
 	c := need(t)
 	deployOnce.Do(func() { deployErr = deploy(c) })

@@ -173,7 +173,7 @@ func buildKubernetes() (string, error) {
 }
 
 // need skips a test where no cluster can run here, saying why.
-func need(t *testing.T) *kcluster.Cluster {
+func need(t testing.TB) *kcluster.Cluster {
 	t.Helper()
 	if skipReason != "" {
 		t.Skip(skipReason)
