@@ -81,6 +81,7 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
+	// the archives are needed until imported, but removed however run ends
 	defer os.RemoveAll(imgDir)
 	images, err := buildImages(imgDir)
 	if err != nil {
@@ -123,6 +124,10 @@ func run(m *testing.M) int {
 			return
 		}
 		c.Stop()
+		// os.Exit runs no deferred function: remove what they would
+		cleanupBins()
+		os.RemoveAll(imgDir)
+		fmt.Fprintln(os.Stderr, "test/k8s: the cluster's component logs are in", logDir)
 		os.Exit(1)
 	}()
 	for ref, archive := range images {
@@ -136,6 +141,7 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
+	os.RemoveAll(imgDir)
 
 	code := m.Run()
 	close(stopped)

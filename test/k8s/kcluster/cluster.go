@@ -104,14 +104,16 @@ func Start(ctx context.Context, opts Options) (c *Cluster, err error) {
 	if _, err := cgroupHierarchies(); err != nil {
 		return nil, err
 	}
-	for _, b := range []*string{&opts.Etcd, &opts.Runc} {
-		if *b == "" {
-			name := map[*string]string{&opts.Etcd: "etcd", &opts.Runc: "runc"}[b]
-			p, err := exec.LookPath(name)
+	for _, b := range []struct {
+		path *string
+		name string
+	}{{&opts.Etcd, "etcd"}, {&opts.Runc, "runc"}} {
+		if *b.path == "" {
+			p, err := exec.LookPath(b.name)
 			if err != nil {
-				return nil, fmt.Errorf("%s is not installed (make test installs Debian's etcd-server and runc): %w", name, err)
+				return nil, fmt.Errorf("%s is not installed (make test installs Debian's etcd-server and runc): %w", b.name, err)
 			}
-			*b = p
+			*b.path = p
 		}
 	}
 	c = &Cluster{NodeName: NodeName, Dir: filepath.Join(StateDir, "cluster"), opts: opts, procs: map[string]*proc{}}

@@ -75,12 +75,12 @@ type Condition func(p *Pod, gone bool) bool
 
 // Conditions WaitPod takes.
 var (
-	Running   Condition = func(p *Pod, gone bool) bool { return !gone && p.Status.Phase == "Running" }
-	Ready     Condition = func(p *Pod, gone bool) bool { return !gone && p.condition("Ready") == "True" }
-	Failed    Condition = func(p *Pod, gone bool) bool { return !gone && p.Status.Phase == "Failed" }
-	Gone      Condition = func(p *Pod, gone bool) bool { return gone }
-	Scheduled Condition = func(p *Pod, gone bool) bool { return !gone && p.condition("PodScheduled") == "True" }
-	// Unschedulable: the scheduler tried and said why not.
+	Running Condition = func(p *Pod, gone bool) bool { return !gone && p.Status.Phase == "Running" }
+	Ready   Condition = func(p *Pod, gone bool) bool { return !gone && p.condition("Ready") == "True" }
+	Failed  Condition = func(p *Pod, gone bool) bool { return !gone && p.Status.Phase == "Failed" }
+	Gone    Condition = func(p *Pod, gone bool) bool { return gone }
+	// Unschedulable: the scheduler tried and said why not (in the
+	// PodScheduled condition's message).
 	Unschedulable Condition = func(p *Pod, gone bool) bool {
 		return !gone && p.condition("PodScheduled") == "False" && p.conditionReason("PodScheduled") == "Unschedulable"
 	}
