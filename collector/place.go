@@ -107,7 +107,7 @@ func (p *placer) place(st *Store, r cluster.Request, limit int, caller string) (
 // otherwise steer the mix at no cost. Nor is a request of no one
 // named: where anyone may ask, anyone could steer.
 func (p *placer) learnLocked(caller string, r cluster.Request) {
-	p.learner.ObserveBy(caller, r.Request)
+	p.learner.ObserveShape(caller, cluster.ShapeOf(r))
 	p.observed++
 	if m := p.learner.Mix(); p.policy == placement.Frag && m != p.mix {
 		// SetEngine drops every node's kept answers and floors, which

@@ -104,19 +104,6 @@ func New(e *placement.Engine) *Cluster {
 	return &Cluster{engine: e, policy: e.Policy(), byName: map[string]int{}}
 }
 
-// SetEngine replaces the engine (a new mix for the frag policy); the
-// answers kept for the old one are dropped.
-func (c *Cluster) SetEngine(e *placement.Engine) {
-	c.engine, c.policy = e, e.Policy()
-	for _, n := range c.nodes {
-		n.changed()
-	}
-	// Every row is stale; each table's array is kept for the new rows.
-	for _, t := range c.tables {
-		t.rows = t.rows[:0]
-	}
-}
-
 // Add adds an empty node of spec s.
 func (c *Cluster) Add(s NodeSpec) error {
 	if _, dup := c.byName[s.Name]; dup {
