@@ -89,27 +89,38 @@ func Fragmentation(n *Node, m *Mix) float64 {
 		return 0
 	}
 	var buf [maxStackGPUs]int
-	return fragmentation(n, m, newFragState(n, buf[:]))
+	var rows [maxStackGPUs][]bool
+	return fragmentation(n, m, newFragState(n, buf[:]), acceptRows(n, m, rows[:0]))
+}
+
+// acceptRows appends to buf, for each GPU of n, whether each shape of m
+// accepts it (Mix.accepting).
+func acceptRows(n *Node, m *Mix, buf [][]bool) [][]bool {
+	for gi := range n.GPUs {
+		buf = append(buf, m.accepting(n.GPUs[gi].Name))
+	}
+	return buf
 }
 
 // fragmentation is the expected fragmentation of n in state s under m: the
-// weighed sum, over the mix's shapes, of the free units each cannot use.
-func fragmentation(n *Node, m *Mix, s fragState) float64 {
+// weighed sum, over the mix's shapes, of the free units each cannot use;
+// accept is acceptRows(n, m).
+func fragmentation(n *Node, m *Mix, s fragState, accept [][]bool) float64 {
 	total := 0
 	for _, f := range s.free {
 		total += f
 	}
 	out := 0.0
 	for i := range m.Shapes {
-		sh := &m.Shapes[i]
-		out += sh.Weight * float64(unusableFor(n, sh, s, total))
+		out += m.Shapes[i].Weight * float64(unusableFor(n, m, i, accept, s, total))
 	}
 	return out
 }
 
-// unusableFor is the free units of n (in state s, total free) that shape sh
-// cannot use.
-func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
+// unusableFor is the free units of n (in state s, total free) that shape i
+// of m cannot use; accept is acceptRows(n, m).
+func unusableFor(n *Node, m *Mix, i int, accept [][]bool, s fragState, total int) int {
+	sh := &m.Shapes[i]
 	if n.Host != nil && (sh.HostCPUMilli > s.cpuFree || sh.HostMemoryMiB > s.memFree) {
 		return total
 	}
@@ -119,7 +130,7 @@ func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
 		for gi := range n.GPUs {
 			g := &n.GPUs[gi]
 			switch {
-			case !sh.Accepts(g.Name):
+			case !accept[gi][i]:
 				partial += s.free[gi]
 			case s.free[gi] == g.Units:
 				whole++
@@ -134,7 +145,7 @@ func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
 	case sh.Units > 0:
 		lost := 0
 		for gi := range n.GPUs {
-			if f := s.free[gi]; f < sh.Units || !sh.Accepts(n.GPUs[gi].Name) {
+			if f := s.free[gi]; f < sh.Units || !accept[gi][i] {
 				lost += f
 			}
 		}
@@ -237,10 +248,7 @@ func newFragScorer(n *Node, m *Mix) *fragScorer {
 		fs.room.spareMemory = min(fs.room.spareMemory, int64(fs.base.memFree)-int64(m.Shapes[i].HostMemoryMiB))
 	}
 	fs.shapes = make([]shapeBefore, len(m.Shapes))
-	fs.accept = make([][]bool, len(n.GPUs))
-	for gi := range n.GPUs {
-		fs.accept[gi] = m.accepting(n.GPUs[gi].Name)
-	}
+	fs.accept = acceptRows(n, m, make([][]bool, 0, len(n.GPUs)))
 	for i := range m.Shapes {
 		sh := &m.Shapes[i]
 		b := &fs.shapes[i]

@@ -39,7 +39,7 @@ func TestShapeModels(t *testing.T) {
 				for _, x := range after.free {
 					total += x
 				}
-				want := float64(unusableFor(n, &mix.Shapes[0], after, total))
+				want := float64(unusableFor(n, mix, 0, acceptRows(n, mix, nil), after, total))
 				if got := fs.before + fs.delta(Request{Units: 100}, gi, 100); got != want {
 					t.Errorf("100 units on GPU %d (%d free): %v after, want %v", gi, f, got, want)
 				}
