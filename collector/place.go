@@ -72,6 +72,9 @@ type placer struct {
 	learner  *placement.Learner
 	observed uint64
 	mix      *placement.Mix
+	// asking bounds each client's requests under way and lets them
+	// place one at a time, the clients in turn.
+	asking askers
 }
 
 type modeledNode struct {
@@ -83,11 +86,14 @@ func newPlacer(p placement.Policy) *placer {
 	return &placer{cluster: cluster.New(placement.New(p)), policy: p, modeled: map[string]modeledNode{}, learner: cluster.NewLearner()}
 }
 
-// place brings the models up to date with the table, places r and, once
-// placed, learns it as caller's (not at all for no caller). Only the nodes
+// place waits for client's turn (askers; take counted the request),
+// brings the models up to date with the table, places r and, once placed,
+// learns it as caller's (not at all for no caller). Only the nodes
 // whose record changed are modeled again, and, once every resync, all of
 // them: a node that went silent changes state without a new record.
-func (p *placer) place(st *Store, r cluster.Request, limit int, caller string) (cluster.Answer, map[string]*record, error) {
+func (p *placer) place(st *Store, r cluster.Request, limit int, caller, client string) (cluster.Answer, map[string]*record, error) {
+	p.asking.enter(client)
+	defer p.asking.leave()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refreshLocked(st)
@@ -107,7 +113,7 @@ func (p *placer) place(st *Store, r cluster.Request, limit int, caller string) (
 // otherwise steer the mix at no cost. Nor is a request of no one
 // named: where anyone may ask, anyone could steer.
 func (p *placer) learnLocked(caller string, r cluster.Request) {
-	p.learner.ObserveBy(caller, r.Request)
+	p.learner.ObserveShape(caller, cluster.ShapeOf(r))
 	p.observed++
 	if m := p.learner.Mix(); p.policy == placement.Frag && m != p.mix {
 		// SetEngine drops every node's kept answers and floors, which
@@ -203,6 +209,13 @@ func (s *Server) placements(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	placer := s.placer
+	client := placementClient(caller, r.RemoteAddr)
+	done, err := placer.asking.take(client)
+	if err != nil {
+		return err
+	}
+	defer done()
 	limit := 1
 	for k, v := range r.URL.Query() {
 		if k != "limit" || len(v) != 1 {
@@ -218,11 +231,11 @@ func (s *Server) placements(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a, recs, err := s.placer.place(s.store, req, limit, caller)
+	a, recs, err := placer.place(s.store, req, limit, caller, client)
 	if err != nil {
 		return err
 	}
-	out := PlacementList{Policy: string(s.placer.policy), Placements: make([]Placement, 0, len(a.Ranked)), Considered: a.Considered, Nodes: a.Nodes}
+	out := PlacementList{Policy: string(placer.policy), Placements: make([]Placement, 0, len(a.Ranked)), Considered: a.Considered, Nodes: a.Nodes}
 	for _, v := range a.Ranked {
 		rec := recs[v.Node]
 		p := Placement{Node: v.Node, GPU: leaseGPU(rec, v.Choice.GPU), Instance: v.Choice.Instance, FreeUnits: v.FreeUnits, Score: v.Best.Score}

@@ -2,9 +2,12 @@ package collector
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,21 +27,32 @@ import (
 //     of --learn-tokens-file) and puts a new one in
 //     force every 1,024 requests, each dropping every node's kept answers
 //     (run it for several thousand requests: -benchtime 5000x).
+//   - frag-flooded: frag, while another caller floods the collector with
+//     placement requests (floodWorkers at once, each asking again as
+//     soon as it is answered or refused): the placements measured are the
+//     first caller's, and each client may have MaxPlacementsInFlight under
+//     way. It also reports the flood's placements answered and refused a
+//     second.
 func BenchmarkPlacementsUnderIngest(b *testing.B) {
-	b.Run("best-fit", func(b *testing.B) { placementsUnderIngest(b, placement.BestFit, []string{`{"units":4}`}) })
-	b.Run("frag", func(b *testing.B) {
-		placementsUnderIngest(b, placement.Frag, []string{`{"units":1}`, `{"units":2}`, `{"units":4}`, `{"units":8}`, `{"gpus":1}`})
-	})
+	b.Run("best-fit", func(b *testing.B) { placementsUnderIngest(b, placement.BestFit, []string{`{"units":4}`}, false) })
+	fragBodies := []string{`{"units":1}`, `{"units":2}`, `{"units":4}`, `{"units":8}`, `{"gpus":1}`}
+	b.Run("frag", func(b *testing.B) { placementsUnderIngest(b, placement.Frag, fragBodies, false) })
+	b.Run("frag-flooded", func(b *testing.B) { placementsUnderIngest(b, placement.Frag, fragBodies, true) })
 }
 
-// placementsUnderIngest places bodies in turn under policy p.
-func placementsUnderIngest(b *testing.B, p placement.Policy, bodies []string) {
+// floodWorkers is how many placement requests the flooding caller of
+// BenchmarkPlacementsUnderIngest/frag-flooded sends at once.
+const floodWorkers = 32
+
+// placementsUnderIngest places bodies in turn under policy p, with another
+// caller flooding the collector with placement requests when flood is set.
+func placementsUnderIngest(b *testing.B, p placement.Policy, bodies []string, flood bool) {
 	const nodes, gpus, rate = 10000, 8, 10000
 	st := NewStore(time.Hour, nil)
 	st.MaxNodes = nodes
 	s := NewServer(st, nil)
 	s.SetPolicy(p)
-	s.Auth.LearnTokens = callerTokensFile(b, "scheduler t0k\n")
+	s.Auth.LearnTokens = callerTokensFile(b, "scheduler t0k\nflood f100d\n")
 	for n := range nodes {
 		st.Apply(withInstances(testSnapshot(fmt.Sprintf("node-%05d", n), "b", 1, n%9, gpus)))
 	}
@@ -64,6 +78,47 @@ func placementsUnderIngest(b *testing.B, p placement.Policy, bodies []string) {
 			}
 		}
 	}()
+	var answered, refused atomic.Int64
+	var flooders sync.WaitGroup
+	if flood {
+		// The flood comes over TCP, each worker on a connection of its
+		// own, as a client's would: it costs the collector what a
+		// request costs, not what making one in the same process does.
+		srv := httptest.NewServer(s)
+		defer srv.Close()
+		client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: floodWorkers}}
+		for w := range floodWorkers {
+			flooders.Add(1)
+			go func() {
+				defer flooders.Done()
+				for i := w; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					req, _ := http.NewRequest("POST", srv.URL+"/v1/placements", strings.NewReader(bodies[i%len(bodies)]))
+					req.Header.Set("Authorization", "Bearer f100d")
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Errorf("flood: %v", err)
+						return
+					}
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					switch resp.StatusCode {
+					case 200:
+						answered.Add(1)
+					case 429:
+						refused.Add(1)
+					default:
+						b.Errorf("flood: %s", resp.Status)
+						return
+					}
+				}
+			}()
+		}
+	}
 	lat := make([]time.Duration, 0, b.N)
 	start := time.Now()
 	b.ResetTimer()
@@ -82,6 +137,11 @@ func placementsUnderIngest(b *testing.B, p placement.Policy, bodies []string) {
 	elapsed := time.Since(start)
 	close(stop)
 	<-done
+	flooders.Wait()
+	if flood {
+		b.ReportMetric(float64(answered.Load())/elapsed.Seconds(), "flood-answered/s")
+		b.ReportMetric(float64(refused.Load())/elapsed.Seconds(), "flood-refused/s")
+	}
 	slices.Sort(lat)
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-us")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-us")

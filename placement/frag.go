@@ -2,8 +2,7 @@ package placement
 
 import (
 	"math"
-
-	"github.com/gpulet/gpulet/api"
+	"sync"
 )
 
 // The frag policy (the idea of FGD, "Beware of Fragmentation", USENIX ATC
@@ -22,6 +21,9 @@ type Shape struct {
 	Units int
 	GPUs  int
 	Type  string
+	// Models are the GPU models the shape accepts, any of them, joined by
+	// "|" in order (a cluster's request lists them); empty: any.
+	Models string
 	// HostCPUMilli and HostMemoryMiB are what the request asks of the host.
 	HostCPUMilli, HostMemoryMiB uint64
 	// Weight is the shape's share of the mix.
@@ -32,7 +34,14 @@ type Shape struct {
 // It is made by a Learner and never changed after: decisions read it.
 type Mix struct {
 	Shapes []Shape
+	// mu guards accepts: per GPU name, whether each shape accepts it
+	// (accepting).
+	mu      sync.Mutex
+	accepts map[string][]bool
 }
+
+// Mix is the mix e's frag policy weighs over; nil: none.
+func (e *Engine) Mix() *Mix { return e.mix }
 
 // WithMix returns a copy of e whose frag policy weighs fragmentation over m
 // (nil: no mix, every choice scores 0 and best-fit decides); e itself is not
@@ -80,27 +89,38 @@ func Fragmentation(n *Node, m *Mix) float64 {
 		return 0
 	}
 	var buf [maxStackGPUs]int
-	return fragmentation(n, m, newFragState(n, buf[:]))
+	var rows [maxStackGPUs][]bool
+	return fragmentation(n, m, newFragState(n, buf[:]), acceptRows(n, m, rows[:0]))
+}
+
+// acceptRows appends to buf, for each GPU of n, whether each shape of m
+// accepts it (Mix.accepting).
+func acceptRows(n *Node, m *Mix, buf [][]bool) [][]bool {
+	for gi := range n.GPUs {
+		buf = append(buf, m.accepting(n.GPUs[gi].Name))
+	}
+	return buf
 }
 
 // fragmentation is the expected fragmentation of n in state s under m: the
-// weighed sum, over the mix's shapes, of the free units each cannot use.
-func fragmentation(n *Node, m *Mix, s fragState) float64 {
+// weighed sum, over the mix's shapes, of the free units each cannot use;
+// accept is acceptRows(n, m).
+func fragmentation(n *Node, m *Mix, s fragState, accept [][]bool) float64 {
 	total := 0
 	for _, f := range s.free {
 		total += f
 	}
 	out := 0.0
 	for i := range m.Shapes {
-		sh := &m.Shapes[i]
-		out += sh.Weight * float64(unusableFor(n, sh, s, total))
+		out += m.Shapes[i].Weight * float64(unusableFor(n, m, i, accept, s, total))
 	}
 	return out
 }
 
-// unusableFor is the free units of n (in state s, total free) that shape sh
-// cannot use.
-func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
+// unusableFor is the free units of n (in state s, total free) that shape i
+// of m cannot use; accept is acceptRows(n, m).
+func unusableFor(n *Node, m *Mix, i int, accept [][]bool, s fragState, total int) int {
+	sh := &m.Shapes[i]
 	if n.Host != nil && (sh.HostCPUMilli > s.cpuFree || sh.HostMemoryMiB > s.memFree) {
 		return total
 	}
@@ -110,7 +130,7 @@ func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
 		for gi := range n.GPUs {
 			g := &n.GPUs[gi]
 			switch {
-			case !api.MatchType(sh.Type, g.Name):
+			case !accept[gi][i]:
 				partial += s.free[gi]
 			case s.free[gi] == g.Units:
 				whole++
@@ -125,7 +145,7 @@ func unusableFor(n *Node, sh *Shape, s fragState, total int) int {
 	case sh.Units > 0:
 		lost := 0
 		for gi := range n.GPUs {
-			if f := s.free[gi]; f < sh.Units || !api.MatchType(sh.Type, n.GPUs[gi].Name) {
+			if f := s.free[gi]; f < sh.Units || !accept[gi][i] {
 				lost += f
 			}
 		}
@@ -150,7 +170,9 @@ type fragScorer struct {
 	buf     [maxStackGPUs]int
 	before  float64
 	shapes  []shapeBefore
-	align   alignFigures
+	// accept is, per GPU, whether each shape of the mix accepts it.
+	accept [][]bool
+	align  alignFigures
 }
 
 // gpuRoom is what a floor needs of a node's GPUs besides each one's free
@@ -226,6 +248,7 @@ func newFragScorer(n *Node, m *Mix) *fragScorer {
 		fs.room.spareMemory = min(fs.room.spareMemory, int64(fs.base.memFree)-int64(m.Shapes[i].HostMemoryMiB))
 	}
 	fs.shapes = make([]shapeBefore, len(m.Shapes))
+	fs.accept = acceptRows(n, m, make([][]bool, 0, len(n.GPUs)))
 	for i := range m.Shapes {
 		sh := &m.Shapes[i]
 		b := &fs.shapes[i]
@@ -233,13 +256,13 @@ func newFragScorer(n *Node, m *Mix) *fragScorer {
 			f := fs.base.free[gi]
 			switch {
 			case sh.GPUs > 0:
-				if f == n.GPUs[gi].Units && api.MatchType(sh.Type, n.GPUs[gi].Name) {
+				if f == n.GPUs[gi].Units && fs.accept[gi][i] {
 					b.whole++
 				} else {
 					b.partial += f
 				}
 			case sh.Units > 0:
-				if f < sh.Units || !api.MatchType(sh.Type, n.GPUs[gi].Name) {
+				if f < sh.Units || !fs.accept[gi][i] {
 					b.gpuLost += f
 				}
 			}
@@ -299,7 +322,7 @@ func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 		switch {
 		case sh.GPUs > 0:
 			whole, partial := b.whole, b.partial
-			if f == g.Units && api.MatchType(sh.Type, g.Name) {
+			if f == g.Units && fs.accept[gi][i] {
 				// A whole GPU no longer whole: its units left count
 				// among the others'.
 				whole--
@@ -312,7 +335,7 @@ func (fs *fragScorer) delta(r Request, gi, units int) float64 {
 				gpuLost = total
 			}
 		case sh.Units > 0:
-			match := api.MatchType(sh.Type, g.Name)
+			match := fs.accept[gi][i]
 			if f < sh.Units || !match {
 				gpuLost -= f
 			}

@@ -47,7 +47,7 @@ func TestFragWorkedExample(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := fragNode(tc.free...)
 			var buf [maxStackGPUs]int
-			if got := fragmentation(n, mix, newFragState(n, buf[:])); got != tc.frag {
+			if got := fragmentation(n, mix, newFragState(n, buf[:]), acceptRows(n, mix, nil)); got != tc.frag {
 				t.Errorf("fragmentation = %v, want %v", got, tc.frag)
 			}
 			fs := newFragScorer(n, mix)
@@ -89,13 +89,14 @@ func TestFragShapes(t *testing.T) {
 		{Shape{Units: 100, HostCPUMilli: 5000}, 2500},
 		{Shape{HostCPUMilli: 100}, 0},
 	} {
-		if got := unusableFor(n, &tc.shape, s, 2500); got != tc.lost {
+		mix := &Mix{Shapes: []Shape{tc.shape}}
+		if got := unusableFor(n, mix, 0, acceptRows(n, mix, nil), s, 2500); got != tc.lost {
 			t.Errorf("%+v cannot use %d units, want %d", tc.shape, got, tc.lost)
 		}
 	}
 	// A failed GPU has nothing free to lose.
 	n.GPUs[2].Unusable = "has failed"
-	if got := fragmentation(n, &Mix{Shapes: []Shape{{Units: 600, Weight: 1}}}, newFragState(n, buf[:])); got != 0 {
+	if got := Fragmentation(n, &Mix{Shapes: []Shape{{Units: 600, Weight: 1}}}); got != 0 {
 		t.Errorf("with GPU 2 failed: %v, want 0", got)
 	}
 }
@@ -233,7 +234,7 @@ func TestFragDeltaAsAPass(t *testing.T) {
 		fs := newFragScorer(n, mix)
 		var buf [maxStackGPUs]int
 		base := newFragState(n, buf[:])
-		if want := fragmentation(n, mix, base); math.Abs(fs.before-want) > 1e-9 {
+		if want := fragmentation(n, mix, base, acceptRows(n, mix, nil)); math.Abs(fs.before-want) > 1e-9 {
 			t.Fatalf("seed %d: before %v, a pass says %v", seed, fs.before, want)
 		}
 		for gi := -1; gi < len(free); gi++ {
@@ -248,7 +249,7 @@ func TestFragDeltaAsAPass(t *testing.T) {
 			if gi >= 0 {
 				after.free[gi] -= units
 			}
-			want := fragmentation(n, mix, after) - fs.before
+			want := fragmentation(n, mix, after, acceptRows(n, mix, nil)) - fs.before
 			if got := fs.delta(r, gi, units); math.Abs(got-want) > 1e-9 {
 				t.Fatalf("seed %d, GPU %d: delta %v, a pass says %v", seed, gi, got, want)
 			}

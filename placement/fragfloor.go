@@ -189,7 +189,7 @@ func (fs *fragScorer) unitsFloor(r Request) float64 {
 		case short && sh.hostCannot(cpu, mem):
 			change = total - fs.lostBefore(i)
 			nextChange = change
-		case sh.Type != "":
+		case sh.Restricted():
 			// A GPU of another type may be chosen: its units were lost
 			// to the shape and stay lost.
 			change, nextChange = -u, -u
@@ -259,7 +259,7 @@ func (fs *fragScorer) wholeFloor(r Request) float64 {
 		switch {
 		case fs.hasHost && sh.hostCannot(cpu, mem):
 			change = fs.total - taken - fs.lostBefore(i)
-		case sh.Type == "" && sh.GPUs == 0 && sh.Units <= fewest:
+		case !sh.Restricted() && sh.GPUs == 0 && sh.Units <= fewest:
 			change = 0
 		}
 		out += sh.Weight * float64(change)

@@ -65,7 +65,7 @@ func ShapeOf(r Request) Shape {
 // as in FGD, it would steer no decision, only take a place among the
 // shapes kept; counted as the shape of a host's CPU and memory, it made
 // the policy keep CPU free for requests that use no GPU.
-func (l *Learner) Observe(r Request) { l.observe("", r) }
+func (l *Learner) Observe(r Request) { l.observe("", ShapeOf(r)) }
 
 // ObserveBy counts one request of user (a name that is not empty), within
 // the user's bound (UserShare): past it, the user's older requests weigh
@@ -74,13 +74,19 @@ func (l *Learner) ObserveBy(user string, r Request) {
 	if user == "" {
 		panic("placement: ObserveBy with no user; Observe counts the requests of no one")
 	}
-	l.observe(user, r)
+	l.observe(user, ShapeOf(r))
 }
 
-func (l *Learner) observe(user string, r Request) {
-	if r.Units == 0 && r.GPUs == 0 {
+// ObserveShape counts one request by its shape s, ShapeOf's with what the
+// caller knows more of the request (a cluster's: the GPU models it
+// accepts); as ObserveBy's for a user, as Observe's for none ("").
+func (l *Learner) ObserveShape(user string, s Shape) { l.observe(user, s) }
+
+func (l *Learner) observe(user string, s Shape) {
+	if s.Units == 0 && s.GPUs == 0 {
 		return
 	}
+	s.Weight = 0
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if user != "" {
@@ -91,7 +97,7 @@ func (l *Learner) observe(user string, r Request) {
 		c = map[Shape]float64{}
 		l.counts[user] = c
 	}
-	c[ShapeOf(r)]++
+	c[s]++
 	l.weights[user]++
 	l.total++
 	if l.total > l.window {
@@ -211,9 +217,51 @@ func (l *Learner) publishLocked() *Mix {
 		return cmp.Or(cmp.Compare(b.Weight, a.Weight), byFields(a, b))
 	})
 	if len(shapes) > l.keep {
-		shapes = shapes[:l.keep]
+		shapes = append(shapes[:l.keep:l.keep], restrictedClasses(shapes[l.keep:])...)
 	}
 	return &Mix{Shapes: shapes}
+}
+
+// RestrictedClasses is how many classes of the shapes restricted to some
+// GPU models a mix keeps beside its most frequent shapes
+// (restrictedClasses).
+const RestrictedClasses = 16
+
+// restrictedClasses merges the shapes left out of a mix (rest, the most
+// frequent first) that accept only some GPU models into classes of the
+// same GPU part (units or GPUs, type and models), each asking the least
+// CPU and memory of its shapes and weighing their sum, and keeps the
+// RestrictedClasses heaviest. A shape is a request's GPU part with its
+// host part, so the requests that accept only one model come in many
+// shapes, each rare, of which few are among the most frequent: without
+// them the mix saw no demand for the model, and the policy gave its GPUs
+// to requests that could have gone anywhere, until the requests that
+// could go nowhere else failed (docs/replay.md, gpuspec20). The requests
+// that accept any model are left out: their demand is in the mix's
+// shapes already, and classes of them, weighed in, kept whole GPUs from
+// requests of part of one for requests of several that were rare
+// (measured lower on the openb lists).
+func restrictedClasses(rest []Shape) []Shape {
+	at := map[Shape]int{}
+	var out []Shape
+	for _, s := range rest {
+		if !s.Restricted() {
+			continue
+		}
+		class := Shape{Units: s.Units, GPUs: s.GPUs, Type: s.Type, Models: s.Models}
+		i, ok := at[class]
+		if !ok {
+			at[class] = len(out)
+			out = append(out, s)
+			continue
+		}
+		c := &out[i]
+		c.Weight += s.Weight
+		c.HostCPUMilli = min(c.HostCPUMilli, s.HostCPUMilli)
+		c.HostMemoryMiB = min(c.HostMemoryMiB, s.HostMemoryMiB)
+	}
+	slices.SortStableFunc(out, func(a, b Shape) int { return cmp.Compare(b.Weight, a.Weight) })
+	return out[:min(len(out), RestrictedClasses)]
 }
 
 // userScales is what each user's weight is multiplied by in a mix: 1, or
@@ -259,5 +307,5 @@ func userScales(users []string, weights map[string]float64) map[string]float64 {
 // byFields orders shapes by their fields, but for Weight.
 func byFields(a, b Shape) int {
 	return cmp.Or(cmp.Compare(a.GPUs, b.GPUs), cmp.Compare(a.Units, b.Units),
-		cmp.Compare(a.HostCPUMilli, b.HostCPUMilli), cmp.Compare(a.HostMemoryMiB, b.HostMemoryMiB), cmp.Compare(a.Type, b.Type))
+		cmp.Compare(a.HostCPUMilli, b.HostCPUMilli), cmp.Compare(a.HostMemoryMiB, b.HostMemoryMiB), cmp.Compare(a.Type, b.Type), cmp.Compare(a.Models, b.Models))
 }

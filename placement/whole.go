@@ -91,7 +91,7 @@ func (e *Engine) wholeDelta(n *Node, r Request, chosen []int, memo *Memo) float6
 		after.cpuFree -= min(after.cpuFree, r.HostCPUMilli)
 		after.memFree -= min(after.memFree, r.HostMemoryMiB)
 	}
-	return fragmentation(n, fs.mix, after) - fs.before
+	return fragmentation(n, fs.mix, after, fs.accept) - fs.before
 }
 
 // pickWhole chooses want of the whole GPUs (positions, ascending). When one

@@ -114,7 +114,7 @@ func Replay(ctx context.Context, nodes []TraceNode, work []Pod, p placement.Poli
 			}
 		}
 		r := request(pod)
-		learner.Observe(r.Request)
+		learner.ObserveShape("", cluster.ShapeOf(r))
 		if m := learner.Mix(); m != mix {
 			mix = m
 			if p == placement.Frag {

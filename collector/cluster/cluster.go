@@ -13,7 +13,6 @@
 package cluster
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 
@@ -28,6 +27,10 @@ import (
 type Request struct {
 	placement.Request
 	Models []string
+	// accepts is, per GPU model met, whether Models accepts it: Place
+	// reads each node's models, and comparing names is case-insensitive,
+	// which allocates.
+	accepts map[string]bool
 }
 
 // Verdict is one node's answer.
@@ -104,19 +107,6 @@ func New(e *placement.Engine) *Cluster {
 	return &Cluster{engine: e, policy: e.Policy(), byName: map[string]int{}}
 }
 
-// SetEngine replaces the engine (a new mix for the frag policy); the
-// answers kept for the old one are dropped.
-func (c *Cluster) SetEngine(e *placement.Engine) {
-	c.engine, c.policy = e, e.Policy()
-	for _, n := range c.nodes {
-		n.changed()
-	}
-	// Every row is stale; each table's array is kept for the new rows.
-	for _, t := range c.tables {
-		t.rows = t.rows[:0]
-	}
-}
-
 // Add adds an empty node of spec s.
 func (c *Cluster) Add(s NodeSpec) error {
 	if _, dup := c.byName[s.Name]; dup {
@@ -176,19 +166,6 @@ func (s *summary) fitsResources(r *Request) bool {
 	case r.GPUs > 0 && s.whole < r.GPUs:
 		return false
 	case r.GPUs == 0 && r.Units > s.maxFree:
-		return false
-	}
-	return true
-}
-
-// fitsModels says whether s has a GPU of a model r accepts, if r asks one.
-func (s *summary) fitsModels(r *Request) bool {
-	if (r.GPUs > 0 || r.Units > 0) && len(r.Models) > 0 {
-		for _, m := range s.models {
-			if slices.ContainsFunc(r.Models, func(want string) bool { return api.MatchType(want, m) }) {
-				return true
-			}
-		}
 		return false
 	}
 	return true
@@ -285,46 +262,6 @@ func (c *Cluster) complete(r *Request, ranked []Verdict) error {
 		v.Choice = d.Choice
 	}
 	return nil
-}
-
-// modelsAccept says whether every GPU of choice ch is of a model asked.
-func modelsAccept(models []string, m *placement.Node, ch placement.Choice) bool {
-	gpus := ch.GPUs
-	if len(gpus) == 0 {
-		gpus = []int{ch.GPU}
-	}
-	for _, idx := range gpus {
-		for gi := range m.GPUs {
-			if m.GPUs[gi].Index == idx && !slices.ContainsFunc(models, func(want string) bool { return api.MatchType(want, m.GPUs[gi].Name) }) {
-				return false
-			}
-		}
-	}
-	return true
-}
-
-// placeByModel asks the engine once per model asked (the engine's type
-// filter takes one) and keeps the best answer under the policy.
-func (c *Cluster) placeByModel(n *node, r *Request, units bool) (placement.Decision, error) {
-	var best placement.Decision
-	var errs []error
-	found := false
-	for _, m := range r.Models {
-		one := r.Request
-		one.Type = m
-		d, err := c.engineDecide(n, one, units)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if !found || c.before(Verdict{Best: d.Best}, Verdict{Best: best.Best}) {
-			best, found = d, true
-		}
-	}
-	if !found {
-		return best, errors.Join(errs...)
-	}
-	return best, nil
 }
 
 // Place ranks the nodes that can take r now, best first, and returns up to

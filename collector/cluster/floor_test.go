@@ -157,8 +157,14 @@ func randomClusterMix(rng *rand.Rand) *placement.Mix {
 		default:
 			sh.Units = 1 + rng.IntN(100)
 		}
-		if rng.IntN(5) == 0 {
+		switch rng.IntN(10) {
+		case 0, 1:
 			sh.Type = []string{"t4", "a100"}[rng.IntN(2)]
+		case 2, 3:
+			// As a pod's GPU specification lists them, one the
+			// cluster lacks among them; the cluster weighs these by
+			// scarcity.
+			sh.Models = []string{"A100", "T4", "A100|T4", "H100|T4", "H100"}[rng.IntN(5)]
 		}
 		m.Shapes = append(m.Shapes, sh)
 	}

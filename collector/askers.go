@@ -1,0 +1,123 @@
+package collector
+
+import (
+	"net"
+	"sync"
+
+	"github.com/gpulet/gpulet/api"
+)
+
+// MaxPlacementsInFlight is how many POST /v1/placements one client may
+// have under way at once; past it, the next is refused (429). Placements
+// are answered one at a time (the cluster's models have one owner), so a
+// client gains nothing from asking more at once. Two, not one, so that a
+// scheduler that gave up on an answer and asked again is not refused while
+// the first is still answered.
+const MaxPlacementsInFlight = 2
+
+// askers bounds each client's placement requests under way and lets them
+// place one at a time, of the clients waiting the one let through longest
+// ago first (one not let through since it last had none under way before
+// any; among those, the one that began to wait first). So a client that
+// floods the collector has at most MaxPlacementsInFlight under way, and
+// delays another's placement by the one being placed, not by its queue
+// (docs/BENCHMARKS.md §17, the flooded rounds).
+type askers struct {
+	mu   sync.Mutex // guards everything below
+	busy bool       // a placement is under way
+	seq  uint64     // placements let through
+	by   map[string]*asker
+	// arrived is the clients waiting, by when they began to.
+	arrived []string
+}
+
+// asker is one client with placements under way; forgotten when it has
+// none.
+type asker struct {
+	inFlight int
+	waiting  []chan struct{}
+	last     uint64 // askers.seq when it was last let through; 0: not yet
+}
+
+// take counts one more request of client, or refuses it when client has
+// MaxPlacementsInFlight under way; done ends it.
+func (q *askers) take(client string) (done func(), err error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	a := q.by[client]
+	if a == nil {
+		a = &asker{}
+		if q.by == nil {
+			q.by = map[string]*asker{}
+		}
+		q.by[client] = a
+	}
+	if a.inFlight >= MaxPlacementsInFlight {
+		return nil, api.Errorf(api.ErrTooManyRequests, "%s has %d placement requests under way, as many as one client may at once: placements are answered one at a time, so wait for an answer before asking again", client, MaxPlacementsInFlight)
+	}
+	a.inFlight++
+	return func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		if a.inFlight--; a.inFlight == 0 {
+			delete(q.by, client)
+		}
+	}, nil
+}
+
+// enter waits for the turn of client, which take counted.
+func (q *askers) enter(client string) {
+	q.mu.Lock()
+	a := q.by[client]
+	if !q.busy {
+		q.busy = true
+		q.seq++
+		a.last = q.seq
+		q.mu.Unlock()
+		return
+	}
+	ch := make(chan struct{})
+	if len(a.waiting) == 0 {
+		q.arrived = append(q.arrived, client)
+	}
+	a.waiting = append(a.waiting, ch)
+	q.mu.Unlock()
+	<-ch
+}
+
+// leave ends a turn and lets the next client through.
+func (q *askers) leave() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.arrived) == 0 {
+		q.busy = false
+		return
+	}
+	next := 0
+	for i, c := range q.arrived {
+		if q.by[c].last < q.by[q.arrived[next]].last {
+			next = i
+		}
+	}
+	a := q.by[q.arrived[next]]
+	ch := a.waiting[0]
+	if a.waiting = a.waiting[1:]; len(a.waiting) == 0 {
+		q.arrived = append(q.arrived[:next], q.arrived[next+1:]...)
+	}
+	q.seq++
+	a.last = q.seq
+	close(ch)
+}
+
+// placementClient names who asks for a placement, for the bound: the
+// caller of --learn-tokens-file it is, else the address it asks from.
+func placementClient(caller, remoteAddr string) string {
+	if caller != "" {
+		return "caller " + caller
+	}
+	host, _, err := net.SplitHostPort(remoteAddr)
+	if err != nil {
+		host = remoteAddr
+	}
+	return "the client at " + host
+}
