@@ -102,6 +102,8 @@ var goals = []goal{
 	{what: "pushes under lease churn (a second)", bench: "BenchmarkPushUnderChurn", metric: "pushes/s", bound: 10},
 	{what: "kubelet ListAndWatch after a lease: p99 (ns)", bench: "BenchmarkKubeletListAndWatch", metric: "p99-ns", bound: 100e6},
 	{what: "kubelet Allocate: p99 (ns)", bench: "BenchmarkKubeletAllocate/gpuletd", metric: "p99-ns", bound: 20e6},
+	{what: "DRA: a claim's pod create → Running ÷ a plain pod's, the worst of the rounds", bench: "BenchmarkDRAPodStart", metric: "claim/plain-max", bound: 1.3},
+	{what: "DRA: NodePrepareResources p99 (ms)", bench: "BenchmarkDRAPodStart", metric: "prepare-p99-ms", bound: 50},
 	{what: "collector ingest (snapshots a second)", bench: "BenchmarkCollectorIngest", metric: "snapshots/s", floor: "floor-snapshots/s", atLeast: true, bound: 10000},
 	{what: "collector query under ingest: p99 (ms)", bench: "BenchmarkCollectorIngest", metric: "query-p99-ms", bound: 50},
 	{what: "collector placements under ingest, best-fit: p99 (µs)", bench: "BenchmarkPlacementsUnderIngest/best-fit", metric: "p99-us", bound: 5000, when: atIngestRate},
