@@ -38,6 +38,10 @@ type Mix struct {
 	// (accepting).
 	mu      sync.Mutex
 	accepts map[string][]bool
+	// open is the row of every GPU when no shape is restricted
+	// (Shape.Restricted), else nil; read once.
+	open     []bool
+	openOnce sync.Once
 }
 
 // Mix is the mix e's frag policy weighs over; nil: none.
@@ -96,8 +100,13 @@ func Fragmentation(n *Node, m *Mix) float64 {
 // acceptRows appends to buf, for each GPU of n, whether each shape of m
 // accepts it (Mix.accepting).
 func acceptRows(n *Node, m *Mix, buf [][]bool) [][]bool {
+	open := m.openRow()
 	for gi := range n.GPUs {
-		buf = append(buf, m.accepting(n.GPUs[gi].Name))
+		row := open
+		if row == nil {
+			row = m.accepting(n.GPUs[gi].Name)
+		}
+		buf = append(buf, row)
 	}
 	return buf
 }

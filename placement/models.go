@@ -46,3 +46,21 @@ func (m *Mix) accepting(name string) []bool {
 	m.accepts[name] = row
 	return row
 }
+
+// openRow is the row of every GPU when no shape of m is restricted (nil
+// when one is): a cluster makes a scorer for each of its nodes under each
+// new mix, and most mixes restrict nothing, so it needs no name looked up.
+func (m *Mix) openRow() []bool {
+	m.openOnce.Do(func() {
+		for i := range m.Shapes {
+			if m.Shapes[i].Restricted() {
+				return
+			}
+		}
+		m.open = make([]bool, len(m.Shapes))
+		for i := range m.open {
+			m.open[i] = true
+		}
+	})
+	return m.open
+}
