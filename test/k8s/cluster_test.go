@@ -13,17 +13,22 @@ import (
 // probePod is a pod of the probe image on the host's network (the cluster
 // has no pod network), with extra lines under its container (resources).
 func probePod(name, containerExtra string) string {
+	return probePodWith(name, "", containerExtra)
+}
+
+// probePodWith is probePod with extra lines under its spec as well.
+func probePodWith(name, specExtra, containerExtra string) string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: Pod
 metadata: {name: %s, namespace: default}
 spec:
   hostNetwork: true
   terminationGracePeriodSeconds: 1
-  containers:
+%s  containers:
   - name: probe
     image: %s
     imagePullPolicy: Never
-%s`, name, probeRef, containerExtra)
+%s`, name, specExtra, probeRef, containerExtra)
 }
 
 // TestClusterRunsAPod: the node is Ready and a pod of a locally imported

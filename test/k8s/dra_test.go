@@ -42,62 +42,18 @@ spec:
 
 // claimPod is a probe pod running as uid that takes a claim of template.
 func claimPod(name, template string, uid int) string {
-	return fmt.Sprintf(`apiVersion: v1
-kind: Pod
-metadata: {name: %s, namespace: default}
-spec:
-  hostNetwork: true
-  terminationGracePeriodSeconds: 1
-  securityContext: {runAsUser: %d, runAsGroup: %d}
-  resourceClaims:
-  - {name: gpu, resourceClaimTemplateName: %s}
-  containers:
-  - name: probe
-    image: %s
-    imagePullPolicy: Never
-    resources:
-      claims:
-      - {name: gpu}
-`, name, uid, uid, template, probeRef)
+	return probePodWith(name,
+		fmt.Sprintf("  securityContext: {runAsUser: %d, runAsGroup: %d}\n  resourceClaims:\n  - {name: gpu, resourceClaimTemplateName: %s}\n", uid, uid, template),
+		"    resources:\n      claims:\n      - {name: gpu}\n")
 }
 
 // claimLease is the claim lease gpuletd made for a pod's claim, or nil.
 func claimLease(t *testing.T, g *client.Client, ns, pod string) *api.Lease {
 	t.Helper()
-	leases, err := g.LeasesAll(testCtx(t, 10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, l := range leases {
-		if l.Binding == "claim" && l.Claim != nil && l.Claim.Pod == ns+"/"+pod {
-			return &leases[i]
-		}
+	if l := podLease(t, g, ns, pod); l != nil && l.Claim != nil {
+		return l
 	}
 	return nil
-}
-
-// deleteClaimPods deletes pods and waits until they are gone and their
-// claim leases ended.
-func deleteClaimPods(t *testing.T, c *kcluster.Cluster, g *client.Client, names ...string) {
-	t.Helper()
-	ctx := testCtx(t, time.Minute)
-	for _, n := range names {
-		c.Kubectl("delete", "pod", "-n", "default", n, "--wait=false", "--ignore-not-found")
-	}
-	for _, n := range names {
-		if _, err := c.WaitPod(ctx, "default", n, kcluster.Gone, 40*time.Second); err != nil {
-			t.Error(err)
-		}
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for _, n := range names {
-		for claimLease(t, g, "default", n) != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("pod %s is gone, its claim lease is not", n)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
 }
 
 // slices is the node's ResourceSlices of gpulet's driver, as devices by name.
@@ -158,7 +114,7 @@ func TestDRAClaimsSeeEachGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	pods := []string{"dra-a", "dra-b", "dra-c"}
-	t.Cleanup(func() { deleteClaimPods(t, c, g, pods...) })
+	t.Cleanup(func() { deletePods(t, c, g, pods...) })
 	for _, p := range pods[:2] {
 		if err := c.Apply(claimPod(p, "units10", 1000)); err != nil {
 			t.Fatal(err)
@@ -266,7 +222,7 @@ func TestDRATwoUsersNeverShareAnInstance(t *testing.T) {
 		}
 	}
 	pods := []string{"user-1000", "user-2000", "user-1000-b", "user-3000"}
-	t.Cleanup(func() { deleteClaimPods(t, c, g, pods...) })
+	t.Cleanup(func() { deletePods(t, c, g, pods...) })
 	instanceOf := map[string]string{}
 	for _, p := range pods[:3] {
 		u := strings.TrimSuffix(strings.TrimPrefix(p, "user-"), "-b")
@@ -362,7 +318,7 @@ func TestDRAFiftyPodsAndAKill9(t *testing.T) {
 		all.WriteString(claimPod(name, "units1", 1000))
 		all.WriteString("---\n")
 	}
-	t.Cleanup(func() { deleteClaimPods(t, c, g, pods...) })
+	t.Cleanup(func() { deletePods(t, c, g, pods...) })
 	t0 := time.Now()
 	if err := c.Apply(all.String()); err != nil {
 		t.Fatal(err)

@@ -35,7 +35,7 @@ func TestDRAExampleClaim(t *testing.T) {
 	if err := c.Apply(y); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteClaimPods(t, c, g, "train-0") })
+	t.Cleanup(func() { deletePods(t, c, g, "train-0") })
 	if _, err := c.WaitPod(testCtx(t, 2*time.Minute), "default", "train-0", kcluster.Running, time.Minute); err != nil {
 		t.Fatal(err)
 	}
@@ -56,7 +56,7 @@ func TestDRAClaimSurvivesKubeletRestart(t *testing.T) {
 	if err := c.Apply(claimPod("dra-survivor", "units3", 1000)); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deleteClaimPods(t, c, g, "dra-survivor") })
+	t.Cleanup(func() { deletePods(t, c, g, "dra-survivor") })
 	if _, err := c.WaitPod(ctx, "default", "dra-survivor", kcluster.Running, time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -93,8 +93,9 @@ func waitAllocatable(ctx context.Context, c *kcluster.Cluster, n int) error {
 	}
 }
 
-// podLease is the pod lease gpuletd made for a pod, once it names the pod
-// (after its first pod-resources List), or nil.
+// podLease is the lease gpuletd made for a pod, or nil: a pod lease of the
+// device plugin once it names the pod (after its first pod-resources List),
+// or a claim lease of the DRA driver.
 func podLease(t *testing.T, g *client.Client, ns, pod string) *api.Lease {
 	t.Helper()
 	leases, err := g.LeasesAll(testCtx(t, 10*time.Second))
@@ -102,7 +103,8 @@ func podLease(t *testing.T, g *client.Client, ns, pod string) *api.Lease {
 		t.Fatal(err)
 	}
 	for i, l := range leases {
-		if l.Binding == "pod" && l.Pod != nil && l.Pod.Namespace == ns && l.Pod.Name == pod {
+		if l.Binding == "pod" && l.Pod != nil && l.Pod.Namespace == ns && l.Pod.Name == pod ||
+			l.Binding == "claim" && l.Claim != nil && l.Claim.Pod == ns+"/"+pod {
 			return &leases[i]
 		}
 	}
