@@ -110,6 +110,7 @@ func start(cfg Config, client kubernetes.Interface) (*Driver, error) {
 	}
 	d.helper = h
 	go d.publish(ctx)
+	go d.logRegistration(ctx)
 	return d, nil
 }
 
@@ -153,6 +154,27 @@ func (d *Driver) Close() error {
 	<-d.done
 	d.helper.Stop()
 	return nil
+}
+
+// logRegistration says once whether the kubelet took the driver's
+// registration: until it has, the kubelet refuses to prepare the driver's
+// claims ("not registered"), and the pods wait.
+func (d *Driver) logRegistration(ctx context.Context) {
+	for {
+		if st := d.helper.RegistrationStatus(); st != nil {
+			if st.PluginRegistered {
+				d.cfg.Logger.Info("DRA driver registered with the kubelet", "driver", DriverName)
+			} else {
+				d.cfg.Logger.Error("the kubelet refused the DRA driver's registration", "driver", DriverName, "err", st.Error)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // publishSpacing is the least time between two publications: a burst of

@@ -283,7 +283,11 @@ func setSimGPUs(t *testing.T, c *kcluster.Cluster, gpus string, units int) {
 	if _, err := c.Kubectl("rollout", "status", "ds/gpuletd", "-n", "gpulet-system", "--timeout=90s"); err != nil {
 		t.Fatal(err)
 	}
-	if err := waitAllocatable(testCtx(t, time.Minute), c, units); err != nil {
+	ctx := testCtx(t, time.Minute)
+	if err := waitAllocatable(ctx, c, units); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitDRARegistered(ctx, c); err != nil {
 		t.Fatal(err)
 	}
 }

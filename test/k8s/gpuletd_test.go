@@ -72,7 +72,27 @@ func deploy(c *kcluster.Cluster) error {
 	if _, err := c.WaitPod(ctx, "gpulet-system", pod, kcluster.Ready, time.Minute); err != nil {
 		return err
 	}
-	return waitAllocatable(ctx, c, unitsPerNode)
+	if err := waitAllocatable(ctx, c, unitsPerNode); err != nil {
+		return err
+	}
+	return waitDRARegistered(ctx, c)
+}
+
+// waitDRARegistered waits until gpuletd's pod logs that the kubelet took its
+// DRA driver's registration: before, the kubelet refuses the driver's claims
+// and backs off for up to minutes.
+func waitDRARegistered(ctx context.Context, c *kcluster.Cluster) error {
+	for {
+		out, err := c.Kubectl("logs", "-n", "gpulet-system", "-l", "app.kubernetes.io/name=gpuletd", "--tail=-1")
+		if err == nil && strings.Contains(out, "DRA driver registered with the kubelet") {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("gpuletd's DRA driver is not registered with the kubelet: %w\n%s", ctx.Err(), out)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // waitAllocatable waits until the node offers n gpulet.io/unit.
