@@ -228,9 +228,12 @@ func (b *boot) startReporters(s *lifecycle.Stack) error {
 	ctx, stop := context.WithCancel(b.bg)
 	var wg sync.WaitGroup
 	s.Push(func() error { stop(); wg.Wait(); return nil })
+	// Taken before the senders start: a first push that fails before the
+	// watcher below asked would otherwise change the state unseen, and the
+	// snapshot would not say so until the next change.
+	changed := b.upstreams.StateChanged()
 	wg.Go(func() { b.upstreams.Run(ctx) })
 	wg.Go(func() {
-		changed := b.upstreams.StateChanged()
 		for {
 			select {
 			case <-ctx.Done():
