@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/gpulet/gpulet/api"
 	"github.com/gpulet/gpulet/internal/testutil"
@@ -167,6 +168,11 @@ func TestStopWhileWaiting(t *testing.T) {
 		t.Fatal(err)
 	}
 	testutil.Eventually(t, "gpurun to wait", func() bool { return strings.Contains(stderr.String(), "waiting up to 1m0s") })
+	// gpurun says it waits before it sends the request, and nothing gpuletd
+	// shows counts waiting requests: a request still unread when gpuletd
+	// stops finds its connection closed instead ("cannot reach gpuletd").
+	// Give the request time to be read.
+	time.Sleep(time.Second)
 	d.Stop()
 	err := cmd.Wait()
 	want := "gpurun: unavailable: gpuletd stopped while the request waited for units: nothing was leased; ask again once it is back\n"
