@@ -37,7 +37,7 @@ func TestGrantAndRelease(t *testing.T) {
 	if v := m.View(); v.GPUs[l.GPU.Index].Used != 2 || len(v.Leases()) != 1 {
 		t.Fatalf("view %+v", v)
 	}
-	if err := m.Release(identity.Peer{UID: 1000}, l.ID); !errors.Is(err, api.ErrNotFound) {
+	if err := m.Release(identity.Peer{UID: root.UID + 1}, l.ID); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("another user released the lease: %v", err)
 	}
 	if err := m.Release(root, l.ID); err != nil {
