@@ -38,10 +38,6 @@ type Claims struct{ t *Manager }
 // Claims is the table's claim-lease feature.
 func (m *Manager) Claims() *Claims { return &Claims{t: m} }
 
-// View is the table's published view, from which the driver publishes its
-// ResourceSlices.
-func (c *Claims) View() *View { return c.t.View() }
-
 // ClaimShare is one allocated device of a ResourceClaim, as the driver asks
 // the table to lease it.
 type ClaimShare struct {
