@@ -53,7 +53,10 @@ func (e *Engine) fragFloor(n *Node, r Request, memo *Memo, tight bool) float64 {
 	var floor float64
 	switch {
 	case r.GPUs > 0:
-		floor = roundScore(fs.wholeFloor(r) - floorMargin)
+		var ok bool
+		if floor, ok = e.wholeFigure(fs, r, memo); !ok {
+			floor = roundScore(fs.wholeFloor(r) - floorMargin)
+		}
 	case r.Units > 0 && (tight || roomy):
 		floor = fs.least(r)
 	case r.Units > 0:
@@ -240,7 +243,9 @@ func (fs *fragScorer) lostBefore(i int) int {
 
 // wholeFloor is the floor for a request of whole GPUs: the GPUs it takes
 // were whole, so a shape of units no larger than any GPU lost none of them
-// and loses none; any other shape loses at most what is taken.
+// and loses none, and a shape of whole GPUs of any model that had enough
+// whole GPUs lost none of them and loses none or more (all that is left,
+// when too few stay whole); any other shape loses at most what is taken.
 func (fs *fragScorer) wholeFloor(r Request) float64 {
 	fewest, most := 0, 0
 	for gi := range fs.n.GPUs {
@@ -261,10 +266,41 @@ func (fs *fragScorer) wholeFloor(r Request) float64 {
 			change = fs.total - taken - fs.lostBefore(i)
 		case !sh.Restricted() && sh.GPUs == 0 && sh.Units <= fewest:
 			change = 0
+		case !sh.Restricted() && sh.GPUs > 0 && fs.shapes[i].whole >= sh.GPUs:
+			change = 0
 		}
 		out += sh.Weight * float64(change)
 	}
 	return out
+}
+
+// wholeFigure is the figure of every choice of r.GPUs whole GPUs of fs's
+// node, when they all have the same: no shape of the mix tells GPUs apart
+// by model or type, and every GPU has as many units, so that each shape
+// loses as many units whichever GPUs go. Worked out as a decision works
+// out its figure (wholeDelta), it is that figure to the bit, and so is a
+// floor with no margin: a cluster whose nodes tie at it stops at the first
+// answer instead of asking every node of the tie. False when the choices
+// may differ, or too few GPUs are whole.
+func (e *Engine) wholeFigure(fs *fragScorer, r Request, memo *Memo) (float64, bool) {
+	if fs.mix.openRow() == nil {
+		return 0, false
+	}
+	gpus := fs.n.GPUs
+	var buf [maxStackGPUs]int
+	chosen := buf[:0]
+	for gi := range gpus {
+		if gpus[gi].Units != gpus[0].Units {
+			return 0, false
+		}
+		if fs.base.free[gi] == gpus[gi].Units && len(chosen) < r.GPUs {
+			chosen = append(chosen, gi)
+		}
+	}
+	if len(chosen) < r.GPUs {
+		return 0, false
+	}
+	return roundScore(e.wholeDelta(fs.n, r, chosen, memo)), true
 }
 
 // short says whether r leaves the host too little for some shape of the

@@ -156,3 +156,71 @@ func randomFragRequest(rng *rand.Rand) Request {
 	}
 	return r
 }
+
+// TestWholeFloorUnderEveryChoice: a request of whole GPUs has a floor at or
+// under the figure of every set of as many whole GPUs of the node, and,
+// when no shape of the mix tells GPUs apart and the node's GPUs have as
+// many units each, the floor is that figure, the same for every set.
+func TestWholeFloorUnderEveryChoice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	exact := 0
+	for trial := range 3000 {
+		mix := randomMix(rng)
+		if rng.IntN(2) == 0 {
+			for i := range mix.Shapes {
+				mix.Shapes[i].Type = ""
+			}
+		}
+		n := randomFragNode(rng)
+		if rng.IntN(2) == 0 {
+			for gi := range n.GPUs {
+				g := &n.GPUs[gi]
+				if g.Units != n.GPUs[0].Units {
+					g.Units, g.Free = n.GPUs[0].Units, n.GPUs[0].Units
+					g.Instances = []Instance{{Size: g.Units, FreeUnits: n.GPUs[0].Instances[0].FreeUnits}}
+				}
+			}
+		}
+		r := Request{GPUs: 1 + rng.IntN(3), HostCPUMilli: uint64(rng.IntN(8) * 1000), HostMemoryMiB: uint64(rng.IntN(8) * 4096)}
+		e := New(Frag).WithMix(mix)
+		floor := e.FragFloor(n, r, &Memo{})
+		fs := newFragScorer(n, mix)
+		var whole []int
+		for gi := range n.GPUs {
+			if fs.base.free[gi] == n.GPUs[gi].Units {
+				whole = append(whole, gi)
+			}
+		}
+		_, tells := e.wholeFigure(fs, r, nil)
+		forEachSubset(whole, r.GPUs, func(chosen []int) {
+			f := roundScore(e.wholeDelta(n, r, chosen, nil))
+			if floor > f {
+				t.Fatalf("trial %d: %+v taking %v of %+v under %+v: floor %v above the figure %v", trial, r, chosen, fs.base, mix.Shapes, floor, f)
+			}
+			if tells && floor != f {
+				t.Fatalf("trial %d: %+v taking %v of %+v under %+v: floor %v, figure %v: every choice has one figure", trial, r, chosen, fs.base, mix.Shapes, floor, f)
+			}
+		})
+		if tells {
+			exact++
+		}
+	}
+	if exact < 300 {
+		t.Fatalf("only %d of 3000 trials had a figure for every choice: the test no longer tries the case", exact)
+	}
+}
+
+// forEachSubset calls f with each set of k of items, in order.
+func forEachSubset(items []int, k int, f func([]int)) {
+	var walk func(from int, chosen []int)
+	walk = func(from int, chosen []int) {
+		if len(chosen) == k {
+			f(chosen)
+			return
+		}
+		for i := from; i < len(items); i++ {
+			walk(i+1, append(chosen, items[i]))
+		}
+	}
+	walk(0, nil)
+}
