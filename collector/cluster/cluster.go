@@ -334,12 +334,7 @@ func (c *Cluster) before(a, b Verdict) bool {
 			return x.Score > y.Score
 		}
 	case placement.Frag:
-		if x.Frag != y.Frag {
-			return x.Frag < y.Frag
-		}
-		if x.Align != y.Align {
-			return x.Align > y.Align
-		}
+		return keyOf(a).less(keyOf(b))
 	case placement.Spread:
 		if x.GPUFree != y.GPUFree {
 			return x.GPUFree > y.GPUFree
@@ -420,6 +415,8 @@ func (c *Cluster) Remove(name string) {
 		return
 	}
 	last := len(c.nodes) - 1
+	// The last node's rows leave with its index, which it leaves.
+	c.staleRows(last)
 	c.nodes[i] = c.nodes[last]
 	c.byName[c.nodes[i].name] = i
 	c.nodes = c.nodes[:last]

@@ -5,8 +5,6 @@ import (
 	"container/heap"
 	"math"
 	"slices"
-
-	"github.com/gpulet/gpulet/placement"
 )
 
 // Under the frag policy a node's answer is ranked first by how much its
@@ -51,13 +49,18 @@ func (h *floorHeap) Pop() any {
 // one is read only for the nodes whose cheap one is not beaten, and a node
 // is asked only when no node left has a lower floor. The node of the
 // lowest cheap floor is asked first, without a heap: usually most nodes
-// are beaten by its answer alone.
+// are beaten by its answer alone. A request with a shape table is placed
+// by its table instead (placeTabled).
 func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
-	t := c.shapeTable(r)
+	if t := c.shapeTable(r); t != nil {
+		c.placeTabled(t, r, limit, a)
+		return
+	}
 	h := c.floorScratch[:0]
 	lowest := -1
-	for i := range c.nodes {
-		if floor, ok := c.floorOf(t, i, r); ok {
+	for i, n := range c.nodes {
+		if n.sum.mayFit(r) {
+			floor := c.engine.FragFloor(n.model, r.Request, &n.memo)
 			h = append(h, floorCand{floor: floor, index: i})
 			if lowest < 0 || h.Less(len(h)-1, lowest) {
 				lowest = len(h) - 1
@@ -89,7 +92,7 @@ func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
 		return false
 	})
 	if len(a.Ranked) == limit && least >= a.Ranked[limit-1].Best.Frag {
-		c.askTies(t, h, r, limit, a, ask)
+		c.askTies(h, r, limit, a, ask)
 		c.floorScratch = h[:0]
 		return
 	}
@@ -100,7 +103,7 @@ func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
 		if full && cd.floor >= a.Ranked[limit-1].Best.Frag {
 			// The nodes left tie with the last answer kept at best:
 			// their order no longer matters.
-			c.askTies(t, h, r, limit, a, ask)
+			c.askTies(h, r, limit, a, ask)
 			break
 		}
 		n := c.nodes[cd.index]
@@ -117,15 +120,15 @@ func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
 
 // askTies asks, in any order, the nodes of cands not beaten by the answers
 // kept, every one of which has a floor at least the last answer's figure.
-func (c *Cluster) askTies(t *shapeTable, cands []floorCand, r *Request, limit int, a *Answer, ask func(floorCand)) {
+func (c *Cluster) askTies(cands []floorCand, r *Request, limit int, a *Answer, ask func(floorCand)) {
 	for _, cd := range cands {
-		if c.beaten(t, cd, r, a.Ranked, limit) {
+		if c.beaten(cd, r, a.Ranked, limit) {
 			continue
 		}
 		if !cd.tight {
 			n := c.nodes[cd.index]
 			cd.floor = c.engine.FragLeast(n.model, r.Request, &n.memo)
-			if c.beaten(t, cd, r, a.Ranked, limit) {
+			if c.beaten(cd, r, a.Ranked, limit) {
 				continue
 			}
 		}
@@ -136,7 +139,7 @@ func (c *Cluster) askTies(t *shapeTable, cands []floorCand, r *Request, limit in
 // beaten says whether the node of cd can be among the limit best of ranked
 // no more: the best answer it could give, its figure at its floor, would
 // not come before the last of them.
-func (c *Cluster) beaten(t *shapeTable, cd floorCand, r *Request, ranked []Verdict, limit int) bool {
+func (c *Cluster) beaten(cd floorCand, r *Request, ranked []Verdict, limit int) bool {
 	if len(ranked) < limit {
 		return false
 	}
@@ -147,9 +150,7 @@ func (c *Cluster) beaten(t *shapeTable, cd floorCand, r *Request, ranked []Verdi
 	case cd.floor < last.Best.Frag:
 		return false
 	}
-	row := c.tieFigures(t, cd.index, r)
-	best := Verdict{FreeUnits: row.free, index: cd.index, Best: placement.Candidate{
-		Frag: cd.floor, Align: row.align, GPUFree: row.gpuFree,
-	}}
-	return !c.before(best, last)
+	best := c.tiesOf(c.nodes[cd.index], r).key(cd.index)
+	best.floor = cd.floor
+	return !best.less(keyOf(last))
 }

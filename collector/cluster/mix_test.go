@@ -46,3 +46,29 @@ func TestShapeOfListsModelsOnce(t *testing.T) {
 		t.Fatalf("a request of any model: Models %q", got.Models)
 	}
 }
+
+// TestMixMoved: a mix is moved by half the sum of its shapes' weight
+// changes, a shape of either counted, MixMove or more.
+func TestMixMoved(t *testing.T) {
+	mix := func(shapes ...placement.Shape) *placement.Mix { return &placement.Mix{Shapes: shapes} }
+	units := func(u int, w float64) placement.Shape { return placement.Shape{Units: u, Weight: w} }
+	a := mix(units(1, 0.5), units(2, 0.5))
+	for _, tc := range []struct {
+		name  string
+		from  *placement.Mix
+		to    *placement.Mix
+		moved bool
+	}{
+		{"none in force", nil, a, true},
+		{"the same", a, mix(units(1, 0.5), units(2, 0.5)), false},
+		{"4 points from one shape to the other", a, mix(units(1, 0.54), units(2, 0.46)), false},
+		{"5 points", a, mix(units(1, 0.55), units(2, 0.45)), true},
+		{"a new shape of 4 points", a, mix(units(1, 0.48), units(2, 0.48), units(4, 0.04)), false},
+		{"a new shape of 6 points", a, mix(units(1, 0.47), units(2, 0.47), units(4, 0.06)), true},
+		{"the same units of another type", a, mix(units(1, 0.5), placement.Shape{Units: 2, Type: "t4", Weight: 0.5}), true},
+	} {
+		if got := MixMoved(tc.from, tc.to); got != tc.moved {
+			t.Errorf("%s: moved %v, want %v", tc.name, got, tc.moved)
+		}
+	}
+}

@@ -1,20 +1,29 @@
 package cluster
 
-import "github.com/gpulet/gpulet/placement"
+import (
+	"github.com/google/btree"
 
-// A frag placement reads every node's floor for the request, and, for the
-// nodes that tie at the best floor, the figures that break ties. Read from
-// each node's memo, that is a walk over 10,000 nodes' memories in as many
-// places, which cost most of a placement. A shape table keeps those figures
-// for one shape of request in one array in the cluster's order, a row a
-// node, so a placement reads them in one sweep; a row is read again from
-// its node only when the node changed since.
+	"github.com/gpulet/gpulet/placement"
+)
+
+// A frag placement ranks the nodes by their best answer, which a node's
+// floor and tie figures bound without asking its engine. A shape table
+// keeps those figures for one shape of request, a row a node, and the rows
+// that may fit the shape in a B-tree in the order their answers would
+// rank at best (rowKey.less). A placement reads again the rows of the nodes
+// that changed since the table was last read, then walks the tree from the
+// best and asks each node until the next row is beaten by the answers
+// kept: every row after it is beaten too. So a placement costs the nodes
+// changed and the few asked, not a sweep of every node: at 10,000 nodes and
+// 10,000 snapshots a second the sweep was most of a placement
+// (docs/benchmarks, §17). The tree is github.com/google/btree's, a
+// well-kept ordered set with deletion, which the standard library lacks.
 //
 // Only the requests that ask nothing of the host have tables: the
 // collector's (a snapshot says nothing of a host's CPU and memory), whose
 // shapes are a mix's few. A replay's requests each carry their pod's CPU and
 // memory, so their shapes seldom come again, and a table made for each
-// would cost more than it saves.
+// would cost more than it saves; they are placed by placeFloored.
 
 // shapeKey is what of a request that asks nothing of the host a row
 // depends on: a floor, an Align and the summary's fit without models depend
@@ -35,19 +44,85 @@ type rowState uint8
 
 const (
 	rowStale  rowState = iota // not read since the node last changed
-	rowFits                   // the node may fit the shape but for models
+	rowFits                   // the node may fit the shape but for models; in the tree
 	rowCannot                 // the node cannot fit the shape
 )
 
+// rowKey is the best answer node index could give: its floor with the
+// figures that break ties, ordered as Cluster.before orders answers under
+// frag.
+type rowKey struct {
+	floor, align  float64
+	gpuFree, free int
+	index         int
+}
+
+// less says whether an answer of figures k comes before one of o.
+func (k rowKey) less(o rowKey) bool {
+	switch {
+	case k.floor != o.floor:
+		return k.floor < o.floor
+	case k.align != o.align:
+		return k.align > o.align
+	case k.gpuFree != o.gpuFree:
+		return k.gpuFree < o.gpuFree
+	case k.free != o.free:
+		return k.free < o.free
+	}
+	return k.index < o.index
+}
+
+// keyOf is the figures of an answer.
+func keyOf(v Verdict) rowKey {
+	return rowKey{floor: v.Best.Frag, align: v.Best.Align, gpuFree: v.Best.GPUFree, free: v.FreeUnits, index: v.index}
+}
+
+func (row shapeRow) key(i int) rowKey {
+	return rowKey{floor: row.floor, align: row.align, gpuFree: row.gpuFree, free: row.free, index: i}
+}
+
 type shapeTable struct {
-	key  shapeKey
-	used uint64 // the placement that last read it: the oldest goes first
-	rows []shapeRow
+	key   shapeKey
+	used  uint64 // the placement that last read it: the oldest goes first
+	rows  []shapeRow
+	order *btree.BTreeG[rowKey]
+	// stale lists the rows to read again before the next placement, each
+	// at least once (a row may be listed twice; one past the nodes is
+	// skipped).
+	stale []int
 }
 
 // maxShapeTables bounds the shapes kept: a learnt mix has a few, and a
-// table of 10,000 nodes is 400 KB.
+// table of 10,000 nodes is about 800 KB with its tree.
 const maxShapeTables = 8
+
+// treeDegree is the B-tree's: nodes of up to 63 keys of 40 bytes.
+const treeDegree = 32
+
+// reset empties t for key.
+func (t *shapeTable) reset(key shapeKey) {
+	t.key, t.rows, t.stale = key, t.rows[:0], t.stale[:0]
+	if t.order == nil {
+		t.order = btree.NewG(treeDegree, rowKey.less)
+	}
+	t.order.Clear(true)
+}
+
+// markStale takes row i out of t's order, to be read again.
+func (t *shapeTable) markStale(i int) {
+	if i >= len(t.rows) {
+		return
+	}
+	row := &t.rows[i]
+	switch row.state {
+	case rowStale:
+		return
+	case rowFits:
+		t.order.Delete(row.key(i))
+	}
+	row.state = rowStale
+	t.stale = append(t.stale, i)
+}
 
 // shapeTable is the table of r's shape, sized to the cluster, made anew in
 // place of the least recently read one when there is none; nil for a
@@ -77,41 +152,54 @@ func (c *Cluster) shapeTable(r *Request) *shapeTable {
 				}
 			}
 		}
-		t.key, t.rows = key, t.rows[:0]
+		t.reset(key)
 	}
 	t.used = c.placements
+	// Rows past the nodes were marked stale when their nodes left
+	// (Remove), and so are out of the tree.
+	t.rows = t.rows[:min(len(t.rows), len(c.nodes))]
 	for len(t.rows) < len(c.nodes) {
+		t.stale = append(t.stale, len(t.rows))
 		t.rows = append(t.rows, shapeRow{})
 	}
-	t.rows = t.rows[:len(c.nodes)]
+	c.readStale(t, r)
 	return t
 }
 
-// floorOf is node i's floor for r and whether it may fit r at all, from
-// t's row or, with no table, the node. A stale row is read anew here, so
-// that tieFigures, later in the placement, finds every row it reads fresh.
-func (c *Cluster) floorOf(t *shapeTable, i int, r *Request) (float64, bool) {
-	n := c.nodes[i]
-	if t == nil {
-		if !n.sum.mayFit(r) {
-			return 0, false
+// readStale reads t's stale rows from their nodes and puts those that may
+// fit in the tree.
+func (c *Cluster) readStale(t *shapeTable, r *Request) {
+	for _, i := range t.stale {
+		if i >= len(t.rows) || t.rows[i].state != rowStale {
+			continue
 		}
-		return c.engine.FragFloor(n.model, r.Request, &n.memo), true
-	}
-	row := &t.rows[i]
-	if row.state == rowStale {
+		row := &t.rows[i]
 		*row = c.figures(i, r)
+		if row.state == rowFits {
+			t.order.ReplaceOrInsert(row.key(i))
+		}
 	}
-	return row.floor, row.state == rowFits && (len(r.Models) == 0 || n.sum.fitsModels(r))
+	t.stale = t.stale[:0]
 }
 
-// tieFigures is what ranks node i's best answer to r among those of its
-// floor: t's row, or, with no table, the node's figures.
-func (c *Cluster) tieFigures(t *shapeTable, i int, r *Request) shapeRow {
-	if t == nil {
-		return c.tiesOf(c.nodes[i], r)
-	}
-	return t.rows[i]
+// placeTabled asks the nodes of t's tree from the best, the nodes whose
+// models r does not accept passed over, until the next is beaten by the
+// answers kept.
+func (c *Cluster) placeTabled(t *shapeTable, r *Request, limit int, a *Answer) {
+	t.order.Ascend(func(k rowKey) bool {
+		if len(a.Ranked) == limit && !k.less(keyOf(a.Ranked[limit-1])) {
+			return false
+		}
+		n := c.nodes[k.index]
+		if len(r.Models) > 0 && !n.sum.fitsModels(r) {
+			return true
+		}
+		a.Considered++
+		if v := c.ask(n, r); v.kept {
+			a.Ranked = c.insert(a.Ranked, Verdict{Node: n.name, Kept: true, Choice: v.choice, Best: v.best, FreeUnits: n.sum.free, index: k.index}, limit)
+		}
+		return true
+	})
 }
 
 // figures is node i's row for r, read from the node.
@@ -139,8 +227,6 @@ func (c *Cluster) tiesOf(n *node, r *Request) shapeRow {
 // staleRows marks node i's rows stale in every table: it changed.
 func (c *Cluster) staleRows(i int) {
 	for _, t := range c.tables {
-		if i < len(t.rows) {
-			t.rows[i].state = rowStale
-		}
+		t.markStale(i)
 	}
 }
