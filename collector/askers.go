@@ -1,32 +1,44 @@
 package collector
 
 import (
+	"context"
 	"net"
+	"slices"
 	"sync"
 
 	"github.com/gpulet/gpulet/api"
 )
 
 // MaxPlacementsInFlight is how many POST /v1/placements one client may
-// have under way at once; past it, the next is refused (429). Placements
-// are answered one at a time (the cluster's models have one owner), so a
-// client gains nothing from asking more at once. Two, not one, so that a
-// scheduler that gave up on an answer and asked again is not refused while
-// the first is still answered.
-const MaxPlacementsInFlight = 2
+// have under way at once, placed or waiting for its turn; past it, the
+// next is refused (429). Placements are answered one at a time (the
+// cluster's models have one owner), so a client gains nothing from asking
+// more at once; but a request that waits costs the collector a parked
+// goroutine and no CPU, where a refusal costs a round trip, which a client
+// that asks again at once repeats as fast as it is refused. So a client's
+// requests wait their turn, as many as a scheduler's workers might send,
+// and only a client past that is refused (docs/BENCHMARKS.md §17, the
+// flooded rounds).
+const MaxPlacementsInFlight = 64
+
+// MaxPlacementsWaiting bounds the placement requests of all clients under
+// way at once, so that clients at many addresses cannot hold the
+// collector's memory with waiting requests; past it, the next is refused
+// (429).
+const MaxPlacementsWaiting = 4096
 
 // askers bounds each client's placement requests under way and lets them
 // place one at a time, of the clients waiting the one let through longest
 // ago first (one not let through since it last had none under way before
 // any; among those, the one that began to wait first). So a client that
-// floods the collector has at most MaxPlacementsInFlight under way, and
-// delays another's placement by the one being placed, not by its queue
-// (docs/BENCHMARKS.md §17, the flooded rounds).
+// floods the collector waits its turn: it delays another's placement by
+// the one being placed, not by its queue.
 type askers struct {
-	mu   sync.Mutex // guards everything below
-	busy bool       // a placement is under way
-	seq  uint64     // placements let through
-	by   map[string]*asker
+	mu    sync.Mutex // guards everything below
+	busy  bool       // a placement is under way
+	seq   uint64     // placements let through
+	total int        // requests under way, of every client
+	by    map[string]*asker
 	// arrived is the clients waiting, by when they began to.
 	arrived []string
 }
@@ -40,11 +52,18 @@ type asker struct {
 }
 
 // take counts one more request of client, or refuses it when client has
-// MaxPlacementsInFlight under way; done ends it.
+// MaxPlacementsInFlight under way, or every client MaxPlacementsWaiting;
+// done ends it.
 func (q *askers) take(client string) (done func(), err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	a := q.by[client]
+	switch {
+	case a != nil && a.inFlight >= MaxPlacementsInFlight:
+		return nil, api.Errorf(api.ErrTooManyRequests, "%s has %d placement requests under way, as many as one client may at once: placements are answered one at a time, so wait for an answer before asking again", client, MaxPlacementsInFlight)
+	case q.total >= MaxPlacementsWaiting:
+		return nil, api.Errorf(api.ErrTooManyRequests, "the collector has %d placement requests under way, as many as it holds at once: ask again later", MaxPlacementsWaiting)
+	}
 	if a == nil {
 		a = &asker{}
 		if q.by == nil {
@@ -52,21 +71,21 @@ func (q *askers) take(client string) (done func(), err error) {
 		}
 		q.by[client] = a
 	}
-	if a.inFlight >= MaxPlacementsInFlight {
-		return nil, api.Errorf(api.ErrTooManyRequests, "%s has %d placement requests under way, as many as one client may at once: placements are answered one at a time, so wait for an answer before asking again", client, MaxPlacementsInFlight)
-	}
 	a.inFlight++
+	q.total++
 	return func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
+		q.total--
 		if a.inFlight--; a.inFlight == 0 {
 			delete(q.by, client)
 		}
 	}, nil
 }
 
-// enter waits for the turn of client, which take counted.
-func (q *askers) enter(client string) {
+// enter waits for the turn of client, which take counted, or until ctx
+// ends: then it returns ctx's error and has no turn to leave.
+func (q *askers) enter(ctx context.Context, client string) error {
 	q.mu.Lock()
 	a := q.by[client]
 	if !q.busy {
@@ -74,7 +93,7 @@ func (q *askers) enter(client string) {
 		q.seq++
 		a.last = q.seq
 		q.mu.Unlock()
-		return
+		return nil
 	}
 	ch := make(chan struct{})
 	if len(a.waiting) == 0 {
@@ -82,7 +101,26 @@ func (q *askers) enter(client string) {
 	}
 	a.waiting = append(a.waiting, ch)
 	q.mu.Unlock()
-	<-ch
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+	}
+	q.mu.Lock()
+	select {
+	case <-ch:
+		// The turn came meanwhile: the next client's.
+		q.mu.Unlock()
+		q.leave()
+		return ctx.Err()
+	default:
+	}
+	a.waiting = slices.DeleteFunc(a.waiting, func(c chan struct{}) bool { return c == ch })
+	if len(a.waiting) == 0 {
+		q.arrived = slices.DeleteFunc(q.arrived, func(c string) bool { return c == client })
+	}
+	q.mu.Unlock()
+	return ctx.Err()
 }
 
 // leave ends a turn and lets the next client through.

@@ -1,6 +1,8 @@
 package collector
 
 import (
+	"context"
+	"fmt"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -48,7 +50,7 @@ func TestPlacementsBoundPerClient(t *testing.T) {
 	}
 	s.placer.mu.Lock() // every placement waits
 	var wg sync.WaitGroup
-	codes := make(chan int, 8)
+	codes := make(chan int, 2*MaxPlacementsInFlight+2)
 	ask := func(auth, addr string) {
 		wg.Add(1)
 		go func() {
@@ -63,7 +65,7 @@ func TestPlacementsBoundPerClient(t *testing.T) {
 	waitFor("caller a", MaxPlacementsInFlight)
 	// From another address, the same caller is the same client.
 	code, body := post("Bearer ta", "192.0.2.9:1000")
-	if code != 429 || !strings.Contains(body, "caller a has 2 placement requests under way") || !strings.Contains(body, "wait for an answer") {
+	if code != 429 || !strings.Contains(body, fmt.Sprintf("caller a has %d placement requests under way", MaxPlacementsInFlight)) || !strings.Contains(body, "wait for an answer") {
 		t.Fatalf("caller a's next: %d %s, want 429 and why", code, body)
 	}
 	ask("Bearer tb", "192.0.2.1:1000")
@@ -128,7 +130,9 @@ func TestPlacementsTakeTurns(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			q.enter(client)
+			if err := q.enter(context.Background(), client); err != nil {
+				t.Error(err)
+			}
 			mu.Lock()
 			order = append(order, label)
 			mu.Unlock()
@@ -140,7 +144,9 @@ func TestPlacementsTakeTurns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q.enter("flood") // the flood's first placement is under way
+	if err := q.enter(context.Background(), "flood"); err != nil { // the flood's first placement is under way
+		t.Fatal(err)
+	}
 	place("flood", "flood 2")
 	waiters(1)
 	place("other", "other 1")
@@ -153,5 +159,112 @@ func TestPlacementsTakeTurns(t *testing.T) {
 	}
 	if len(q.by) != 0 || q.busy || len(q.arrived) != 0 {
 		t.Fatalf("after every placement: %d clients, busy %v, %d waiting", len(q.by), q.busy, len(q.arrived))
+	}
+}
+
+// TestPlacementsWaitingGiveUp: a request that gives up while waiting for
+// its turn (its client went away) leaves the queue and its client's
+// count; the turn goes on to the next, whether it gave up before its turn
+// came or as it came.
+func TestPlacementsWaitingGiveUp(t *testing.T) {
+	var q askers
+	done, err := q.take("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.enter(context.Background(), "a"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	bDone, err := q.take("b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := make(chan error)
+	go func() { gaveUp <- q.enter(ctx, "b") }()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		q.mu.Lock()
+		n := len(q.arrived)
+		q.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("b never waited")
+		}
+	}
+	cancel()
+	if err := <-gaveUp; err == nil {
+		t.Fatal("b's request gave up, and enter returned no error")
+	}
+	bDone()
+	if len(q.arrived) != 0 || q.by["b"] != nil {
+		t.Fatalf("after b gave up: waiting %v, b %+v", q.arrived, q.by["b"])
+	}
+	q.leave()
+	done()
+	if q.busy || len(q.by) != 0 || q.total != 0 {
+		t.Fatalf("after every placement: busy %v, clients %v, %d under way", q.busy, q.by, q.total)
+	}
+	// Giving up as the turn comes, again and again: no turn is lost.
+	for range 200 {
+		done, _ := q.take("a")
+		if err := q.enter(context.Background(), "a"); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		bDone, _ := q.take("b")
+		gaveUp := make(chan error)
+		go func() {
+			err := q.enter(ctx, "b")
+			if err == nil {
+				q.leave()
+			}
+			gaveUp <- err
+		}()
+		go cancel()
+		q.leave()
+		done()
+		<-gaveUp
+		bDone()
+		cDone, _ := q.take("c")
+		if err := q.enter(context.Background(), "c"); err != nil {
+			t.Fatal(err)
+		}
+		q.leave()
+		cDone()
+		if q.busy || len(q.by) != 0 || len(q.arrived) != 0 || q.total != 0 {
+			t.Fatalf("busy %v, clients %v, waiting %v, %d under way", q.busy, q.by, q.arrived, q.total)
+		}
+	}
+}
+
+// TestPlacementsWaitingBound: past MaxPlacementsWaiting requests under way,
+// of clients each within its own bound, the next is refused, and taken
+// again once one is answered.
+func TestPlacementsWaitingBound(t *testing.T) {
+	var q askers
+	var dones []func()
+	for i := range MaxPlacementsWaiting {
+		done, err := q.take(fmt.Sprintf("the client at 192.0.2.%d", i))
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		dones = append(dones, done)
+	}
+	if _, err := q.take("caller a"); err == nil || !strings.Contains(err.Error(), "the collector has 4096 placement requests under way") {
+		t.Fatalf("past the bound: %v, want refused", err)
+	}
+	dones[0]()
+	done, err := q.take("caller a")
+	if err != nil {
+		t.Fatalf("once one was answered: %v", err)
+	}
+	done()
+	for _, done := range dones[1:] {
+		done()
+	}
+	if len(q.by) != 0 || q.total != 0 {
+		t.Fatalf("after every request: %d clients, %d under way", len(q.by), q.total)
 	}
 }

@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -72,6 +73,9 @@ type placer struct {
 	learner  *placement.Learner
 	observed uint64
 	mix      *placement.Mix
+	// published is the learner's mix last looked at: a mix is compared
+	// with the one in force once, when published (cluster.MixMoved).
+	published *placement.Mix
 	// asking bounds each client's requests under way and lets them
 	// place one at a time, the clients in turn.
 	asking askers
@@ -91,8 +95,10 @@ func newPlacer(p placement.Policy) *placer {
 // learns it as caller's (not at all for no caller). Only the nodes
 // whose record changed are modeled again, and, once every resync, all of
 // them: a node that went silent changes state without a new record.
-func (p *placer) place(st *Store, r cluster.Request, limit int, caller, client string) (cluster.Answer, map[string]*record, error) {
-	p.asking.enter(client)
+func (p *placer) place(ctx context.Context, st *Store, r cluster.Request, limit int, caller, client string) (cluster.Answer, map[string]*record, error) {
+	if err := p.asking.enter(ctx, client); err != nil {
+		return cluster.Answer{}, nil, api.Errorf(api.ErrUnavailable, "placement request given up while waiting for its turn: %v", err)
+	}
 	defer p.asking.leave()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -115,7 +121,12 @@ func (p *placer) place(st *Store, r cluster.Request, limit int, caller, client s
 func (p *placer) learnLocked(caller string, r cluster.Request) {
 	p.learner.ObserveShape(caller, cluster.ShapeOf(r))
 	p.observed++
-	if m := p.learner.Mix(); p.policy == placement.Frag && m != p.mix {
+	m := p.learner.Mix()
+	if p.policy != placement.Frag || m == p.published {
+		return
+	}
+	p.published = m
+	if cluster.MixMoved(p.mix, m) {
 		// SetEngine drops every node's kept answers and floors, which
 		// were the old mix's.
 		p.mix = m
@@ -154,7 +165,11 @@ func (p *placer) refreshLocked(st *Store) {
 			continue
 		}
 		state := st.stateAt(rec, now)
-		p.cluster.Put(name, modelOf(rec, state))
+		model := rec.model
+		if model == nil || state != rec.state {
+			model = modelOf(rec, state)
+		}
+		p.cluster.Put(name, model)
 		p.modeled[name] = modeledNode{rec: rec, state: state}
 	}
 }
@@ -187,11 +202,7 @@ func modelOf(rec *record, state string) *placement.Node {
 		}
 		for k, in := range g.instances {
 			n.ClientsPerInstance = max(n.ClientsPerInstance, in.clientsMax)
-			free := make([]int, in.free)
-			for u := range free {
-				free[u] = in.first + in.size - in.free + u
-			}
-			pi := placement.Instance{Index: k, FreeUnits: free, Size: in.size, Clients: in.clients}
+			pi := placement.Instance{Index: k, FreeUnits: unitRange(in.first+in.size-in.free, in.free), Size: in.size, Clients: in.clients}
 			if !api.InstanceTakesLeases(in.state) {
 				pi.Down = "is " + in.state
 			}
@@ -200,6 +211,29 @@ func modelOf(rec *record, state string) *placement.Node {
 		n.GPUs[i] = pg
 	}
 	return n
+}
+
+// unitIDs is the units 0, 1, 2, …: a model's free units are a range of
+// them, which the engine only reads, so the models of the table share it.
+var unitIDs = func() []int {
+	ids := make([]int, 4096)
+	for i := range ids {
+		ids[i] = i
+	}
+	return ids
+}()
+
+// unitRange is the units [first, first+n).
+func unitRange(first, n int) []int {
+	if first >= 0 && first+n <= len(unitIDs) {
+		// Capped: an append makes a copy, never writes into the others'.
+		return unitIDs[first : first+n : first+n]
+	}
+	out := make([]int, n)
+	for u := range out {
+		out[u] = first + u
+	}
+	return out
 }
 
 // placements is POST /v1/placements: the best nodes for a request, by the
@@ -231,7 +265,7 @@ func (s *Server) placements(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	a, recs, err := placer.place(s.store, req, limit, caller, client)
+	a, recs, err := placer.place(r.Context(), s.store, req, limit, caller, client)
 	if err != nil {
 		return err
 	}
@@ -326,12 +360,16 @@ type MixShape struct {
 	Weight float64 `json:"weight"`
 }
 
-// learned is the mix as last published: the one in force under frag.
+// learned is the mix in force under frag, else the mix as last published.
 func (p *placer) learned() PlacementMix {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := PlacementMix{Policy: string(p.policy), Observed: p.observed, Shapes: []MixShape{}}
-	if m := p.learner.Mix(); m != nil {
+	m := p.learner.Mix()
+	if p.policy == placement.Frag {
+		m = p.mix
+	}
+	if m != nil {
 		for _, sh := range m.Shapes {
 			out.Shapes = append(out.Shapes, MixShape{Units: sh.Units, GPUs: sh.GPUs, Type: sh.Type, Weight: sh.Weight})
 		}

@@ -63,12 +63,16 @@ func TestPlacements(t *testing.T) {
 	if code, _, b := place(`{"units":7}`, ""); code != 409 {
 		t.Fatalf("7 units, which no GPU has free: %d %s", code, b)
 	}
-	// n1 fills up: the answer follows its new snapshot.
+	// n1 fills up: the answer follows its new snapshot. n2 reports as it
+	// was; its record, taken in once placements are asked, comes with its
+	// model, made for a working node.
 	st.Apply(withInstances(testSnapshot("n1", "b", 2, 0, 2)))
+	st.Apply(withInstances(testSnapshot("n2", "b", 2, 3, 2)))
 	if code, l, b := place(`{"units":3}`, ""); code != 200 || l.Placements[0].Node != "n2" || l.Placements[0].GPU.Index != 0 {
 		t.Fatalf("3 units after n1 filled up: %d %s", code, b)
 	}
-	// A silent node is not_working: nothing goes there.
+	// A silent node is not_working: nothing goes there, whatever model
+	// came with its last snapshot.
 	clock.Add(16 * time.Second)
 	st.Apply(withInstances(testSnapshot("n1", "b", 3, 6, 2)))
 	if code, l, b := place(`{"units":3}`, ""); code != 200 || len(l.Placements) != 1 || l.Placements[0].Node != "n1" {
@@ -345,5 +349,44 @@ func TestPlacementsSeeHeldMemory(t *testing.T) {
 	st.Apply(snap)
 	if code, b := do(t, s, "POST", "/v1/placements", body); code != 409 {
 		t.Fatalf("20000 MiB on a GPU that holds 70000 of its 81920: %d %s", code, b)
+	}
+}
+
+// TestMixInForceOnceMoved: under frag, a mix published is put in force only
+// when it has moved from the one in force by cluster.MixMove: the same
+// requests again leave the one in force as it was, while the learner has
+// published anew; a shape that comes in with a tenth of the requests puts
+// a new one in force. GET /v1/placements/mix shows the one in force.
+func TestMixInForceOnceMoved(t *testing.T) {
+	st := NewStore(15*time.Second, nil)
+	s := NewServer(st, nil)
+	s.SetPolicy(placement.Frag)
+	s.Auth.LearnTokens = callerTokensFile(t, "sched t0k\n")
+	st.Apply(snapshotFree("n1", 8, 8))
+	post := func(n int, bodies ...string) {
+		t.Helper()
+		for i := range n {
+			if code, b := doAs(t, s, "Bearer t0k", "POST", "/v1/placements", bodies[i%len(bodies)]); code != 200 {
+				t.Fatalf("%s: %d %s", bodies[i%len(bodies)], code, b)
+			}
+		}
+	}
+	// The first mix (of the first request) and the next, published 1,024
+	// requests after it, which moved from a shape to two.
+	post(1025, `{"units":2}`, `{"units":4}`)
+	inForce := learnedMix(t, s)
+	if len(inForce.Shapes) != 2 || s.placer.mix != s.placer.learner.Mix() {
+		t.Fatalf("after 1,025 requests of 2 and 4 units: %+v in force", inForce)
+	}
+	post(1024, `{"units":4}`, `{"units":2}`)
+	if s.placer.learner.Mix() == s.placer.mix {
+		t.Fatal("the learner published no new mix in 1,024 requests")
+	}
+	if got := learnedMix(t, s); !slices.Equal(got.Shapes, inForce.Shapes) {
+		t.Fatalf("the same requests again: %+v in force, want %+v as it was", got.Shapes, inForce.Shapes)
+	}
+	post(1024, `{"units":2}`, `{"units":4}`, `{"units":2}`, `{"units":4}`, `{"units":2}`, `{"units":4}`, `{"units":2}`, `{"units":4}`, `{"units":2}`, `{"gpus":1}`)
+	if got := learnedMix(t, s); len(got.Shapes) != 3 || s.placer.mix != s.placer.learner.Mix() {
+		t.Fatalf("with whole GPUs a tenth of the requests: %+v in force, want three shapes", got.Shapes)
 	}
 }

@@ -41,6 +41,11 @@ type record struct {
 	gpus          []gpuRecord
 	// size is recordSize's estimate of the memory the record takes.
 	size int
+	// model is the placement engine's view of the node in the state it
+	// reported (modelOf), made as the snapshot is taken in once
+	// placements are asked, so that a placement, one at a time, does not
+	// make it; nil before.
+	model *placement.Node
 }
 
 type gpuRecord struct {
@@ -130,6 +135,9 @@ type Store struct {
 	// collector nobody asks for placements keeps no such list, and nil
 	// again once it outgrew the table (noteChanged).
 	changed map[string]struct{}
+	// placing is set once placements have asked for changes: from then
+	// on each record comes with its model.
+	placing atomic.Bool
 	// bytes is the sum of the records' recordSize.
 	bytes int
 	// MaxNodes, when above zero, is the most nodes the table keeps; a
@@ -157,6 +165,9 @@ func NewStore(staleAfter time.Duration, now func() time.Time) *Store {
 // idle node is never taken for a silent one.
 func (st *Store) Apply(s *api.Snapshot) Outcome {
 	rec := st.recordOf(s)
+	if st.placing.Load() {
+		rec.model = modelOf(rec, rec.state)
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	old := st.nodes[rec.node]
@@ -325,6 +336,7 @@ func (st *Store) noteChanged(node string) {
 // the first call, and after a list was dropped (noteChanged), when every
 // node counts as changed and those that went are not named.
 func (st *Store) takeChanged() (changed map[string]*record, all bool) {
+	st.placing.Store(true)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	all = st.changed == nil
