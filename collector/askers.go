@@ -5,6 +5,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/gpulet/gpulet/api"
 )
@@ -26,6 +27,25 @@ const MaxPlacementsInFlight = 64
 // collector's memory with waiting requests; past it, the next is refused
 // (429).
 const MaxPlacementsWaiting = 4096
+
+// RefusalPause is how long a placement request refused for a bound
+// (MaxPlacementsInFlight, MaxPlacementsWaiting) waits before its 429, its
+// goroutine parked: a client that asks again as soon as it is refused then
+// asks ten times a second on each connection, not as fast as the collector
+// can refuse it, which took the CPU the placements of others needed
+// (docs/BENCHMARKS.md §17, frag-flooded-wide). A client within its bound
+// never waits it.
+const RefusalPause = 100 * time.Millisecond
+
+// pauseRefusal waits RefusalPause, or until ctx ends.
+func pauseRefusal(ctx context.Context) {
+	t := time.NewTimer(RefusalPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
 
 // askers bounds each client's placement requests under way and lets them
 // place one at a time, of the clients waiting the one let through longest

@@ -15,7 +15,7 @@ import (
 
 // TestPlacementsBoundPerClient: a client with MaxPlacementsInFlight
 // placements under way (here waiting, the placer held) is refused the next
-// with 429 and why, at once; another client, named or at another address,
+// with 429 and why, after RefusalPause; another client, named or at another address,
 // is not; and once answered, the first may ask again.
 func TestPlacementsBoundPerClient(t *testing.T) {
 	st := NewStore(15*time.Second, nil)
@@ -64,7 +64,11 @@ func TestPlacementsBoundPerClient(t *testing.T) {
 	}
 	waitFor("caller a", MaxPlacementsInFlight)
 	// From another address, the same caller is the same client.
+	began := time.Now()
 	code, body := post("Bearer ta", "192.0.2.9:1000")
+	if waited := time.Since(began); waited < RefusalPause {
+		t.Errorf("refused after %v, want a pause of %v first", waited, RefusalPause)
+	}
 	if code != 429 || !strings.Contains(body, fmt.Sprintf("caller a has %d placement requests under way", MaxPlacementsInFlight)) || !strings.Contains(body, "wait for an answer") {
 		t.Fatalf("caller a's next: %d %s, want 429 and why", code, body)
 	}

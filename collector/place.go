@@ -247,6 +247,7 @@ func (s *Server) placements(w http.ResponseWriter, r *http.Request) error {
 	client := placementClient(caller, r.RemoteAddr)
 	done, err := placer.asking.take(client)
 	if err != nil {
+		pauseRefusal(r.Context())
 		return err
 	}
 	defer done()
