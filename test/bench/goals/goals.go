@@ -109,6 +109,7 @@ var goals = []goal{
 	{what: "collector placements under ingest, best-fit: p99 (µs)", bench: "BenchmarkPlacementsUnderIngest/best-fit", metric: "p99-us", bound: 5000, when: atIngestRate},
 	{what: "collector placements under ingest, frag: p99 (µs)", bench: "BenchmarkPlacementsUnderIngest/frag", metric: "p99-us", bound: 5000, when: atIngestRate},
 	{what: "collector placements under ingest, frag, another client flooding: p99 (µs)", bench: "BenchmarkPlacementsUnderIngest/frag-flooded", metric: "p99-us", bound: 5000, when: atIngestRate},
+	{what: "the same, the flooding client past its bound, asking again when refused: p99 (µs)", bench: "BenchmarkPlacementsUnderIngest/frag-flooded-wide", metric: "p99-us", bound: 5000, when: atIngestRate},
 	{what: "cluster placement, 10,000 nodes, best-fit: p99 (ns)", bench: "BenchmarkPlace10000Nodes/best-fit", metric: "p99-ns", bound: 5e6},
 	{what: "cluster placement, 10,000 nodes, frag: p99 (ns)", bench: "BenchmarkPlace10000Nodes/frag", metric: "p99-ns", bound: 5e6},
 	{what: "local lease under a TCP flood: p99 ÷ quiet", bench: "BenchmarkLeaseUnderTCPFlood", metric: "x-quiet-p99", floor: "floor-flood-p99-ns", bound: 2},
