@@ -272,7 +272,11 @@ func (c *Cluster) Place(r Request, limit int) (Answer, error) {
 	a := Answer{Nodes: len(c.nodes)}
 	switch {
 	case c.bounded():
-		c.placeBounded(&r, limit, &a)
+		if t := c.shapeTable(&r); t != nil {
+			c.placeTabled(t, &r, limit, &a)
+		} else {
+			c.placeBounded(&r, limit, &a)
+		}
 	case c.policy == placement.Frag:
 		c.placeFloored(&r, limit, &a)
 	default:
@@ -334,7 +338,7 @@ func (c *Cluster) before(a, b Verdict) bool {
 			return x.Score > y.Score
 		}
 	case placement.Frag:
-		return keyOf(a).less(keyOf(b))
+		return c.keyOf(a).less(c.keyOf(b))
 	case placement.Spread:
 		if x.GPUFree != y.GPUFree {
 			return x.GPUFree > y.GPUFree

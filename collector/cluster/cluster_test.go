@@ -234,7 +234,8 @@ func TestWithout(t *testing.T) {
 }
 
 // Placing by bounds asks fewer engines and answers as asking all of them
-// would, limit after limit.
+// would, limit after limit; so does placing by a shape table, the bounds
+// kept in a B-tree, as nodes change, leave and come back.
 func TestBoundedAnswersAsAll(t *testing.T) {
 	for _, p := range []placement.Policy{placement.BestFit, placement.Spread} {
 		t.Run(string(p), func(t *testing.T) {
@@ -247,6 +248,11 @@ func TestBoundedAnswersAsAll(t *testing.T) {
 			asked := 0
 			for i := 0; i < 300; i++ {
 				r := units(1 + rng.IntN(100))
+				if rng.IntN(2) == 0 {
+					// A few shapes again and again, as a collector is
+					// asked, so that its tables' rows are read again.
+					r = units([]int{5, 20, 50, 100}[rng.IntN(4)])
+				}
 				switch rng.IntN(10) {
 				case 0:
 					r = Request{Request: placement.Request{GPUs: 1 + rng.IntN(4)}}
@@ -260,6 +266,26 @@ func TestBoundedAnswersAsAll(t *testing.T) {
 					n.model.GPUs[0].Unusable = "has failed"
 					n.changed()
 				}
+				switch rng.IntN(20) {
+				case 0:
+					// A node's leases end: its new snapshot.
+					s := specs[rng.IntN(len(specs))]
+					if _, ok := c.byName[s.Name]; ok {
+						m, err := newNode(s)
+						if err != nil {
+							t.Fatal(err)
+						}
+						c.Put(s.Name, m)
+					}
+				case 1:
+					// A node leaves; the last takes its place, and it
+					// comes back at the end.
+					n := c.nodes[rng.IntN(len(c.nodes))]
+					c.Remove(n.name)
+					if rng.IntN(2) == 0 {
+						c.Put(n.name, n.model)
+					}
+				}
 				for _, limit := range []int{1, 3} {
 					var all, bounded Answer
 					c.placeAll(&r, limit, &all)
@@ -268,6 +294,10 @@ func TestBoundedAnswersAsAll(t *testing.T) {
 						t.Fatalf("request %d, limit %d: all %v, bounded %v", i, limit, names(all.Ranked), names(bounded.Ranked))
 					}
 					asked += bounded.Considered
+					tabled, err := c.Place(r, limit)
+					if (err == nil) != (len(all.Ranked) > 0) || fmt.Sprint(names(all.Ranked)) != fmt.Sprint(names(tabled.Ranked)) {
+						t.Fatalf("request %d, limit %d: all %v, by the table %v (%v)", i, limit, names(all.Ranked), names(tabled.Ranked), err)
+					}
 				}
 				if a, err := c.Place(r, 1); err == nil {
 					if err := c.Commit(r, a.Ranked[0]); err != nil {

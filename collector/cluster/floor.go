@@ -152,5 +152,5 @@ func (c *Cluster) beaten(cd floorCand, r *Request, ranked []Verdict, limit int) 
 	}
 	best := c.tiesOf(c.nodes[cd.index], r).key(cd.index)
 	best.floor = cd.floor
-	return !best.less(keyOf(last))
+	return !best.less(c.keyOf(last))
 }

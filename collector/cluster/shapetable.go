@@ -7,10 +7,11 @@ import (
 )
 
 // A frag placement ranks the nodes by their best answer, which a node's
-// floor and tie figures bound without asking its engine. A shape table
-// keeps those figures for one shape of request, a row a node, and the rows
-// that may fit the shape in a B-tree in the order their answers would
-// rank at best (rowKey.less). A placement reads again the rows of the nodes
+// floor and tie figures bound without asking its engine; a best-fit or
+// spread placement by a bound on its GPU's free units (bound.go). A shape
+// table keeps those figures for one shape of request, a row a node, and
+// the rows that may fit the shape in a B-tree in the order their answers
+// would rank at best (rowKey.less). A placement reads again the rows of the nodes
 // that changed since the table was last read, then walks the tree from the
 // best and asks each node until the next row is beaten by the answers
 // kept: every row after it is beaten too. So a placement costs the nodes
@@ -50,7 +51,8 @@ const (
 
 // rowKey is the best answer node index could give: its floor with the
 // figures that break ties, ordered as Cluster.before orders answers under
-// frag.
+// frag and, with no floor or Align, best-fit; spread's, which prefers more
+// free units, are negated (Cluster.keyOf).
 type rowKey struct {
 	floor, align  float64
 	gpuFree, free int
@@ -72,9 +74,13 @@ func (k rowKey) less(o rowKey) bool {
 	return k.index < o.index
 }
 
-// keyOf is the figures of an answer.
-func keyOf(v Verdict) rowKey {
-	return rowKey{floor: v.Best.Frag, align: v.Best.Align, gpuFree: v.Best.GPUFree, free: v.FreeUnits, index: v.index}
+// keyOf is the figures of an answer as a row orders them.
+func (c *Cluster) keyOf(v Verdict) rowKey {
+	k := rowKey{floor: v.Best.Frag, align: v.Best.Align, gpuFree: v.Best.GPUFree, free: v.FreeUnits, index: v.index}
+	if c.policy == placement.Spread {
+		k.gpuFree, k.free = -k.gpuFree, -k.free
+	}
+	return k
 }
 
 func (row shapeRow) key(i int) rowKey {
@@ -187,7 +193,7 @@ func (c *Cluster) readStale(t *shapeTable, r *Request) {
 // answers kept.
 func (c *Cluster) placeTabled(t *shapeTable, r *Request, limit int, a *Answer) {
 	t.order.Ascend(func(k rowKey) bool {
-		if len(a.Ranked) == limit && !k.less(keyOf(a.Ranked[limit-1])) {
+		if len(a.Ranked) == limit && !k.less(c.keyOf(a.Ranked[limit-1])) {
 			return false
 		}
 		n := c.nodes[k.index]
@@ -207,6 +213,14 @@ func (c *Cluster) figures(i int, r *Request) shapeRow {
 	n := c.nodes[i]
 	if !n.sum.fitsResources(r) {
 		return shapeRow{state: rowCannot}
+	}
+	if c.bounded() {
+		// The node's summary bounds its answer (bound.go).
+		row := shapeRow{gpuFree: n.sum.bound(c.policy, r), free: n.sum.free, state: rowFits}
+		if c.policy == placement.Spread {
+			row.gpuFree, row.free = -row.gpuFree, -row.free
+		}
+		return row
 	}
 	// The floor first: it fills the memo that Align reads.
 	floor := c.engine.FragFloor(n.model, r.Request, &n.memo)
