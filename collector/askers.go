@@ -22,10 +22,12 @@ import (
 // flooded rounds).
 const MaxPlacementsInFlight = 64
 
-// MaxPlacementsWaiting bounds the placement requests of all clients under
-// way at once, so that clients at many addresses cannot hold the
-// collector's memory with waiting requests; past it, the next is refused
-// (429).
+// MaxPlacementsWaiting bounds the placement requests under way of the
+// clients known by their address alone, all together: clients at many
+// addresses cannot hold the collector's memory with waiting requests, and
+// cannot shut out the callers of --learn-tokens-file, who are as many as
+// the file names and bounded each. Past it, the next of those clients is
+// refused (429).
 const MaxPlacementsWaiting = 4096
 
 // RefusalPause is how long a placement request refused for a bound
@@ -54,11 +56,11 @@ func pauseRefusal(ctx context.Context) {
 // floods the collector waits its turn: it delays another's placement by
 // the one being placed, not by its queue.
 type askers struct {
-	mu    sync.Mutex // guards everything below
-	busy  bool       // a placement is under way
-	seq   uint64     // placements let through
-	total int        // requests under way, of every client
-	by    map[string]*asker
+	mu        sync.Mutex // guards everything below
+	busy      bool       // a placement is under way
+	seq       uint64     // placements let through
+	anonymous int        // requests under way of the clients known by address
+	by        map[string]*asker
 	// arrived is the clients waiting, by when they began to.
 	arrived []string
 }
@@ -71,18 +73,19 @@ type asker struct {
 	last     uint64 // askers.seq when it was last let through; 0: not yet
 }
 
-// take counts one more request of client, or refuses it when client has
-// MaxPlacementsInFlight under way, or every client MaxPlacementsWaiting;
-// done ends it.
-func (q *askers) take(client string) (done func(), err error) {
+// take counts one more request of client, named (a caller of
+// --learn-tokens-file) or known by its address, or refuses it when client
+// has MaxPlacementsInFlight under way, or, known by its address, when
+// those clients have MaxPlacementsWaiting; done ends it.
+func (q *askers) take(client string, named bool) (done func(), err error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	a := q.by[client]
 	switch {
 	case a != nil && a.inFlight >= MaxPlacementsInFlight:
 		return nil, api.Errorf(api.ErrTooManyRequests, "%s has %d placement requests under way, as many as one client may at once: placements are answered one at a time, so wait for an answer before asking again", client, MaxPlacementsInFlight)
-	case q.total >= MaxPlacementsWaiting:
-		return nil, api.Errorf(api.ErrTooManyRequests, "the collector has %d placement requests under way, as many as it holds at once: ask again later", MaxPlacementsWaiting)
+	case !named && q.anonymous >= MaxPlacementsWaiting:
+		return nil, api.Errorf(api.ErrTooManyRequests, "the collector has %d placement requests under way of clients known by their address, as many as it holds at once: ask again later, or as a caller of its --learn-tokens-file", MaxPlacementsWaiting)
 	}
 	if a == nil {
 		a = &asker{}
@@ -92,11 +95,15 @@ func (q *askers) take(client string) (done func(), err error) {
 		q.by[client] = a
 	}
 	a.inFlight++
-	q.total++
+	if !named {
+		q.anonymous++
+	}
 	return func() {
 		q.mu.Lock()
 		defer q.mu.Unlock()
-		q.total--
+		if !named {
+			q.anonymous--
+		}
 		if a.inFlight--; a.inFlight == 0 {
 			delete(q.by, client)
 		}

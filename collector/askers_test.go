@@ -127,7 +127,7 @@ func TestPlacementsTakeTurns(t *testing.T) {
 		}
 	}
 	place := func(client, label string) {
-		done, err := q.take(client)
+		done, err := q.take(client, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,7 +144,7 @@ func TestPlacementsTakeTurns(t *testing.T) {
 			done()
 		}()
 	}
-	done, err := q.take("flood")
+	done, err := q.take("flood", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestPlacementsTakeTurns(t *testing.T) {
 // came or as it came.
 func TestPlacementsWaitingGiveUp(t *testing.T) {
 	var q askers
-	done, err := q.take("a")
+	done, err := q.take("a", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestPlacementsWaitingGiveUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	bDone, err := q.take("b")
+	bDone, err := q.take("b", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,17 +207,17 @@ func TestPlacementsWaitingGiveUp(t *testing.T) {
 	}
 	q.leave()
 	done()
-	if q.busy || len(q.by) != 0 || q.total != 0 {
-		t.Fatalf("after every placement: busy %v, clients %v, %d under way", q.busy, q.by, q.total)
+	if q.busy || len(q.by) != 0 || q.anonymous != 0 {
+		t.Fatalf("after every placement: busy %v, clients %v, %d under way", q.busy, q.by, q.anonymous)
 	}
 	// Giving up as the turn comes, again and again: no turn is lost.
 	for range 200 {
-		done, _ := q.take("a")
+		done, _ := q.take("a", false)
 		if err := q.enter(context.Background(), "a"); err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
-		bDone, _ := q.take("b")
+		bDone, _ := q.take("b", false)
 		gaveUp := make(chan error)
 		go func() {
 			err := q.enter(ctx, "b")
@@ -231,36 +231,42 @@ func TestPlacementsWaitingGiveUp(t *testing.T) {
 		done()
 		<-gaveUp
 		bDone()
-		cDone, _ := q.take("c")
+		cDone, _ := q.take("c", false)
 		if err := q.enter(context.Background(), "c"); err != nil {
 			t.Fatal(err)
 		}
 		q.leave()
 		cDone()
-		if q.busy || len(q.by) != 0 || len(q.arrived) != 0 || q.total != 0 {
-			t.Fatalf("busy %v, clients %v, waiting %v, %d under way", q.busy, q.by, q.arrived, q.total)
+		if q.busy || len(q.by) != 0 || len(q.arrived) != 0 || q.anonymous != 0 {
+			t.Fatalf("busy %v, clients %v, waiting %v, %d under way", q.busy, q.by, q.arrived, q.anonymous)
 		}
 	}
 }
 
-// TestPlacementsWaitingBound: past MaxPlacementsWaiting requests under way,
-// of clients each within its own bound, the next is refused, and taken
-// again once one is answered.
+// TestPlacementsWaitingBound: past MaxPlacementsWaiting requests under way
+// of clients known by their address, each within its own bound, the next
+// such client is refused, and taken again once one is answered; a caller
+// of --learn-tokens-file is not shut out.
 func TestPlacementsWaitingBound(t *testing.T) {
 	var q askers
 	var dones []func()
 	for i := range MaxPlacementsWaiting {
-		done, err := q.take(fmt.Sprintf("the client at 192.0.2.%d", i))
+		done, err := q.take(fmt.Sprintf("the client at 192.0.2.%d", i), false)
 		if err != nil {
 			t.Fatalf("request %d: %v", i, err)
 		}
 		dones = append(dones, done)
 	}
-	if _, err := q.take("caller a"); err == nil || !strings.Contains(err.Error(), "the collector has 4096 placement requests under way") {
+	if _, err := q.take("the client at 198.51.100.1", false); err == nil || !strings.Contains(err.Error(), "the collector has 4096 placement requests under way of clients known by their address") {
 		t.Fatalf("past the bound: %v, want refused", err)
 	}
+	named, err := q.take("caller sched", true)
+	if err != nil {
+		t.Fatalf("a caller of --learn-tokens-file past the bound of the others: %v", err)
+	}
+	named()
 	dones[0]()
-	done, err := q.take("caller a")
+	done, err := q.take("the client at 198.51.100.1", false)
 	if err != nil {
 		t.Fatalf("once one was answered: %v", err)
 	}
@@ -268,7 +274,7 @@ func TestPlacementsWaitingBound(t *testing.T) {
 	for _, done := range dones[1:] {
 		done()
 	}
-	if len(q.by) != 0 || q.total != 0 {
-		t.Fatalf("after every request: %d clients, %d under way", len(q.by), q.total)
+	if len(q.by) != 0 || q.anonymous != 0 {
+		t.Fatalf("after every request: %d clients, %d under way", len(q.by), q.anonymous)
 	}
 }

@@ -245,7 +245,7 @@ func (s *Server) placements(w http.ResponseWriter, r *http.Request) error {
 	}
 	placer := s.placer
 	client := placementClient(caller, r.RemoteAddr)
-	done, err := placer.asking.take(client)
+	done, err := placer.asking.take(client, caller != "")
 	if err != nil {
 		pauseRefusal(r.Context())
 		return err
