@@ -74,9 +74,13 @@ func (k rowKey) less(o rowKey) bool {
 	return k.index < o.index
 }
 
-// keyOf is the figures of an answer as a row orders them.
+// keyOf is the figures of an answer as a row orders them: under best-fit
+// and spread, as Cluster.before, its GPU's and node's free units alone.
 func (c *Cluster) keyOf(v Verdict) rowKey {
 	k := rowKey{floor: v.Best.Frag, align: v.Best.Align, gpuFree: v.Best.GPUFree, free: v.FreeUnits, index: v.index}
+	if c.bounded() {
+		k.floor, k.align = 0, 0
+	}
 	if c.policy == placement.Spread {
 		k.gpuFree, k.free = -k.gpuFree, -k.free
 	}
