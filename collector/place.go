@@ -225,7 +225,7 @@ var unitIDs = func() []int {
 
 // unitRange is the units [first, first+n).
 func unitRange(first, n int) []int {
-	if first >= 0 && first+n <= len(unitIDs) {
+	if first >= 0 && first <= len(unitIDs) && n <= len(unitIDs)-first {
 		// Capped: an append makes a copy, never writes into the others'.
 		return unitIDs[first : first+n : first+n]
 	}

@@ -3,6 +3,7 @@ package collector
 import (
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -388,5 +389,23 @@ func TestMixInForceOnceMoved(t *testing.T) {
 	post(1024, `{"units":2}`, `{"units":4}`, `{"units":2}`, `{"units":4}`, `{"units":2}`, `{"units":4}`, `{"units":2}`, `{"units":4}`, `{"units":2}`, `{"gpus":1}`)
 	if got := learnedMix(t, s); len(got.Shapes) != 3 || s.placer.mix != s.placer.learner.Mix() {
 		t.Fatalf("with whole GPUs a tenth of the requests: %+v in force, want three shapes", got.Shapes)
+	}
+}
+
+// TestUnitRange: a model's free units are the range asked, shared where
+// they are small, made where they are not, whatever a snapshot names.
+func TestUnitRange(t *testing.T) {
+	for _, tc := range []struct{ first, n int }{
+		{0, 0}, {0, 8}, {4088, 8}, {4090, 8}, {-3, 2}, {math.MaxInt - 1, 4}, {1 << 40, 1},
+	} {
+		got := unitRange(tc.first, tc.n)
+		if len(got) != tc.n || cap(got) != tc.n {
+			t.Fatalf("unitRange(%d, %d): len %d, cap %d", tc.first, tc.n, len(got), cap(got))
+		}
+		for u, v := range got {
+			if v != tc.first+u {
+				t.Fatalf("unitRange(%d, %d)[%d] = %d", tc.first, tc.n, u, v)
+			}
+		}
 	}
 }
