@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"reflect"
@@ -8,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/gpulet/gpulet/api"
+	"github.com/gpulet/gpulet/collector/cluster"
+	"github.com/gpulet/gpulet/placement"
 )
 
 // body encodes s, after edit has changed the decoded JSON object (so that
@@ -169,9 +172,10 @@ func TestWhichBodiesTakeTheFastDecoder(t *testing.T) {
 }
 
 // FuzzDecodeSnapshot: no body makes the decoder panic, and whatever it
-// accepts is a snapshot the store can apply and query.
+// accepts is a snapshot the store can apply, query, model and place on.
 func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add(body(f, testSnapshot("n1", "b1", 1, 4, 2), nil))
+	f.Add(body(f, withInstances(testSnapshot("n3", "b3", 1, 4, 2)), nil))
 	f.Add(body(f, testSnapshot("n2", "b2", 9, 0, 0), nil))
 	f.Add([]byte(`{"schema":"gpulet.snapshot/v1","node":"x","boot_id":"y","seq":1,"state":"working","gpus":[{"index":-1}]}`))
 	f.Add([]byte(`{"seq":-1}`))
@@ -216,6 +220,9 @@ func FuzzDecodeSnapshot(f *testing.F) {
 		`{"node":"x\u001b]0;PWNED\u0007",` + base + `}`,
 		`{"node":"x",` + base + `,"gpus":[{"index":0,"state":"sleeping"}]}`,
 		`{"node":"x",` + base + `,"gpus":[{"index":0,"state":"working","name":"A\u0085B"}]}`,
+		// Unit numbers at the end of int, which a model's range of free
+		// units once wrapped around.
+		`{"node":"x",` + base + `,"gpus":[{"index":0,"state":"working","eligible":true,"units_total":2,"units_free":2,"instances":[{"instance":0,"state":"off","units":[9223372036854775806,9223372036854775807],"units_free":2}]}]}`,
 	} {
 		f.Add([]byte(tricky))
 	}
@@ -251,11 +258,22 @@ func FuzzDecodeSnapshot(f *testing.F) {
 			}
 		}
 		st := NewStore(DefaultStaleAfter, nil)
+		st.takeChanged() // placements asked: each record comes with its model
 		if st.Apply(s) != Applied {
 			t.Fatal("first snapshot of a node not applied")
 		}
 		if got := len(st.Table(Query{}).Rows); got != len(s.GPUs) {
 			t.Fatalf("%d rows for %d GPUs", got, len(s.GPUs))
+		}
+		p := newPlacer(placement.Frag)
+		for _, r := range []placement.Request{{Units: 1}, {GPUs: 1}} {
+			done, err := p.asking.take("fuzz", true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Placed or refused (no node fits): either, without a panic.
+			_, _, _ = p.place(context.Background(), st, cluster.Request{Request: r}, 3, "", "fuzz")
+			done()
 		}
 	})
 }
