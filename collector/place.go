@@ -93,8 +93,9 @@ func newPlacer(p placement.Policy) *placer {
 // place waits for client's turn (askers; take counted the request),
 // brings the models up to date with the table, places r and, once placed,
 // learns it as caller's (not at all for no caller). Only the nodes
-// whose record changed are modeled again, and, once every resync, all of
-// them: a node that went silent changes state without a new record.
+// whose record changed are put again, with the model made as the record
+// was taken in, and, once every resync, all of them: a node that went
+// silent changes state without a new record, and is modeled again.
 func (p *placer) place(ctx context.Context, st *Store, r cluster.Request, limit int, caller, client string) (cluster.Answer, map[string]*record, error) {
 	if err := p.asking.enter(ctx, client); err != nil {
 		return cluster.Answer{}, nil, api.Errorf(api.ErrUnavailable, "placement request given up while waiting for its turn: %v", err)

@@ -270,13 +270,15 @@ func (c *Cluster) complete(r *Request, ranked []Verdict) error {
 func (c *Cluster) Place(r Request, limit int) (Answer, error) {
 	limit = max(limit, 1)
 	a := Answer{Nodes: len(c.nodes)}
+	var t *shapeTable
+	if c.bounded() || c.policy == placement.Frag {
+		t = c.shapeTable(&r)
+	}
 	switch {
+	case t != nil:
+		c.placeTabled(t, &r, limit, &a)
 	case c.bounded():
-		if t := c.shapeTable(&r); t != nil {
-			c.placeTabled(t, &r, limit, &a)
-		} else {
-			c.placeBounded(&r, limit, &a)
-		}
+		c.placeBounded(&r, limit, &a)
 	case c.policy == placement.Frag:
 		c.placeFloored(&r, limit, &a)
 	default:

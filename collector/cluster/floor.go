@@ -52,10 +52,6 @@ func (h *floorHeap) Pop() any {
 // are beaten by its answer alone. A request with a shape table is placed
 // by its table instead (placeTabled).
 func (c *Cluster) placeFloored(r *Request, limit int, a *Answer) {
-	if t := c.shapeTable(r); t != nil {
-		c.placeTabled(t, r, limit, a)
-		return
-	}
 	h := c.floorScratch[:0]
 	lowest := -1
 	for i, n := range c.nodes {

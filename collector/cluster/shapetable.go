@@ -24,7 +24,8 @@ import (
 // collector's (a snapshot says nothing of a host's CPU and memory), whose
 // shapes are a mix's few. A replay's requests each carry their pod's CPU and
 // memory, so their shapes seldom come again, and a table made for each
-// would cost more than it saves; they are placed by placeFloored.
+// would cost more than it saves; they are placed by placeFloored and
+// placeBounded, which read every node's summary.
 
 // shapeKey is what of a request that asks nothing of the host a row
 // depends on: a floor, an Align and the summary's fit without models depend
