@@ -18,11 +18,7 @@ import (
 // with 429 and why, after RefusalPause; another client, named or at another address,
 // is not; and once answered, the first may ask again.
 func TestPlacementsBoundPerClient(t *testing.T) {
-	st := NewStore(15*time.Second, nil)
-	s := NewServer(st, nil)
-	s.SetPolicy(placement.BestFit)
-	s.Auth.LearnTokens = callerTokensFile(t, "a ta\nb tb\n")
-	st.Apply(snapshotFree("n1", 4, 8))
+	s := learningServer(t, placement.BestFit, "a ta\nb tb\n", snapshotFree("n1", 4, 8))
 	post := func(auth, addr string) (int, string) {
 		req := httptest.NewRequest("POST", "/v1/placements", strings.NewReader(`{"units":1}`))
 		req.Header.Set("Authorization", auth)

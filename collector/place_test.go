@@ -108,6 +108,20 @@ func snapshotFree(node string, free ...int) *api.Snapshot {
 	return withInstances(s)
 }
 
+// learningServer is a collector placing under policy p, learning from
+// the callers of tokens (a --learn-tokens-file), with nodes in its table.
+func learningServer(t *testing.T, p placement.Policy, tokens string, nodes ...*api.Snapshot) *Server {
+	t.Helper()
+	st := NewStore(15*time.Second, nil)
+	s := NewServer(st, nil)
+	s.SetPolicy(p)
+	s.Auth.LearnTokens = callerTokensFile(t, tokens)
+	for _, n := range nodes {
+		st.Apply(n)
+	}
+	return s
+}
+
 // TestPlacementsLearnMix: under frag the collector weighs the mix of the
 // requests it has been asked. A request of 2 units goes, by best-fit, to
 // the tightest GPU (n1's GPU 0, 4 free). Once requests of 4 units are the
@@ -119,13 +133,7 @@ func snapshotFree(node string, free ...int) *api.Snapshot {
 // learns from (--learn-tokens-file).
 func TestPlacementsLearnMix(t *testing.T) {
 	server := func(p placement.Policy) *Server {
-		st := NewStore(15*time.Second, nil)
-		s := NewServer(st, nil)
-		s.SetPolicy(p)
-		s.Auth.LearnTokens = callerTokensFile(t, "sched t0k\n")
-		st.Apply(snapshotFree("n1", 4, 8))
-		st.Apply(snapshotFree("n2", 6))
-		return s
+		return learningServer(t, p, "sched t0k\n", snapshotFree("n1", 4, 8), snapshotFree("n2", 6))
 	}
 	place := func(s *Server, body string) string {
 		t.Helper()
@@ -192,11 +200,7 @@ func doAs(t *testing.T, h http.Handler, auth, method, target, body string) (int,
 // (2 units to the tighter GPU of 3 free), and the next under a mix of its
 // shape (to the GPU of 5, rather than leave 1 no request of 2 can use).
 func TestPlacementsLearnOncePlaced(t *testing.T) {
-	st := NewStore(15*time.Second, nil)
-	s := NewServer(st, nil)
-	s.SetPolicy(placement.Frag)
-	s.Auth.LearnTokens = callerTokensFile(t, "sched t0k\n")
-	st.Apply(snapshotFree("n1", 3, 5))
+	s := learningServer(t, placement.Frag, "sched t0k\n", snapshotFree("n1", 3, 5))
 	for i, want := range []int{0, 1} {
 		code, b := doAs(t, s, "Bearer t0k", "POST", "/v1/placements", `{"units":2}`)
 		var l PlacementList
@@ -213,11 +217,7 @@ func TestPlacementsLearnOncePlaced(t *testing.T) {
 // fits leave the mix as it was; one caller's flood makes half of the mix
 // beside one other caller.
 func TestPlacementsLearnOnlyFromNamedCallers(t *testing.T) {
-	st := NewStore(15*time.Second, nil)
-	s := NewServer(st, nil)
-	s.SetPolicy(placement.Frag)
-	s.Auth.LearnTokens = callerTokensFile(t, "a ta\nb tb\n")
-	st.Apply(snapshotFree("n1", 4, 8))
+	s := learningServer(t, placement.Frag, "a ta\nb tb\n", snapshotFree("n1", 4, 8))
 	post := func(auth, body string, want int) {
 		t.Helper()
 		if code, b := doAs(t, s, auth, "POST", "/v1/placements", body); code != want {
@@ -248,10 +248,7 @@ func TestPlacementsLearnOnlyFromNamedCallers(t *testing.T) {
 // --learn-tokens-file only, under any policy (TestReadToken: it needs the
 // read token where one is set).
 func TestPlacementMix(t *testing.T) {
-	st := NewStore(15*time.Second, nil)
-	s := NewServer(st, nil)
-	s.Auth.LearnTokens = callerTokensFile(t, "sched t0k\n")
-	st.Apply(snapshotFree("n1", 4, 8))
+	s := learningServer(t, placement.BestFit, "sched t0k\n", snapshotFree("n1", 4, 8))
 	get := func() string {
 		t.Helper()
 		code, b := do(t, s, "GET", "/v1/placements/mix", nil)
@@ -359,11 +356,7 @@ func TestPlacementsSeeHeldMemory(t *testing.T) {
 // published anew; a shape that comes in with a tenth of the requests puts
 // a new one in force. GET /v1/placements/mix shows the one in force.
 func TestMixInForceOnceMoved(t *testing.T) {
-	st := NewStore(15*time.Second, nil)
-	s := NewServer(st, nil)
-	s.SetPolicy(placement.Frag)
-	s.Auth.LearnTokens = callerTokensFile(t, "sched t0k\n")
-	st.Apply(snapshotFree("n1", 8, 8))
+	s := learningServer(t, placement.Frag, "sched t0k\n", snapshotFree("n1", 8, 8))
 	post := func(n int, bodies ...string) {
 		t.Helper()
 		for i := range n {
